@@ -1,0 +1,36 @@
+# The two commands: `make demo` and `make test`. Both create .venv on first use.
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+# CPU build of torch; override on a GPU machine, e.g. `make test TORCH_SPEC=torch`.
+TORCH_SPEC ?= torch==2.13.0
+STAMP  := $(VENV)/.installed
+PYTEST_ARGS ?=
+
+.PHONY: install demo test test-slow lint bench clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --disable-pip-version-check "$(TORCH_SPEC)"
+	$(BIN)/pip install -q --disable-pip-version-check -e '.[test]'
+	touch $(STAMP)
+
+install: $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/swax demo
+
+test: $(STAMP)
+	$(BIN)/python -m pytest -q -n 2 -m "not slow and not gpu" $(PYTEST_ARGS)
+
+test-slow: $(STAMP)
+	$(BIN)/python -m pytest -q -m "slow" $(PYTEST_ARGS)
+
+lint: $(STAMP)
+	$(BIN)/ruff check swax tests benchmarks
+
+bench: $(STAMP)
+	$(BIN)/python benchmarks/ops.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache build *.egg-info

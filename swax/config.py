@@ -1,0 +1,205 @@
+"""SwaxConfig: one dataclass describes every model swax builds.
+
+``layer_pattern`` is a string over the mixer letters, tiled to ``n_layers``:
+
+- ``S`` sliding-window attention (window is a forward argument),
+- ``X`` mLSTM (xLSTM-7B cell),
+- ``D`` Gated DeltaNet,
+- ``A`` full causal attention.
+
+SWAX is ``"SX"``; ``"SD"`` the Gated DeltaNet hybrid; ``"SA"`` a local/global transformer;
+``"X"``, ``"S"``, ``"A"`` the pure baselines.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from .configutil import from_dict, to_dict
+from .errors import ConfigError
+
+LAYER_KINDS = {
+    "S": "sliding-window attention",
+    "X": "mLSTM",
+    "D": "Gated DeltaNet",
+    "A": "full causal attention",
+}
+
+
+@dataclass
+class SwaxConfig:
+    """Architecture of a SwaxLM. Defaults are the ``tiny`` preset."""
+
+    vocab_size: int = 257
+    """Number of token ids (257 = the byte-level tokenizer: 256 bytes + end-of-text)."""
+    d_model: int = 128
+    """Width of the residual stream."""
+    n_layers: int = 4
+    """Number of blocks (mixer + MLP); must be a multiple of len(layer_pattern)."""
+    layer_pattern: str = "SX"
+    """Mixer letters tiled over the layers: S (sliding window), X (mLSTM), D (Gated DeltaNet),
+    A (full attention). SWAX is "SX"."""
+    n_heads: int = 4
+    """Query heads of attention layers."""
+    n_kv_heads: int | None = None
+    """Key/value heads of attention layers (grouped-query attention); None = n_heads."""
+    head_dim: int | None = None
+    """Attention head width; None = d_model // n_heads."""
+    recurrent_heads: int | None = None
+    """Heads of mLSTM and Gated DeltaNet layers; None = n_heads."""
+    window: int = 128
+    """Default attention window W (a query sees its last W keys, itself included) when a forward
+    or generate call does not pass one. The window is a forward argument, never baked in."""
+    rope_base: float = 10000.0
+    """RoPE base of attention layers."""
+    full_attn_rope: bool = True
+    """Whether full-attention (A) layers use RoPE; False = no position encoding (NoPE)."""
+    qk_norm: bool = False
+    """RMSNorm on attention queries and keys, per head."""
+    mlp_ratio: float = 8 / 3
+    """SwiGLU hidden width as a multiple of d_model (before rounding)."""
+    mlp_multiple_of: int = 64
+    """SwiGLU hidden width is rounded up to a multiple of this."""
+    qk_dim_factor: float = 0.5
+    """Width of the recurrent layers' q and k, as a fraction of d_model (xLSTM-7B: 0.5)."""
+    v_dim_factor: float = 1.0
+    """Width of the recurrent layers' v, as a fraction of d_model (xLSTM-7B: 1.0)."""
+    gate_soft_cap: float = 15.0
+    """Soft cap of the mLSTM input/forget gate pre-activations: cap * tanh(x / cap)."""
+    mlstm_igate_bias_init: float = -10.0
+    """Initial bias of the mLSTM input gate."""
+    mlstm_fgate_bias_init: tuple[float, float] = (3.0, 6.0)
+    """Initial biases of the mLSTM forget gate, spread linearly over the heads."""
+    conv_size: int = 4
+    """Kernel width of Gated DeltaNet's short causal convolution."""
+    chunk_size: int = 64
+    """Chunk length of the chunkwise-parallel recurrent ops (mLSTM, Gated DeltaNet)."""
+    tie_embeddings: bool = True
+    """Share the input embedding with the output head."""
+    norm_eps: float = 1e-6
+    """Epsilon of the RMSNorms."""
+    logit_soft_cap: float | None = None
+    """Soft cap on output logits (xLSTM-7B uses 30); None = off."""
+    init_std: float = 0.02
+    """Standard deviation of the normal initialisation of linear and embedding weights."""
+    attn_backend: str = "auto"
+    """Sliding-window attention backend: auto, blockwise, flash, flex or reference."""
+
+    def __post_init__(self) -> None:
+        self.validate()
+
+    # ------------------------------------------------------------------ validation and derived
+    def validate(self) -> None:
+        """Raise ConfigError naming the first invalid field."""
+        for name in ("vocab_size", "d_model", "n_layers", "n_heads", "window", "chunk_size",
+                     "conv_size", "mlp_multiple_of"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise ConfigError(f"{name} must be a positive integer, got {v!r}")
+        if not isinstance(self.layer_pattern, str) or not self.layer_pattern:
+            raise ConfigError(
+                f"layer_pattern must be a non-empty string, got {self.layer_pattern!r}"
+            )
+        for pos, letter in enumerate(self.layer_pattern):
+            if letter not in LAYER_KINDS:
+                known = ", ".join(f"{k} ({v})" for k, v in LAYER_KINDS.items())
+                raise ConfigError(
+                    f"unknown layer letter {letter!r} at position {pos} of layer_pattern "
+                    f"{self.layer_pattern!r}; expected one of {known}"
+                )
+        if self.n_layers % len(self.layer_pattern):
+            raise ConfigError(
+                f"layer_pattern {self.layer_pattern!r} (length {len(self.layer_pattern)}) does not "
+                f"tile n_layers={self.n_layers}; n_layers must be a multiple of its length"
+            )
+        if self.head_dim is None and self.d_model % self.n_heads:
+            raise ConfigError(
+                f"d_model={self.d_model} is not divisible by n_heads={self.n_heads}; "
+                f"set head_dim explicitly"
+            )
+        kv = self.n_kv_heads or self.n_heads
+        if self.n_heads % kv:
+            raise ConfigError(f"n_heads={self.n_heads} must be a multiple of n_kv_heads={kv}")
+        rh = self.recurrent_heads or self.n_heads
+        for name, factor in (("qk_dim_factor", self.qk_dim_factor),
+                             ("v_dim_factor", self.v_dim_factor)):
+            width = self.d_model * factor
+            if factor <= 0 or width != int(width) or int(width) % rh:
+                raise ConfigError(
+                    f"{name}={factor} gives width {width} for d_model={self.d_model}; it must "
+                    f"be a positive integer divisible by recurrent_heads={rh}"
+                )
+        if self.attn_backend not in ("auto", "blockwise", "flash", "flex", "reference"):
+            raise ConfigError(
+                f"attn_backend must be auto, blockwise, flash, flex or reference, "
+                f"got {self.attn_backend!r}"
+            )
+
+    @property
+    def layer_types(self) -> str:
+        """One letter per layer: layer_pattern tiled to n_layers."""
+        return self.layer_pattern * (self.n_layers // len(self.layer_pattern))
+
+    @property
+    def attn_head_dim(self) -> int:
+        return self.head_dim or self.d_model // self.n_heads
+
+    # ------------------------------------------------------------------ construction and I/O
+    @classmethod
+    def preset(cls, name: str, **overrides) -> SwaxConfig:
+        """A named preset (see ``PRESETS``) with optional field overrides."""
+        if name not in PRESETS:
+            raise ConfigError(f"unknown preset {name!r}; expected one of {', '.join(PRESETS)}")
+        return cls.from_dict({**PRESETS[name], **overrides})
+
+    @classmethod
+    def from_dict(cls, data: dict) -> SwaxConfig:
+        """Build from plain data; unknown keys and wrong types raise ConfigError."""
+        return from_dict(cls, data)
+
+    def to_dict(self) -> dict:
+        return to_dict(self)
+
+    def replace(self, **changes) -> SwaxConfig:
+        return dataclasses.replace(self, **changes)
+
+    @classmethod
+    def load(cls, path: str | Path) -> SwaxConfig:
+        """Read a config.json written by :meth:`save`."""
+        path = Path(path)
+        try:
+            data = json.loads(path.read_text())
+        except FileNotFoundError:
+            raise ConfigError(f"config file {path} does not exist") from None
+        except json.JSONDecodeError as e:
+            raise ConfigError(f"config file {path} is not valid JSON: {e}") from None
+        if not isinstance(data, dict):
+            raise ConfigError(f"config file {path} must hold a JSON object")
+        data.pop("swax_version", None)
+        return cls.from_dict(data)
+
+    def save(self, path: str | Path) -> None:
+        from . import __version__
+
+        Path(path).write_text(json.dumps({**self.to_dict(), "swax_version": __version__},
+                                         indent=2) + "\n")
+
+
+GPT2_VOCAB = 50304  # GPT-2's 50257 rounded up to a multiple of 128
+
+PRESETS: dict[str, dict] = {
+    # CPU-trainable, byte-level vocabulary
+    "tiny": dict(d_model=128, n_layers=4, n_heads=4, window=128),
+    "small": dict(d_model=256, n_layers=6, n_heads=4, window=128),
+    # GPU sizes (GPT-2 BPE vocabulary)
+    "125m": dict(vocab_size=GPT2_VOCAB, d_model=768, n_layers=12, n_heads=12, window=2048),
+    "350m": dict(vocab_size=GPT2_VOCAB, d_model=1024, n_layers=24, n_heads=16, window=2048),
+    # the paper's two scales
+    "1.4b": dict(vocab_size=GPT2_VOCAB, d_model=2048, n_layers=24, n_heads=16,
+                 recurrent_heads=4, window=2048),
+    "7b": dict(vocab_size=GPT2_VOCAB, d_model=4096, n_layers=32, n_heads=32,
+               recurrent_heads=8, window=2048, tie_embeddings=False),
+}

@@ -1,0 +1,163 @@
+"""Attention token mixers: ``SlidingWindowAttention`` (layer letter ``S``) and ``FullAttention``
+(``A``), with rotary positions, grouped-query attention, optional qk-norm and a decode state.
+
+Decode state (:class:`AttentionState`): for a sliding window W, a **ring buffer** of the last W
+keys and values (key at absolute position p lives in slot p mod W), so its size never grows;
+for full attention, a growing cache. Keys are cached after RoPE, so the order inside the ring
+does not matter for a single-token step. Recurrent states elsewhere are float32; the KV caches
+hold keys/values in the model's compute dtype.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ..ops import apply_rope, sliding_window_attention
+
+
+@dataclass(frozen=True)
+class AttentionState:
+    """Keys/values seen so far by one attention layer.
+
+    k, v: (B, Hkv, S, D). With ``window`` set, S == window and the tensors are a ring buffer
+    (absolute position p in slot p % window); with ``window=None`` they hold all ``pos`` keys
+    in order. ``pos``: the number of tokens consumed so far (the next token's position).
+    """
+
+    k: torch.Tensor
+    v: torch.Tensor
+    pos: int
+    window: int | None
+
+    def chronological(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """The cached keys and values still inside the window, oldest first."""
+        if self.window is None or self.pos <= self.window:
+            n = self.pos if self.window is None else min(self.pos, self.window)
+            return self.k[:, :, :n], self.v[:, :, :n]
+        shift = -(self.pos % self.window)
+        return self.k.roll(shift, dims=2), self.v.roll(shift, dims=2)
+
+
+def _to_ring(k: torch.Tensor, v: torch.Tensor, end: int, window: int):
+    """Ring buffers of size ``window`` holding the last keys of the chronological k, v whose
+    final key sits at absolute position end - 1."""
+    m = min(window, k.shape[2])
+    k, v = k[:, :, -m:], v[:, :, -m:]
+    if m == window:
+        s = (end - m) % window
+        return k.roll(s, dims=2), v.roll(s, dims=2)
+    # fewer than `window` tokens seen in total: positions 0 … m - 1 sit in slots 0 … m - 1
+    B, H, _, D = k.shape
+    rk = k.new_zeros(B, H, window, D)
+    rv = v.new_zeros(B, H, window, v.shape[-1])
+    rk[:, :, :m] = k
+    rv[:, :, :m] = v
+    return rk, rv
+
+
+class _Attention(nn.Module):
+    sliding: bool = True
+
+    def __init__(
+        self,
+        d_model: int,
+        n_heads: int,
+        n_kv_heads: int | None = None,
+        head_dim: int | None = None,
+        rope: bool = True,
+        rope_base: float = 10000.0,
+        qk_norm: bool = False,
+        norm_eps: float = 1e-6,
+        backend: str | None = None,
+    ):
+        super().__init__()
+        n_kv_heads = n_kv_heads or n_heads
+        head_dim = head_dim or d_model // n_heads
+        if n_heads % n_kv_heads:
+            raise ValueError(f"n_heads ({n_heads}) must be a multiple of n_kv_heads ({n_kv_heads})")
+        self.n_heads, self.n_kv_heads, self.head_dim = n_heads, n_kv_heads, head_dim
+        self.rope, self.rope_base, self.backend = rope, rope_base, backend
+        self.q_proj = nn.Linear(d_model, n_heads * head_dim, bias=False)
+        self.k_proj = nn.Linear(d_model, n_kv_heads * head_dim, bias=False)
+        self.v_proj = nn.Linear(d_model, n_kv_heads * head_dim, bias=False)
+        self.o_proj = nn.Linear(n_heads * head_dim, d_model, bias=False)
+        self.qk_norm = qk_norm
+        if qk_norm:
+            self.q_norm_weight = nn.Parameter(torch.ones(head_dim))
+            self.k_norm_weight = nn.Parameter(torch.ones(head_dim))
+        self.norm_eps = norm_eps
+
+    def _norm(self, x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        return F.rms_norm(x.float(), (x.shape[-1],), w.float(), self.norm_eps).to(x.dtype)
+
+    def forward(
+        self,
+        x: torch.Tensor,
+        window: int | None = None,
+        state: AttentionState | None = None,
+        return_state: bool = False,
+    ):
+        """x: (B, T, d_model) -> (B, T, d_model) [, new AttentionState].
+
+        ``window`` is ignored by full attention; for sliding-window attention it must match the
+        window the state was built with.
+        """
+        B, T, _ = x.shape
+        w = window if self.sliding else None
+        if state is not None and state.window != w:
+            raise ValueError(
+                f"decode state was built for window {state.window}, but window {w} was given"
+            )
+        pos = 0 if state is None else state.pos
+        q = self.q_proj(x).view(B, T, self.n_heads, self.head_dim).transpose(1, 2)
+        k = self.k_proj(x).view(B, T, self.n_kv_heads, self.head_dim).transpose(1, 2)
+        v = self.v_proj(x).view(B, T, self.n_kv_heads, self.head_dim).transpose(1, 2)
+        if self.qk_norm:
+            q, k = self._norm(q, self.q_norm_weight), self._norm(k, self.k_norm_weight)
+        if self.rope:
+            q = apply_rope(q, offset=pos, base=self.rope_base)
+            k = apply_rope(k, offset=pos, base=self.rope_base)
+
+        new_state = None
+        if state is not None and pos > 0 and T == 1 and w is not None:
+            # one decode step: write the new key into its ring slot, attend to the whole ring
+            rk, rv = state.k.clone(), state.v.clone()
+            rk[:, :, pos % w] = k[:, :, 0]
+            rv[:, :, pos % w] = v[:, :, 0]
+            n = min(pos + 1, w)
+            o = sliding_window_attention(q, rk[:, :, :n], rv[:, :, :n], None, backend=self.backend)
+            new_state = AttentionState(rk, rv, pos + 1, w)
+        else:
+            if state is not None and pos > 0:
+                ck, cv = state.chronological()
+                k, v = torch.cat([ck, k], dim=2), torch.cat([cv, v], dim=2)
+            o = sliding_window_attention(q, k, v, w, backend=self.backend)
+            if return_state:
+                if w is None:
+                    new_state = AttentionState(k, v, pos + T, None)
+                else:
+                    new_state = AttentionState(*_to_ring(k, v, pos + T, w), pos + T, w)
+        y = self.o_proj(o.transpose(1, 2).reshape(B, T, self.n_heads * self.head_dim))
+        return (y, new_state) if return_state else y
+
+
+class SlidingWindowAttention(_Attention):
+    """Causal softmax attention over the last ``window`` tokens (a forward argument), with RoPE.
+
+    Args: d_model; n_heads query heads; n_kv_heads (GQA, default n_heads); head_dim (default
+    d_model // n_heads); rope / rope_base; qk_norm (RMSNorm on q and k per head); backend
+    (a name from ``swax.ops.list_backends("swa")``, default automatic).
+    """
+
+    sliding = True
+
+
+class FullAttention(_Attention):
+    """Causal softmax attention over all previous tokens; RoPE (``rope=True``) or no position
+    encoding (``rope=False``). Ignores the ``window`` argument; its decode cache grows."""
+
+    sliding = False

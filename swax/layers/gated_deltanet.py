@@ -1,0 +1,100 @@
+"""Gated DeltaNet token mixer (layer letter ``D``), after Yang et al. 2024 and fla's layer.
+
+x -> q, k (qk_dim), v (v_dim) -> short causal depthwise convolution + SiLU -> q, k L2-normalised
+per head; beta = sigmoid(b_proj(x)); log-decay g = -exp(A_log) · softplus(a_proj(x) + dt_bias);
+o = gated_delta_rule(q, k, v, g, beta); y = o_proj(RMSNorm_per_head(o) · silu(g_proj(x))).
+
+Decode state: (S, conv) with S (B, H, Dk, Dv) float32 and conv (B, 2·qk_dim + v_dim, K - 1),
+the last K - 1 pre-convolution inputs.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ..ops.gated_delta import gated_delta_rule, gated_delta_step
+from .norm import MultiHeadNorm
+
+
+class GatedDeltaNetLayer(nn.Module):
+    """Gated DeltaNet mixer. See the module docstring for the computation."""
+
+    def __init__(
+        self,
+        d_model: int,
+        n_heads: int,
+        qk_dim_factor: float = 0.5,
+        v_dim_factor: float = 1.0,
+        conv_size: int = 4,
+        chunk_size: int = 64,
+        norm_eps: float = 1e-6,
+    ):
+        super().__init__()
+        qk_dim, v_dim = int(d_model * qk_dim_factor), int(d_model * v_dim_factor)
+        if qk_dim % n_heads or v_dim % n_heads:
+            raise ValueError(
+                f"Gated DeltaNet q/k width {qk_dim} and v width {v_dim} must be divisible by "
+                f"n_heads={n_heads}"
+            )
+        if conv_size < 1:
+            raise ValueError(f"conv_size must be >= 1, got {conv_size}")
+        self.n_heads, self.qk_dim, self.v_dim = n_heads, qk_dim, v_dim
+        self.conv_size, self.chunk_size = conv_size, chunk_size
+        self.q_proj = nn.Linear(d_model, qk_dim, bias=False)
+        self.k_proj = nn.Linear(d_model, qk_dim, bias=False)
+        self.v_proj = nn.Linear(d_model, v_dim, bias=False)
+        channels = 2 * qk_dim + v_dim
+        self.conv_weight = nn.Parameter(torch.empty(channels, conv_size))
+        self.a_proj = nn.Linear(d_model, n_heads, bias=False)
+        self.b_proj = nn.Linear(d_model, n_heads, bias=False)
+        self.A_log = nn.Parameter(torch.empty(n_heads))
+        self.dt_bias = nn.Parameter(torch.empty(n_heads))
+        self.g_proj = nn.Linear(d_model, v_dim, bias=False)
+        self.norm = MultiHeadNorm(n_heads, v_dim // n_heads, eps=norm_eps, kind="rms")
+        self.o_proj = nn.Linear(v_dim, d_model, bias=False)
+        self.reset_special()
+
+    @torch.no_grad()
+    def reset_special(self) -> None:
+        """fla/Mamba-2 initialisation of the convolution, decay rate A and time-step bias."""
+        nn.init.uniform_(self.conv_weight, -1 / math.sqrt(self.conv_size),
+                         1 / math.sqrt(self.conv_size))
+        self.A_log.copy_(torch.empty(self.n_heads).uniform_(1, 16).log())
+        dt = torch.exp(torch.rand(self.n_heads) * (math.log(0.1) - math.log(0.001))
+                       + math.log(0.001)).clamp(min=1e-4)
+        self.dt_bias.copy_(dt + torch.log(-torch.expm1(-dt)))  # inverse softplus
+
+    def forward(self, x: torch.Tensor, window=None, state=None, return_state: bool = False):
+        """x: (B, T, d_model) -> (B, T, d_model) [, (S, conv)]. ``window`` is ignored."""
+        B, T, _ = x.shape
+        H, K = self.n_heads, self.conv_size
+        S0, conv0 = (None, None) if state is None else state
+        u = torch.cat([self.q_proj(x), self.k_proj(x), self.v_proj(x)], dim=-1).transpose(1, 2)
+        if conv0 is None:
+            conv0 = u.new_zeros(B, u.shape[1], K - 1)
+        uc = torch.cat([conv0.to(u.dtype), u], dim=2)  # (B, C, K - 1 + T)
+        u = F.silu(F.conv1d(uc, self.conv_weight[:, None, :].to(u.dtype), groups=u.shape[1]))
+        new_conv = uc[:, :, uc.shape[2] - (K - 1):]
+        q, k, v = u.transpose(1, 2).split([self.qk_dim, self.qk_dim, self.v_dim], dim=-1)
+        q = F.normalize(q.float().view(B, T, H, -1), dim=-1, eps=1e-6).to(x.dtype)
+        k = F.normalize(k.float().view(B, T, H, -1), dim=-1, eps=1e-6).to(x.dtype)
+        v = v.reshape(B, T, H, -1)
+        beta = torch.sigmoid(self.b_proj(x).float())  # (B, T, H)
+        g = -self.A_log.float().exp() * F.softplus(self.a_proj(x).float() + self.dt_bias.float())
+        if T == 1 and S0 is not None:
+            o, S = gated_delta_step(q[:, 0], k[:, 0], v[:, 0], g[:, 0], beta[:, 0], S0)
+            o = o[:, None]
+        else:
+            o, S = gated_delta_rule(
+                q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
+                g.transpose(1, 2), beta.transpose(1, 2),
+                initial_state=S0, output_final_state=return_state,
+                mode="chunk", chunk_size=self.chunk_size,
+            )
+            o = o.transpose(1, 2)  # (B, T, H, Dv)
+        y = self.o_proj(self.norm(o) * F.silu(self.g_proj(x)))
+        return (y, (S, new_conv)) if return_state else y

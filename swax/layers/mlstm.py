@@ -1,0 +1,97 @@
+"""mLSTM token mixer (layer letter ``X``), the xLSTM-7B block mixer.
+
+x -> q, k (qk_dim = qk_dim_factor · d_model), v (v_dim_factor · d_model), output gate o, and one
+input and one forget gate pre-activation per head, both soft-capped: cap · tanh(a / cap).
+h = mlstm(q, k, v, i, f); y = out_proj(sigmoid(o) * MultiHeadLayerNorm(h)). No convolution.
+
+Initialisation follows xLSTM-7B: input-gate bias -10, forget-gate biases spread linearly over
+[3, 6] across heads (long memory at the start of training), small gate weights.
+Decode state: (C, n, m) in float32, shapes (B, H, Dqk, Dv), (B, H, Dqk), (B, H).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from ..ops.mlstm import mlstm, mlstm_step
+from .norm import MultiHeadNorm
+
+
+def soft_cap(x: torch.Tensor, cap: float | None) -> torch.Tensor:
+    """cap · tanh(x / cap); identity when cap is None or <= 0."""
+    if cap is None or cap <= 0:
+        return x
+    return cap * torch.tanh(x / cap)
+
+
+class MLSTMLayer(nn.Module):
+    """The xLSTM-7B mLSTM mixer. See the module docstring for the computation."""
+
+    def __init__(
+        self,
+        d_model: int,
+        n_heads: int,
+        qk_dim_factor: float = 0.5,
+        v_dim_factor: float = 1.0,
+        gate_soft_cap: float = 15.0,
+        chunk_size: int = 64,
+        norm_eps: float = 1e-6,
+        igate_bias_init: float = -10.0,
+        fgate_bias_init: tuple[float, float] = (3.0, 6.0),
+        eps: float = 1e-6,
+    ):
+        super().__init__()
+        qk_dim, v_dim = int(d_model * qk_dim_factor), int(d_model * v_dim_factor)
+        if qk_dim % n_heads or v_dim % n_heads:
+            raise ValueError(
+                f"mLSTM q/k width {qk_dim} and v width {v_dim} must be divisible by "
+                f"n_heads={n_heads}"
+            )
+        self.n_heads, self.qk_dim, self.v_dim = n_heads, qk_dim, v_dim
+        self.gate_soft_cap, self.chunk_size, self.eps = gate_soft_cap, chunk_size, eps
+        self.q = nn.Linear(d_model, qk_dim, bias=False)
+        self.k = nn.Linear(d_model, qk_dim, bias=False)
+        self.v = nn.Linear(d_model, v_dim, bias=False)
+        self.ogate = nn.Linear(d_model, v_dim, bias=False)
+        self.igate = nn.Linear(d_model, n_heads, bias=True)
+        self.fgate = nn.Linear(d_model, n_heads, bias=True)
+        self.norm = MultiHeadNorm(n_heads, v_dim // n_heads, eps=norm_eps, kind="layer")
+        self.out_proj = nn.Linear(v_dim, d_model, bias=False)
+        self.igate_bias_init, self.fgate_bias_init = igate_bias_init, fgate_bias_init
+        self.reset_gates()
+
+    @torch.no_grad()
+    def reset_gates(self) -> None:
+        """xLSTM-7B gate initialisation (called by the constructor and by SwaxLM's init)."""
+        for lin in (self.igate, self.fgate):
+            nn.init.normal_(lin.weight, std=0.001)
+        self.igate.bias.fill_(self.igate_bias_init)
+        lo, hi = self.fgate_bias_init
+        self.fgate.bias.copy_(torch.linspace(lo, hi, self.n_heads))
+
+    def forward(self, x: torch.Tensor, window=None, state=None, return_state: bool = False):
+        """x: (B, T, d_model) -> (B, T, d_model) [, (C, n, m)]. ``window`` is ignored."""
+        B, T, _ = x.shape
+        H = self.n_heads
+        q = self.q(x).view(B, T, H, -1)
+        k = self.k(x).view(B, T, H, -1)
+        v = self.v(x).view(B, T, H, -1)
+        i = soft_cap(self.igate(x), self.gate_soft_cap)  # (B, T, H)
+        f = soft_cap(self.fgate(x), self.gate_soft_cap)
+        if T == 1 and state is not None:
+            h, new_state = mlstm_step(
+                q[:, 0], k[:, 0], v[:, 0], i[:, 0], f[:, 0], state, eps=self.eps
+            )
+            h = h[:, None]  # (B, 1, H, Dv)
+        else:
+            h, new_state = mlstm(
+                q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
+                i.transpose(1, 2), f.transpose(1, 2),
+                initial_state=state, output_final_state=return_state,
+                mode="chunk", chunk_size=self.chunk_size, eps=self.eps,
+            )
+            h = h.transpose(1, 2)  # (B, T, H, Dv)
+        o = torch.sigmoid(self.ogate(x))
+        y = self.out_proj(o * self.norm(h))
+        return (y, new_state) if return_state else y

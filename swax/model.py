@@ -1,0 +1,354 @@
+"""SwaxLM: a decoder-only stack of pre-norm blocks, each a token mixer chosen by the layer
+pattern (S, X, D, A) followed by a SwiGLU MLP, with state in and out for constant-memory
+generation.
+
+    logits = model(input_ids, window=128)
+    logits, state = model(input_ids, window=128, state=state, return_state=True)
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .config import SwaxConfig
+from .errors import CheckpointError, ConfigError
+from .layers import (
+    FullAttention,
+    GatedDeltaNetLayer,
+    MLSTMLayer,
+    RMSNorm,
+    SlidingWindowAttention,
+    SwiGLU,
+    swiglu_hidden_dim,
+)
+
+WEIGHTS_NAME = "model.safetensors"
+CONFIG_NAME = "config.json"
+
+
+class _Default:
+    def __repr__(self) -> str:
+        return "<config.window>"
+
+
+DEFAULT_WINDOW = _Default()
+"""Sentinel: use ``config.window``. Pass ``window=None`` explicitly for full causal attention."""
+
+
+def _tensor_bytes(obj) -> int:
+    if isinstance(obj, torch.Tensor):
+        return obj.numel() * obj.element_size()
+    if isinstance(obj, (tuple, list)):
+        return sum(_tensor_bytes(o) for o in obj)
+    if hasattr(obj, "__dataclass_fields__"):
+        return sum(_tensor_bytes(getattr(obj, f)) for f in obj.__dataclass_fields__)
+    return 0
+
+
+@dataclass(frozen=True)
+class SwaxState:
+    """Per-layer decode states of a SwaxLM, plus the number of tokens consumed (``pos``) and
+    the window the attention states were built for. Returned by ``forward(...,
+    return_state=True)``; never mutated."""
+
+    layers: tuple
+    pos: int
+    window: int | None
+
+    def nbytes(self) -> int:
+        """Bytes held by all state tensors (the decode memory besides the weights)."""
+        return _tensor_bytes(self.layers)
+
+
+class Block(nn.Module):
+    """x + mixer(norm(x)), then + mlp(norm(x))."""
+
+    def __init__(self, cfg: SwaxConfig, kind: str):
+        super().__init__()
+        self.kind = kind
+        self.mixer_norm = RMSNorm(cfg.d_model, cfg.norm_eps)
+        rh = cfg.recurrent_heads or cfg.n_heads
+        if kind in ("S", "A"):
+            cls = SlidingWindowAttention if kind == "S" else FullAttention
+            self.mixer = cls(
+                cfg.d_model, cfg.n_heads, cfg.n_kv_heads, cfg.head_dim,
+                rope=kind == "S" or cfg.full_attn_rope, rope_base=cfg.rope_base,
+                qk_norm=cfg.qk_norm, norm_eps=cfg.norm_eps,
+                backend=None if cfg.attn_backend == "auto" else cfg.attn_backend,
+            )
+        elif kind == "X":
+            self.mixer = MLSTMLayer(
+                cfg.d_model, rh, cfg.qk_dim_factor, cfg.v_dim_factor, cfg.gate_soft_cap,
+                cfg.chunk_size, cfg.norm_eps, cfg.mlstm_igate_bias_init,
+                tuple(cfg.mlstm_fgate_bias_init),
+            )
+        elif kind == "D":
+            self.mixer = GatedDeltaNetLayer(
+                cfg.d_model, rh, cfg.qk_dim_factor, cfg.v_dim_factor, cfg.conv_size,
+                cfg.chunk_size, cfg.norm_eps,
+            )
+        else:  # validated by SwaxConfig
+            raise ConfigError(f"unknown layer letter {kind!r}")
+        self.mlp_norm = RMSNorm(cfg.d_model, cfg.norm_eps)
+        self.mlp = SwiGLU(cfg.d_model, swiglu_hidden_dim(cfg.d_model, cfg.mlp_ratio,
+                                                         cfg.mlp_multiple_of))
+
+    def forward(self, x, window, state=None, return_state=False):
+        if return_state:
+            h, new_state = self.mixer(self.mixer_norm(x), window, state, True)
+        else:
+            h, new_state = self.mixer(self.mixer_norm(x), window, state, False), None
+        x = x + h
+        x = x + self.mlp(self.mlp_norm(x))
+        return x, new_state
+
+
+class SwaxLM(nn.Module):
+    """A hybrid language model built from a :class:`SwaxConfig`."""
+
+    def __init__(self, config: SwaxConfig):
+        super().__init__()
+        if not isinstance(config, SwaxConfig):
+            raise TypeError(f"SwaxLM expects a SwaxConfig, got {type(config).__name__}")
+        self.config = config
+        self.embed = nn.Embedding(config.vocab_size, config.d_model)
+        self.blocks = nn.ModuleList(Block(config, k) for k in config.layer_types)
+        self.norm = RMSNorm(config.d_model, config.norm_eps)
+        self.head = None
+        if not config.tie_embeddings:
+            self.head = nn.Linear(config.d_model, config.vocab_size, bias=False)
+        self.reset_parameters()
+
+    # ------------------------------------------------------------------ init
+    @torch.no_grad()
+    def reset_parameters(self) -> None:
+        """Normal(0, init_std) weights; residual output projections scaled by 1/sqrt(2·n_layers);
+        norms at 1; the mixers' own gate/decay initialisations."""
+        std = self.config.init_std
+        out_std = std / math.sqrt(2 * self.config.n_layers)
+        for name, p in self.named_parameters():
+            if p.ndim == 2 and "conv" not in name:
+                last = name.split(".")[-2]
+                nn.init.normal_(p, std=out_std if last in ("o_proj", "out_proj", "down") else std)
+        for m in self.modules():
+            if isinstance(m, MLSTMLayer):
+                m.reset_gates()
+            elif isinstance(m, GatedDeltaNetLayer):
+                m.reset_special()
+            elif hasattr(m, "weight") and m.__class__.__name__ in ("RMSNorm", "MultiHeadNorm"):
+                m.weight.fill_(1.0)
+            if getattr(m, "qk_norm", False):
+                m.q_norm_weight.fill_(1.0)
+                m.k_norm_weight.fill_(1.0)
+
+    # ------------------------------------------------------------------ forward
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        window: int | None | _Default = DEFAULT_WINDOW,
+        state: SwaxState | None = None,
+        return_state: bool = False,
+        logits_to_keep: int | None = None,
+        return_hidden: bool = False,
+    ):
+        """Logits (B, T, vocab) for token ids (B, T) [and the state after the last token].
+
+        Args:
+            window: attention window of the S layers (default ``config.window``; None = full).
+            state: a :class:`SwaxState` from an earlier call to continue from.
+            return_state: also return the new state.
+            logits_to_keep: compute logits only for the last n positions (prefill uses 1,
+                so no T×vocab tensor is made).
+            return_hidden: return the final normalised hidden states (B, T, d_model) instead
+                of logits (for chunked losses).
+        """
+        window = self._check_window(window)
+        input_ids = self._check_ids(input_ids)
+        if state is not None:
+            if not isinstance(state, SwaxState) or len(state.layers) != len(self.blocks):
+                raise ValueError("state must be a SwaxState returned by this model")
+            if state.window != window and any(k == "S" for k in self.config.layer_types):
+                raise ValueError(
+                    f"state was built with window {state.window}, but window {window} was given"
+                )
+        x = self.embed(input_ids)
+        new_layers = []
+        for i, block in enumerate(self.blocks):
+            x, s = block(x, window, None if state is None else state.layers[i], return_state)
+            new_layers.append(s)
+        if logits_to_keep is not None:
+            x = x[:, -logits_to_keep:]
+        x = self.norm(x)
+        out = x if return_hidden else self.logits(x)
+        if not return_state:
+            return out
+        pos = (0 if state is None else state.pos) + input_ids.shape[1]
+        return out, SwaxState(tuple(new_layers), pos, window)
+
+    def logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """Output head (with the optional soft cap) applied to normalised hidden states."""
+        w = self.embed.weight if self.head is None else self.head.weight
+        logits = F.linear(hidden, w)
+        cap = self.config.logit_soft_cap
+        if cap:
+            logits = cap * torch.tanh(logits / cap)
+        return logits
+
+    def _check_window(self, window):
+        if isinstance(window, _Default):
+            return self.config.window
+        if window is None:
+            return None
+        if isinstance(window, bool) or not isinstance(window, int):
+            raise ValueError(f"window must be a positive integer or None, got {window!r}")
+        if window < 1:
+            raise ValueError(f"window must be >= 1 (tokens each query sees), got {window}")
+        return window
+
+    def _check_ids(self, input_ids: torch.Tensor) -> torch.Tensor:
+        if not isinstance(input_ids, torch.Tensor):
+            raise ValueError(f"input_ids must be a tensor, got {type(input_ids).__name__}")
+        if input_ids.ndim == 1:
+            input_ids = input_ids[None]
+        if input_ids.ndim != 2:
+            raise ValueError(
+                f"input_ids must have shape (batch, time), got {tuple(input_ids.shape)}"
+            )
+        if input_ids.dtype.is_floating_point or input_ids.dtype == torch.bool:
+            raise ValueError(f"input_ids must be integer token ids, got dtype {input_ids.dtype}")
+        if input_ids.shape[1] == 0:
+            raise ValueError("input_ids is empty (time dimension 0)")
+        lo, hi = int(input_ids.min()), int(input_ids.max())
+        if lo < 0 or hi >= self.config.vocab_size:
+            bad = lo if lo < 0 else hi
+            raise ValueError(
+                f"token id {bad} is out of range for vocab_size {self.config.vocab_size} "
+                f"(valid ids are 0 … {self.config.vocab_size - 1})"
+            )
+        return input_ids.long()
+
+    # ------------------------------------------------------------------ generation
+    @torch.no_grad()
+    def generate(self, input_ids: torch.Tensor, max_new_tokens: int = 32, **kwargs) -> torch.Tensor:
+        """Prompt + generated ids (B, T + n). See :func:`swax.generate.generate` for options."""
+        from .generate import generate
+
+        return generate(self, input_ids, max_new_tokens=max_new_tokens, **kwargs)
+
+    # ------------------------------------------------------------------ accounting
+    def num_parameters(self, exclude_embeddings: bool = False) -> int:
+        """Number of parameters (tied embeddings counted once)."""
+        n = sum(p.numel() for p in self.parameters())
+        if exclude_embeddings:
+            n -= self.embed.weight.numel()
+        return n
+
+    def flops_per_token(self, seq_len: int, window: int | None | _Default = DEFAULT_WINDOW,
+                        training: bool = True) -> float:
+        """Estimated FLOPs per token for sequences of ``seq_len`` tokens.
+
+        Counts 2 FLOPs per multiply-add of every weight matrix (the output head included, input
+        embedding excluded), plus the token mixing: QKᵀ and PV of attention over the average
+        number of visible keys, and for the recurrent layers the state update and readout
+        (4·Dqk·Dv per head) plus the intra-chunk quadratic part (about 2·(Dqk + Dv)·chunk per
+        head). ``training=True`` returns 3× the forward cost (forward + backward).
+        """
+        cfg = self.config
+        window = self._check_window(window)
+        T = max(1, int(seq_len))
+        flops = 2.0 * (self.num_parameters(exclude_embeddings=True)
+                       + cfg.vocab_size * cfg.d_model * (1 if self.head is None else 0))
+        # norms and gates are negligible; count the mixing
+        rh = cfg.recurrent_heads or cfg.n_heads
+        dqk = cfg.d_model * cfg.qk_dim_factor / rh
+        dv = cfg.d_model * cfg.v_dim_factor / rh
+        L = min(cfg.chunk_size, T)
+        for kind in cfg.layer_types:
+            if kind in ("S", "A"):
+                W = T if (kind == "A" or window is None) else min(window, T)
+                avg_keys = (W * (W + 1) / 2 + (T - W) * W) / T
+                flops += 4.0 * cfg.n_heads * cfg.attn_head_dim * avg_keys
+            else:
+                flops += rh * (4.0 * dqk * dv + 2.0 * (dqk + dv) * L)
+        return 3.0 * flops if training else flops
+
+    # ------------------------------------------------------------------ checkpoints
+    def save_pretrained(self, path: str | os.PathLike) -> Path:
+        """Write ``config.json`` and ``model.safetensors`` into the directory ``path``.
+
+        Files are written under temporary names and renamed, so an interrupted save leaves any
+        earlier checkpoint in that directory intact."""
+        from safetensors.torch import save_file
+
+        path = Path(path)
+        path.mkdir(parents=True, exist_ok=True)
+        tensors = {k: v.detach().contiguous().cpu() for k, v in self.state_dict().items()}
+        tmp_w, tmp_c = path / (WEIGHTS_NAME + ".tmp"), path / (CONFIG_NAME + ".tmp")
+        save_file(tensors, str(tmp_w), metadata={"format": "pt", "library": "swax"})
+        self.config.save(tmp_c)
+        os.replace(tmp_w, path / WEIGHTS_NAME)
+        os.replace(tmp_c, path / CONFIG_NAME)
+        return path
+
+    @classmethod
+    def from_pretrained(cls, path: str | os.PathLike, device: str | torch.device = "cpu",
+                        dtype: torch.dtype | None = None) -> SwaxLM:
+        """Load a directory written by :meth:`save_pretrained` (safetensors; never pickle).
+
+        Raises CheckpointError naming the file when the directory or a file is missing, corrupt,
+        or does not match the config."""
+        from safetensors import SafetensorError
+        from safetensors.torch import load_file
+
+        path = Path(path)
+        if not path.is_dir():
+            what = "is not a directory" if path.exists() else "does not exist"
+            raise CheckpointError(f"checkpoint directory {path} {what}")
+        cfg_file, w_file = path / CONFIG_NAME, path / WEIGHTS_NAME
+        for f in (cfg_file, w_file):
+            if not f.is_file():
+                raise CheckpointError(f"checkpoint {path} has no {f.name}")
+        try:
+            config = SwaxConfig.load(cfg_file)
+        except ConfigError as e:
+            raise CheckpointError(f"{cfg_file}: {e}") from None
+        try:
+            tensors = load_file(str(w_file), device="cpu")
+        except (SafetensorError, OSError, ValueError, RuntimeError) as e:
+            raise CheckpointError(f"{w_file} is corrupt or not a safetensors file ({e})") from None
+        with torch.device("meta"):
+            model = cls(config)
+        expected = model.state_dict()
+        missing = [k for k in expected if k not in tensors]
+        unexpected = [k for k in tensors if k not in expected]
+        if missing or unexpected:
+            parts = []
+            if missing:
+                parts.append(f"missing {missing[:3]}{' …' if len(missing) > 3 else ''}")
+            if unexpected:
+                parts.append(f"unexpected {unexpected[:3]}{' …' if len(unexpected) > 3 else ''}")
+            raise CheckpointError(f"{w_file} does not match {cfg_file}: " + "; ".join(parts))
+        for k, v in expected.items():
+            if tuple(tensors[k].shape) != tuple(v.shape):
+                raise CheckpointError(
+                    f"{w_file} does not match {cfg_file}: {k} has shape "
+                    f"{tuple(tensors[k].shape)}, the config expects {tuple(v.shape)}"
+                )
+        model = model.to_empty(device=device)
+        model.load_state_dict(tensors, strict=True)
+        if dtype is not None:
+            model = model.to(dtype)
+        return model.eval()
+
+    def extra_repr(self) -> str:
+        c = self.config
+        return (f"pattern={c.layer_types!r}, d_model={c.d_model}, "
+                f"params={self.num_parameters() / 1e6:.2f}M")
+

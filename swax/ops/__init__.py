@@ -1,0 +1,24 @@
+"""Pure tensor functions: the math of swax. Imports nothing from the rest of the package.
+
+Tensors are (batch, heads, time, dim); gates (batch, heads, time); states float32.
+"""
+
+from .attention import sliding_window_attention
+from .gated_delta import gated_delta_rule, gated_delta_step
+from .mlstm import mlstm, mlstm_step
+from .registry import available_backends, list_backends, register_backend, select_backend
+from .rope import apply_rope, rope_cos_sin
+
+__all__ = [
+    "sliding_window_attention",
+    "mlstm",
+    "mlstm_step",
+    "gated_delta_rule",
+    "gated_delta_step",
+    "apply_rope",
+    "rope_cos_sin",
+    "available_backends",
+    "list_backends",
+    "register_backend",
+    "select_backend",
+]

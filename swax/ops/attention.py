@@ -1,0 +1,270 @@
+"""Causal sliding-window attention (and full causal attention as ``window=None``).
+
+Convention (DESIGN §3): the query at position t sees keys t - W + 1 … t — W keys, itself
+included — which is flash-attn's ``window_size=(W - 1, 0)``. ``W >= T`` is full causal attention.
+
+Keys may be longer than queries (``Tk >= Tq``): queries are then aligned to the *end* of the keys
+(query i sits at key position i + Tk - Tq), as in flash-attn. This is how chunked prefill and
+decode attend to a cache of earlier keys.
+
+Backends (chosen through :mod:`swax.ops.registry`, op name ``"swa"``):
+
+- ``blockwise`` (any device; the CPU default): queries in blocks of ``bq``; each block attends to
+  the ``bq + W - 1`` keys it can see, gathered as a strided view. Time and memory O(T·(W + bq)),
+  never a T×T tensor. Full causal attention (``W >= Tk``) goes to PyTorch's fused
+  ``scaled_dot_product_attention`` (memory-efficient on CPU and GPU).
+- ``flash`` (CUDA, fp16/bf16, ``flash_attn`` installed): ``flash_attn_func`` with ``window_size``.
+- ``flex`` (CUDA): ``torch.nn.attention.flex_attention`` with a sliding-window block mask.
+- ``reference``: naive masked softmax over the full Tq×Tk score matrix — a readable reference for
+  small inputs only.
+"""
+
+from __future__ import annotations
+
+import math
+from functools import lru_cache
+
+import torch
+import torch.nn.functional as F
+
+from .registry import register_backend, select_backend
+
+
+def _check_inputs(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, window) -> None:
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if t.ndim != 4:
+            raise ValueError(
+                f"{name} must have shape (batch, heads, time, dim), got {tuple(t.shape)}"
+            )
+    B, Hq, Tq, D = q.shape
+    Bk, Hkv, Tk, Dk = k.shape
+    if Bk != B or v.shape[0] != B:
+        raise ValueError(
+            f"batch sizes differ: q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}"
+        )
+    if Dk != D:
+        raise ValueError(f"q and k head dims differ: q {tuple(q.shape)}, k {tuple(k.shape)}")
+    if v.shape[1] != Hkv or v.shape[2] != Tk:
+        raise ValueError(
+            f"k and v must agree in heads and time: k {tuple(k.shape)}, v {tuple(v.shape)}"
+        )
+    if Hkv == 0 or Hq % Hkv:
+        raise ValueError(
+            f"query heads ({Hq}) must be a multiple of key/value heads ({Hkv}) "
+            f"for grouped-query attention"
+        )
+    if Tk < Tq:
+        raise ValueError(
+            f"keys ({Tk}) must be at least as long as queries ({Tq}); queries align to the end"
+        )
+    if window is not None:
+        if isinstance(window, bool) or not isinstance(window, int):
+            raise ValueError(f"window must be a positive int or None, got {window!r}")
+        if window <= 0:
+            raise ValueError(f"window must be >= 1 (keys seen per query), got {window}")
+
+
+def sliding_window_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    window: int | None,
+    scale: float | None = None,
+    backend: str | None = None,
+) -> torch.Tensor:
+    """Causal attention where each query sees the last ``window`` keys (itself included).
+
+    Args:
+        q: (B, Hq, Tq, D). k: (B, Hkv, Tk, D), v: (B, Hkv, Tk, Dv) with Hq a multiple of Hkv
+            (grouped-query attention: query head h uses key/value head h // (Hq // Hkv)) and
+            Tk >= Tq (queries aligned to the end of the keys).
+        window: W >= 1, or None for full causal attention.
+        scale: score scale, default D ** -0.5.
+        backend: ``"auto"``/None, ``"blockwise"``, ``"flash"``, ``"flex"`` or ``"reference"``.
+
+    Returns:
+        (B, Hq, Tq, Dv) in q's dtype.
+    """
+    _check_inputs(q, k, v, window)
+    if scale is None:
+        scale = q.shape[-1] ** -0.5
+    impl = select_backend("swa", backend, q, k, v, window)
+    return impl.fn(q, k, v, window, scale)
+
+
+# --------------------------------------------------------------------------------------------
+# reference: naive masked softmax (Tq × Tk)
+
+
+def _reference(q, k, v, window, scale):
+    B, Hq, Tq, D = q.shape
+    Hkv, Tk = k.shape[1], k.shape[2]
+    G = Hq // Hkv
+    kf = k.float().repeat_interleave(G, dim=1)
+    vf = v.float().repeat_interleave(G, dim=1)
+    s = (q.float() @ kf.transpose(-1, -2)) * scale
+    qpos = torch.arange(Tq, device=q.device)[:, None] + (Tk - Tq)
+    kpos = torch.arange(Tk, device=q.device)[None, :]
+    mask = kpos <= qpos
+    if window is not None:
+        mask = mask & (qpos - kpos < window)
+    s = s.masked_fill(~mask, float("-inf"))
+    return (s.softmax(-1) @ vf).to(q.dtype)
+
+
+# --------------------------------------------------------------------------------------------
+# blockwise: O(T·W), any device
+
+
+def _expand_kv(x: torch.Tensor, groups: int) -> torch.Tensor:
+    if groups == 1:
+        return x
+    B, H, T, D = x.shape
+    return x[:, :, None].expand(B, H, groups, T, D).reshape(B, H * groups, T, D)
+
+
+def _causal_sdpa(q, k, v, scale, block: int = 512):
+    """Full causal attention with queries aligned to the end of the keys, via fused SDPA."""
+    B, Hq, Tq, D = q.shape
+    Tk = k.shape[2]
+    G = Hq // k.shape[1]
+    upcast = q.device.type == "cpu" and q.dtype != torch.float32
+    qq, kk, vv = (t.float() if upcast else t for t in (q, k, v))
+    kk, vv = _expand_kv(kk, G), _expand_kv(vv, G)
+    if Tq == Tk:
+        out = F.scaled_dot_product_attention(qq, kk, vv, is_causal=True, scale=scale)
+    elif Tq == 1:
+        out = F.scaled_dot_product_attention(qq, kk, vv, scale=scale)
+    else:
+        off = Tk - Tq
+        outs = []
+        for s in range(0, Tq, block):
+            e = min(Tq, s + block)
+            vis = off + e  # keys 0 … off + e - 1 are visible to some query of this block
+            qpos = torch.arange(s, e, device=q.device)[:, None] + off
+            mask = torch.arange(vis, device=q.device)[None, :] <= qpos
+            outs.append(
+                F.scaled_dot_product_attention(
+                    qq[:, :, s:e], kk[:, :, :vis], vv[:, :, :vis], attn_mask=mask, scale=scale
+                )
+            )
+        out = torch.cat(outs, dim=2)
+    return out.to(q.dtype)
+
+
+def _block_size(window: int, tq: int) -> int:
+    """Query block: about the window (waste (bq + W - 1) / W), at least 64, at most 256."""
+    return max(1, min(tq, max(64, min(256, window))))
+
+
+@lru_cache(maxsize=64)
+def _band_mask(bq: int, window: int, device: torch.device) -> torch.Tensor:
+    L = bq + window - 1
+    r = torch.arange(bq, device=device)[:, None]
+    c = torch.arange(L, device=device)[None, :]
+    return (c >= r) & (c <= r + window - 1)
+
+
+def _blockwise(q, k, v, window, scale):
+    B, Hq, Tq, D = q.shape
+    Hkv, Tk, Dv = k.shape[1], k.shape[2], v.shape[-1]
+    if window is None or window >= Tk:
+        return _causal_sdpa(q, k, v, scale)
+    G = Hq // Hkv
+    W = window
+    off = Tk - Tq
+    bq = _block_size(W, Tq)
+    nb = math.ceil(Tq / bq)
+    L = bq + W - 1
+    # padded key coordinates: absolute key a sits at a + W - 1; block j starts at j*bq + off.
+    pad_right = nb * bq - Tq
+    kp = F.pad(k.float(), (0, 0, W - 1, pad_right))[:, :, off:]
+    vp = F.pad(v.float(), (0, 0, W - 1, pad_right))[:, :, off:]
+    k_win = kp.unfold(2, L, bq)  # (B, Hkv, nb, D, L)
+    v_win = vp.unfold(2, L, bq).transpose(-1, -2)  # (B, Hkv, nb, L, Dv)
+    qb = F.pad(q.float() * scale, (0, 0, 0, pad_right)).view(B, Hkv, G, nb, bq, D)
+    s = qb @ k_win[:, :, None]  # (B, Hkv, G, nb, bq, L)
+    mask = _band_mask(bq, W, q.device)
+    if off < W - 1:  # the first blocks reach left of key 0: mask the zero padding
+        start = torch.arange(nb, device=q.device)[:, None] * bq + off
+        valid = (start + torch.arange(L, device=q.device)[None, :]) >= W - 1  # (nb, L)
+        mask = mask[None] & valid[:, None, :]
+    s = s.masked_fill(~mask, float("-inf"))
+    o = s.softmax(-1) @ v_win[:, :, None]  # (B, Hkv, G, nb, bq, Dv)
+    o = o.reshape(B, Hq, nb * bq, Dv)[:, :, :Tq]
+    return o.to(q.dtype)
+
+
+# --------------------------------------------------------------------------------------------
+# CUDA fast paths
+
+
+def _flash_usable(q, k, v, window):
+    if q.device.type != "cuda":
+        return "needs CUDA"
+    if q.dtype not in (torch.float16, torch.bfloat16):
+        return f"needs float16/bfloat16 inputs, got {q.dtype}"
+    try:
+        import flash_attn  # noqa: F401
+    except ImportError:
+        return "flash_attn is not installed"
+    return None
+
+
+def _flash(q, k, v, window, scale):
+    from flash_attn import flash_attn_func
+
+    ws = (-1, -1) if window is None else (window - 1, 0)
+    o = flash_attn_func(
+        q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
+        softmax_scale=scale, causal=True, window_size=ws,
+    )
+    return o.transpose(1, 2)
+
+
+def _flex_usable(q, k, v, window):
+    if q.device.type != "cuda":
+        return "needs CUDA"
+    try:
+        from torch.nn.attention import flex_attention  # noqa: F401
+    except ImportError:
+        return "torch.nn.attention.flex_attention is not available"
+    return None
+
+
+@lru_cache(maxsize=1)
+def _compiled_flex():
+    from torch.nn.attention.flex_attention import flex_attention
+
+    return torch.compile(flex_attention, dynamic=False)
+
+
+@lru_cache(maxsize=32)
+def _flex_block_mask(tq: int, tk: int, window: int | None, device: str):
+    from torch.nn.attention.flex_attention import create_block_mask
+
+    off = tk - tq
+    if window is None:
+        def mask_mod(b, h, qi, ki):
+            return qi + off >= ki
+    else:
+        def mask_mod(b, h, qi, ki):
+            return (qi + off >= ki) & (qi + off - ki < window)
+    return create_block_mask(mask_mod, None, None, tq, tk, device=device)
+
+
+def _flex(q, k, v, window, scale):
+    mask = _flex_block_mask(q.shape[2], k.shape[2], window, str(q.device))
+    return _compiled_flex()(
+        q, k, v, block_mask=mask, scale=scale, enable_gqa=q.shape[1] != k.shape[1]
+    )
+
+
+register_backend("swa", "flash", _flash, _flash_usable, priority=30,
+                 doc="flash_attn_func with window_size=(W-1, 0); CUDA, fp16/bf16")
+register_backend("swa", "flex", _flex, _flex_usable, priority=20,
+                 doc="compiled flex attention with a sliding-window block mask; CUDA")
+register_backend("swa", "blockwise", _blockwise, priority=10,
+                 doc="query blocks against strided key windows, O(T·W); any device")
+register_backend("swa", "reference", _reference, priority=0,
+                 doc="naive masked softmax over Tq×Tk; small inputs only")

@@ -1,0 +1,340 @@
+r"""Gated delta rule (Gated DeltaNet) as plain PyTorch tensor functions.
+
+Math
+----
+Per batch element and head, with a state ``S`` of shape ``(Dk, Dv)`` and, at step ``t``,
+a key ``k_t`` and query ``q_t`` (``Dk``, L2-normalised by the caller), a value ``v_t``
+(``Dv``), a log-decay ``g_t <= 0`` and a write strength ``beta_t`` in ``(0, 1)``::
+
+    S   <- S * exp(g_t)                       # decay
+    u_t  = beta_t * (v_t - S^T k_t)           # delta: what the memory gets wrong about k_t
+    S   <- S + k_t u_t^T                      # rank-one correction
+    o_t  = S^T (scale * q_t)                  # read with the updated state
+
+i.e. ``S_t = exp(g_t) (I - beta_t k_t k_t^T) S_{t-1} + beta_t k_t v_t^T`` in the
+``(Dk, Dv)`` layout (the transpose of ``S_t = S_{t-1} exp(g_t)(I - beta_t k_t k_t^T) +
+beta_t v_t k_t^T`` written with ``(Dv, Dk)`` states). This is exactly fla's
+``naive_recurrent_gated_delta_rule``; ``scale`` defaults to ``Dk ** -0.5``.
+
+Chunkwise (WY / UT) form, used by ``mode="chunk"``: split time into chunks of ``C`` steps.
+Inside a chunk with start state ``S0`` let ``G_t = g_1 + ... + g_t`` (local cumulative
+log-decay, so ``G_t - G_j <= 0`` for ``j <= t``). Unrolling the recurrence gives
+``S_t = exp(G_t) S0 + sum_{j<=t} exp(G_t - G_j) k_j u_j^T`` and therefore::
+
+    u_t + sum_{j<t} beta_t exp(G_t - G_j) (k_t . k_j) u_j = beta_t v_t - beta_t exp(G_t) S0^T k_t
+
+In matrix form ``(I + A) U = diag(beta) V - diag(beta exp(G)) K S0`` with ``A`` strictly
+lower triangular, ``A[t, j] = beta_t exp(G_t - G_j) k_t . k_j``. With the UT transform
+``T = (I + A)^{-1}`` (a unit-lower-triangular solve, independent of the state)::
+
+    U     = T diag(beta) V  -  T diag(beta exp(G)) K S0  =:  U_v - W_k S0
+    O     = diag(exp(G)) Q S0 + (Q K^T * D) U,           D[t, j] = exp(G_t - G_j) [j <= t]
+    S_C   = exp(G_C) S0 + (diag(exp(G_C - G)) K)^T U
+
+where ``Q`` already carries ``scale``. ``G_t - G_j`` is summed directly over the segment
+``g_{j+1} + ... + g_t`` rather than as a difference of cumulative sums, which would lose
+digits in float32 once ``G`` is large (e.g. a few ``g = -20`` steps in one chunk).
+Everything except the three state lines is computed for all chunks at once; only the state
+is carried chunk to chunk in a Python loop. Every exponent is ``<= 0``, so no term can
+overflow, and memory is ``O(T * C)``, never ``T x T``.
+The last chunk is padded with ``q = k = v = 0``, ``g = 0``, ``beta = 0``, which is an exact
+identity step (the state is unchanged), so padding never reaches the final state.
+
+Precision: inputs may be float32 or bfloat16 (or float16); the math runs in float32 and the
+returned state is float32. Float64 inputs are computed in float64 (state float64 too), which
+lets tests check the chunk algebra to round-off and run ``torch.autograd.gradcheck``.
+Backward is plain autograd through both modes.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+
+__all__ = ["gated_delta_rule", "gated_delta_step"]
+
+_MODES = ("chunk", "recurrent")
+
+
+def _shape(x: torch.Tensor) -> tuple[int, ...]:
+    return tuple(x.shape)
+
+
+def _check_tensor(name: str, x: object, fn: str) -> None:
+    if not isinstance(x, torch.Tensor):
+        raise ValueError(f"{fn}: {name} must be a torch.Tensor, got {type(x).__name__}")
+    if not x.is_floating_point():
+        raise ValueError(f"{fn}: {name} must be a floating-point tensor, got dtype {x.dtype}")
+
+
+def _compute_dtype(*xs: torch.Tensor) -> torch.dtype:
+    return torch.float64 if any(x.dtype == torch.float64 for x in xs) else torch.float32
+
+
+def _resolve_scale(scale: float | None, dk: int, fn: str) -> float:
+    if scale is None:
+        return dk**-0.5
+    if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not math.isfinite(scale):
+        raise ValueError(f"{fn}: scale must be a finite number or None, got {scale!r}")
+    return float(scale)
+
+
+def _check_state(name: str, state: torch.Tensor | None, expected: tuple[int, ...], fn: str) -> None:
+    if state is None:
+        return
+    _check_tensor(name, state, fn)
+    if _shape(state) != expected:
+        raise ValueError(
+            f"{fn}: {name} has shape {_shape(state)}, expected (B, H, Dk, Dv) = {expected}"
+        )
+
+
+def _check_sequence_inputs(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    g: torch.Tensor,
+    beta: torch.Tensor,
+    fn: str,
+) -> None:
+    for name, x in (("q", q), ("k", k), ("v", v), ("g", g), ("beta", beta)):
+        _check_tensor(name, x, fn)
+    if q.ndim != 4:
+        raise ValueError(
+            f"{fn}: q must be 4-D (B, H, T, Dk), got ndim={q.ndim} with shape {_shape(q)}"
+        )
+    B, H, T, Dk = q.shape
+    if _shape(k) != _shape(q):
+        raise ValueError(
+            f"{fn}: k has shape {_shape(k)}, expected the shape of q (B, H, T, Dk) = {_shape(q)}"
+        )
+    if v.ndim != 4 or _shape(v)[:3] != (B, H, T):
+        raise ValueError(
+            f"{fn}: v has shape {_shape(v)}, expected (B, H, T, Dv) with "
+            f"(B, H, T) = {(B, H, T)} from q"
+        )
+    for name, x in (("g", g), ("beta", beta)):
+        if _shape(x) != (B, H, T):
+            raise ValueError(
+                f"{fn}: {name} has shape {_shape(x)}, expected (B, H, T) = {(B, H, T)} from q"
+            )
+
+
+def _recurrent_step(
+    q_t: torch.Tensor,
+    k_t: torch.Tensor,
+    v_t: torch.Tensor,
+    g_t: torch.Tensor,
+    beta_t: torch.Tensor,
+    S: torch.Tensor,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """One step in compute dtype. q_t, k_t: (B,H,Dk) (q_t scaled); v_t: (B,H,Dv);
+    g_t, beta_t: (B,H); S: (B,H,Dk,Dv). Returns (o_t (B,H,Dv), new S). Out of place."""
+    S = S * torch.exp(g_t)[..., None, None]
+    kS = (k_t.unsqueeze(-2) @ S).squeeze(-2)  # S^T k_t: (B, H, Dv)
+    u = (v_t - kS) * beta_t.unsqueeze(-1)
+    S = S + k_t.unsqueeze(-1) * u.unsqueeze(-2)
+    o_t = (q_t.unsqueeze(-2) @ S).squeeze(-2)
+    return o_t, S
+
+
+def _recurrent(q, k, v, g, beta, S):
+    T = q.shape[2]
+    outs = []
+    for t in range(T):
+        o_t, S = _recurrent_step(q[:, :, t], k[:, :, t], v[:, :, t], g[:, :, t], beta[:, :, t], S)
+        outs.append(o_t)
+    if outs:
+        o = torch.stack(outs, dim=2)
+    else:
+        o = q.new_zeros(*q.shape[:3], v.shape[-1])
+    return o, S
+
+
+def _chunk(q, k, v, g, beta, S, chunk_size: int):
+    B, H, T, Dk = q.shape
+    Dv = v.shape[-1]
+    C = chunk_size if T >= chunk_size else max(T, 1)  # a short sequence is one short chunk
+    N = -(-T // C)
+    pad = N * C - T
+    if pad:
+        # q = k = v = 0, g = 0, beta = 0: an exact identity step (S unchanged, o_t = 0).
+        q, k, v = (F.pad(x, (0, 0, 0, pad)) for x in (q, k, v))
+        g, beta = (F.pad(x, (0, pad)) for x in (g, beta))
+    q = q.reshape(B, H, N, C, Dk)
+    k = k.reshape(B, H, N, C, Dk)
+    v = v.reshape(B, H, N, C, Dv)
+    g = g.reshape(B, H, N, C)
+    beta = beta.reshape(B, H, N, C)
+
+    G = g.cumsum(-1)  # (B, H, N, C) local cumulative log-decay
+    idx = torch.arange(C, device=q.device)
+    incl = idx[:, None] >= idx[None, :]  # j <= t
+    strict = idx[:, None] > idx[None, :]  # j < t
+    # seg[t, j] = g_{j+1} + ... + g_t = G_t - G_j for j <= t, summed directly ("segment
+    # sum") rather than as a difference of cumsums, which loses digits when G is large.
+    seg = g.unsqueeze(-1).expand(*g.shape, C).masked_fill(~strict, 0.0).cumsum(-2)
+    # seg is 0 above the diagonal; -inf there makes exp exactly 0 (with zero gradient).
+    decay = torch.exp(seg.masked_fill(~incl, float("-inf")))  # D[t, j] <= 1
+    eG = torch.exp(G)
+
+    A = (k @ k.transpose(-1, -2)) * decay.masked_fill(~strict, 0.0) * beta.unsqueeze(-1)
+    rhs = torch.cat([beta.unsqueeze(-1) * v, (beta * eG).unsqueeze(-1) * k], dim=-1)
+    # (I + A) X = rhs; unitriangular=True uses the implicit unit diagonal of I + A.
+    X = torch.linalg.solve_triangular(A, rhs, upper=False, unitriangular=True)
+    Uv, Wk = X[..., :Dv], X[..., Dv:]  # U = Uv - Wk @ S0
+
+    attn = (q @ k.transpose(-1, -2)) * decay  # (B, H, N, C, C)
+    qg = q * eG.unsqueeze(-1)  # reads the chunk's start state
+    kd = k * decay[..., -1, :].unsqueeze(-1)  # exp(G_C - G_j): writes into the end state
+    eGC = torch.exp(G[..., -1])  # (B, H, N) whole-chunk decay
+
+    # unbind (not per-chunk indexing): the backward of x[:, :, n] would allocate and fill a
+    # full-size zero gradient per chunk, which makes backward quadratic in N.
+    kdT = kd.transpose(-1, -2)
+    per_chunk = zip(*(x.unbind(2) for x in (Uv, Wk, qg, attn, kdT, eGC[..., None, None])))
+    outs = []
+    for Uv_n, Wk_n, qg_n, attn_n, kdT_n, eGC_n in per_chunk:
+        U = Uv_n - Wk_n @ S
+        outs.append(qg_n @ S + attn_n @ U)
+        S = eGC_n * S + kdT_n @ U
+    if outs:
+        o = torch.stack(outs, dim=2).reshape(B, H, N * C, Dv)[:, :, :T]
+    else:
+        o = v.new_zeros(B, H, 0, Dv)
+    return o, S
+
+
+def gated_delta_rule(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    g: torch.Tensor,
+    beta: torch.Tensor,
+    initial_state: torch.Tensor | None = None,
+    output_final_state: bool = False,
+    mode: str = "chunk",
+    chunk_size: int = 64,
+    scale: float | None = None,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Gated delta rule over a sequence (fla's ``naive_recurrent_gated_delta_rule``).
+
+    Args:
+        q: ``(B, H, T, Dk)`` queries, L2-normalised over ``Dk`` by the caller.
+        k: ``(B, H, T, Dk)`` keys, L2-normalised over ``Dk`` by the caller.
+        v: ``(B, H, T, Dv)`` values.
+        g: ``(B, H, T)`` log-decay, ``<= 0`` (the state is multiplied by ``exp(g)``).
+        beta: ``(B, H, T)`` write strength in ``(0, 1)``.
+        initial_state: ``(B, H, Dk, Dv)`` state before the first step, or None for zeros.
+            Never modified; gradients flow into it.
+        output_final_state: return the state after the last step (else None).
+        mode: ``"chunk"`` (chunkwise WY form, for training and prefill) or
+            ``"recurrent"`` (a loop over time steps; the reference).
+        chunk_size: steps per chunk in ``"chunk"`` mode; any ``T`` is accepted.
+        scale: multiplies ``q``; default ``Dk ** -0.5``.
+
+    Returns:
+        ``o``: ``(B, H, T, Dv)`` in q's dtype, and the final state ``(B, H, Dk, Dv)``
+        (float32; float64 for float64 inputs) or None.
+
+    Raises:
+        ValueError: wrong ndim or mismatched shapes, unknown ``mode``, ``chunk_size <= 0``,
+            or an ``initial_state`` of the wrong shape.
+    """
+    fn = "gated_delta_rule"
+    _check_sequence_inputs(q, k, v, g, beta, fn)
+    if mode not in _MODES:
+        raise ValueError(
+            f"{fn}: unknown mode {mode!r}, expected one of {', '.join(map(repr, _MODES))}"
+        )
+    if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size <= 0:
+        raise ValueError(f"{fn}: chunk_size must be a positive int, got {chunk_size!r}")
+    B, H, T, Dk = q.shape
+    Dv = v.shape[-1]
+    _check_state("initial_state", initial_state, (B, H, Dk, Dv), fn)
+    scale = _resolve_scale(scale, Dk, fn)
+
+    out_dtype = q.dtype
+    cd = _compute_dtype(q, k, v)
+    q, k, v, g, beta = (x.to(cd) for x in (q, k, v, g, beta))
+    q = q * scale
+    if initial_state is None:
+        S = q.new_zeros(B, H, Dk, Dv)
+    else:
+        S = initial_state.to(cd)
+
+    if mode == "recurrent":
+        o, S = _recurrent(q, k, v, g, beta, S)
+    else:
+        o, S = _chunk(q, k, v, g, beta, S, chunk_size)
+    return o.to(out_dtype), (S if output_final_state else None)
+
+
+def gated_delta_step(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    g: torch.Tensor,
+    beta: torch.Tensor,
+    state: torch.Tensor | None,
+    scale: float | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """One decode step of the gated delta rule.
+
+    Accepts either a single time step without a time axis or with a time axis of length 1:
+
+    - ``q, k``: ``(B, H, Dk)``; ``v``: ``(B, H, Dv)``; ``g, beta``: ``(B, H)``
+      -> ``o``: ``(B, H, Dv)``; or
+    - ``q, k``: ``(B, H, 1, Dk)``; ``v``: ``(B, H, 1, Dv)``; ``g, beta``: ``(B, H, 1)``
+      -> ``o``: ``(B, H, 1, Dv)``.
+
+    ``state`` is ``(B, H, Dk, Dv)`` (None means zeros) and is not modified; the new state
+    (float32; float64 for float64 inputs) is returned. ``o`` has q's dtype; ``scale``
+    defaults to ``Dk ** -0.5``. Same math as one step of :func:`gated_delta_rule`.
+    """
+    fn = "gated_delta_step"
+    for name, x in (("q", q), ("k", k), ("v", v), ("g", g), ("beta", beta)):
+        _check_tensor(name, x, fn)
+    if q.ndim == 4:
+        if q.shape[2] != 1:
+            raise ValueError(
+                f"{fn}: q has shape {_shape(q)} with T={q.shape[2]}, expected T=1 for one "
+                "step (use gated_delta_rule for sequences)"
+            )
+        _check_sequence_inputs(q, k, v, g, beta, fn)
+        squeeze = True
+        q, k, v, g, beta = q[:, :, 0], k[:, :, 0], v[:, :, 0], g[:, :, 0], beta[:, :, 0]
+    elif q.ndim == 3:
+        squeeze = False
+        B, H, Dk = q.shape
+        if _shape(k) != _shape(q):
+            raise ValueError(
+                f"{fn}: k has shape {_shape(k)}, expected the shape of q (B, H, Dk) = {_shape(q)}"
+            )
+        if v.ndim != 3 or _shape(v)[:2] != (B, H):
+            raise ValueError(
+                f"{fn}: v has shape {_shape(v)}, expected (B, H, Dv) with (B, H) = {(B, H)}"
+            )
+        for name, x in (("g", g), ("beta", beta)):
+            if _shape(x) != (B, H):
+                raise ValueError(
+                    f"{fn}: {name} has shape {_shape(x)}, expected (B, H) = {(B, H)} from q"
+                )
+    else:
+        raise ValueError(
+            f"{fn}: q must be (B, H, Dk) or (B, H, 1, Dk), got ndim={q.ndim} with shape {_shape(q)}"
+        )
+    B, H, Dk = q.shape
+    Dv = v.shape[-1]
+    _check_state("state", state, (B, H, Dk, Dv), fn)
+    scale = _resolve_scale(scale, Dk, fn)
+
+    out_dtype = q.dtype
+    cd = _compute_dtype(q, k, v)
+    q, k, v, g, beta = (x.to(cd) for x in (q, k, v, g, beta))
+    S = q.new_zeros(B, H, Dk, Dv) if state is None else state.to(cd)
+    o, S = _recurrent_step(q * scale, k, v, g, beta, S)
+    o = o.to(out_dtype)
+    return (o.unsqueeze(2) if squeeze else o), S

@@ -1,0 +1,340 @@
+r"""The mLSTM cell (xLSTM-7B formulation) as pure tensor functions.
+
+Shapes follow ``scaled_dot_product_attention``: ``q, k`` are ``(B, H, T, Dqk)``, ``v`` is
+``(B, H, T, Dv)``, the gate pre-activations ``i, f`` are ``(B, H, T)``.
+
+The cell, per batch element and head, for t = 1 … T::
+
+    log f_t = logsigmoid(f_t)
+    m_t     = max(log f_t + m_{t-1}, i_t)                    # stabiliser
+    f'_t    = exp(log f_t + m_{t-1} - m_t)
+    i'_t    = exp(i_t - m_t)
+    C_t     = f'_t C_{t-1} + i'_t k_t v_tᵀ                   # (Dqk, Dv)
+    n_t     = f'_t n_{t-1} + i'_t k_t                        # (Dqk,)
+    q̃_t     = q_t · Dqk^-1/2
+    h_t     = C_tᵀ q̃_t / (max(|n_tᵀ q̃_t|, exp(-m_t)) + eps)
+
+The state is ``(C, n, m)`` with shapes ``(B, H, Dqk, Dv)``, ``(B, H, Dqk)``, ``(B, H)``,
+always float32. ``C`` and ``n`` are stored *stabilised*: the unstabilised memory is
+``exp(m) · C``. The empty state is ``C = 0, n = 0, m = -inf``; with it the recurrence equals
+the parallel form of ``mlstm_kernels`` (``parallel--native_autograd``), whose ``m_t`` is the
+row maximum of the log-decay matrix
+
+    log D_{t,j} = Σ_{j<s≤t} log f_s + i_j      (j ≤ t),
+
+because unrolling the max-recurrence gives ``m_t = max(m_0 + Σ_{s≤t} log f_s, max_j log D_{t,j})``.
+
+Three modes compute the same function:
+
+* ``parallel``: the quadratic form above, one ``T × T`` matrix (a reference).
+* ``chunk``: chunkwise-parallel. Within a chunk of ``L`` steps the outputs are the
+  quadratic form plus the contribution of the state at the chunk start; chunk-end states
+  are carried by a loop over chunks. Memory is ``O(T · L)``; any ``T`` works (the last,
+  shorter chunk is processed unpadded, so nothing leaks into the final state).
+* ``recurrent``: a loop over time calling :func:`mlstm_step` (decode and reference).
+
+All arithmetic is float32 whatever the input dtype; ``h`` is returned in ``q``'s dtype.
+Log-decays inside a chunk are formed as segment sums of ``log f`` (never as differences of
+a long cumulative sum), so very long sequences processed with state passing keep full
+precision.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+
+MODES = ("parallel", "chunk", "recurrent")
+
+State = tuple[torch.Tensor, torch.Tensor, torch.Tensor]
+
+__all__ = ["mlstm", "mlstm_step", "MODES"]
+
+
+# --------------------------------------------------------------------------- validation
+
+
+def _check_float(name: str, x: object) -> None:
+    if not isinstance(x, torch.Tensor):
+        raise ValueError(f"mlstm: {name} must be a torch.Tensor, got {type(x).__name__}")
+    if not x.is_floating_point():
+        raise ValueError(f"mlstm: {name} must be a floating-point tensor, got dtype {x.dtype}")
+
+
+def _check_state(state: object, B: int, H: int, Dqk: int, Dv: int, what: str) -> None:
+    if not isinstance(state, (tuple, list)) or len(state) != 3:
+        got = type(state).__name__
+        if isinstance(state, (tuple, list)):
+            got += f" of length {len(state)}"
+        raise ValueError(f"mlstm: {what} must be a tuple (C, n, m), got {got}")
+    expected = {"C": (B, H, Dqk, Dv), "n": (B, H, Dqk), "m": (B, H)}
+    for (name, shape), x in zip(expected.items(), state):
+        if not isinstance(x, torch.Tensor):
+            raise ValueError(
+                f"mlstm: {what} {name} must be a torch.Tensor, got {type(x).__name__}"
+            )
+        if tuple(x.shape) != shape:
+            raise ValueError(
+                f"mlstm: {what} {name} has shape {tuple(x.shape)}, expected {shape} "
+                "(B, H, Dqk, Dv) / (B, H, Dqk) / (B, H) for C / n / m"
+            )
+
+
+def _check_inputs(q, k, v, i, f, seq: bool) -> None:
+    for name, x in (("q", q), ("k", k), ("v", v), ("i", i), ("f", f)):
+        _check_float(name, x)
+    nd = 4 if seq else 3
+    lead = "(B, H, T, " if seq else "(B, H, "
+    if q.ndim != nd:
+        raise ValueError(f"mlstm: q must be {nd}-D {lead}Dqk), got shape {tuple(q.shape)}")
+    if v.ndim != nd:
+        raise ValueError(f"mlstm: v must be {nd}-D {lead}Dv), got shape {tuple(v.shape)}")
+    for name, x in (("i", i), ("f", f)):
+        if x.ndim != nd - 1:
+            raise ValueError(
+                f"mlstm: {name} must be {nd - 1}-D {lead.rstrip(', ')}), "
+                f"got shape {tuple(x.shape)}"
+            )
+    if k.shape != q.shape:
+        raise ValueError(
+            f"mlstm: k has shape {tuple(k.shape)}, expected q's shape {tuple(q.shape)}"
+        )
+    if v.shape[:-1] != q.shape[:-1]:
+        raise ValueError(
+            f"mlstm: v has shape {tuple(v.shape)}, expected leading dims "
+            f"{tuple(q.shape[:-1])} of q's shape {tuple(q.shape)}"
+        )
+    for name, x in (("i", i), ("f", f)):
+        if x.shape != q.shape[:-1]:
+            raise ValueError(
+                f"mlstm: {name} has shape {tuple(x.shape)}, expected {tuple(q.shape[:-1])} "
+                f"(q's shape {tuple(q.shape)} without its last dim)"
+            )
+
+
+def _init_state(
+    state: State | None, B: int, H: int, Dqk: int, Dv: int, device: torch.device
+) -> State:
+    """``state`` as float32 (no copy if already float32), or the empty state (C=0, n=0, m=-inf)."""
+    if state is None:
+        return (
+            torch.zeros(B, H, Dqk, Dv, dtype=torch.float32, device=device),
+            torch.zeros(B, H, Dqk, dtype=torch.float32, device=device),
+            torch.full((B, H), -math.inf, dtype=torch.float32, device=device),
+        )
+    C, n, m = state
+    return C.float(), n.float(), m.float()
+
+
+# --------------------------------------------------------------------------- kernels
+
+
+def _segsum(lf: torch.Tensor) -> torch.Tensor:
+    """``out[..., t, j] = Σ_{j<s≤t} lf[..., s]`` for ``j ≤ t``, ``-inf`` above the diagonal.
+
+    Summed directly (a masked cumulative sum over an ``L × L`` tile) rather than as a
+    difference of prefix sums, so entries near zero stay exact whatever the prefix.
+    """
+    L = lf.shape[-1]
+    ones = torch.ones(L, L, dtype=torch.bool, device=lf.device)
+    x = lf[..., :, None].expand(*lf.shape, L)  # x[..., s, j] = lf_s
+    x = x.masked_fill(~torch.tril(ones, diagonal=-1), 0.0)
+    out = x.cumsum(-2)
+    return out.masked_fill(~torch.tril(ones), -math.inf)
+
+
+def _chunks_forward(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    i: torch.Tensor,
+    lf: torch.Tensor,
+    state: State,
+    eps: float,
+) -> tuple[torch.Tensor, State]:
+    """Process ``N`` consecutive chunks of equal length ``L`` starting from ``state``.
+
+    Args: float32 ``q`` (already scaled by Dqk^-1/2) and ``k``: (B, H, N, L, Dqk);
+    ``v``: (B, H, N, L, Dv); ``i`` and ``lf = logsigmoid(f)``: (B, H, N, L);
+    ``state``: (C, n, m) at the start of the first chunk.
+    Returns ``h``: (B, H, N, L, Dv) and the state after the last chunk.
+    """
+    C, n, m = state
+
+    seg = _segsum(lf)  # (B, H, N, L, L) log-decay from step j to step t
+    log_d = seg + i[..., None, :]  # intra-chunk log D_{t,j}
+    b = lf.cumsum(-1)  # (B, H, N, L) log-decay from chunk start to t
+    a = seg[..., -1, :] + i  # (B, H, N, L) log-weight of step j in the chunk-end state
+    g = b[..., -1]  # (B, H, N) log-decay over the whole chunk
+    a_max = a.amax(-1)  # (B, H, N)
+
+    # Chunk summaries, stabilised by their own max: kv_c = Σ_j exp(a_j - a_max) k_j v_jᵀ.
+    kw = k * torch.exp(a - a_max[..., None])[..., None]
+    kv = kw.transpose(-1, -2) @ v  # (B, H, N, Dqk, Dv)
+    ks = kw.sum(-2)  # (B, H, N, Dqk)
+
+    # Inter-chunk recurrence (a loop over chunks, not over time). unbind, not kv[:, :, c]:
+    # the backward of N separate selects would allocate N full-size zero tensors.
+    Cs, ns, ms = [], [], []
+    for g_c, amax_c, kv_c, ks_c in zip(g.unbind(2), a_max.unbind(2), kv.unbind(2), ks.unbind(2)):
+        Cs.append(C)
+        ns.append(n)
+        ms.append(m)
+        m_new = torch.maximum(g_c + m, amax_c)
+        decay = torch.exp(g_c + m - m_new)  # 0 when m = -inf (empty state)
+        scale = torch.exp(amax_c - m_new)
+        C = decay[..., None, None] * C + scale[..., None, None] * kv_c
+        n = decay[..., None] * n + scale[..., None] * ks_c
+        m = m_new
+    C0 = torch.stack(Cs, 2)  # (B, H, N, Dqk, Dv) state at each chunk start
+    n0 = torch.stack(ns, 2)  # (B, H, N, Dqk)
+    m0 = torch.stack(ms, 2)  # (B, H, N)
+
+    # Outputs of all chunks at once: intra-chunk quadratic part + chunk-start state.
+    m_inter = b + m0[..., None]  # (B, H, N, L), -inf for an empty start state
+    m_t = torch.maximum(m_inter, log_d.amax(-1))  # true stabiliser m_t
+    s = (q @ k.transpose(-1, -2)) * torch.exp(log_d - m_t[..., None])  # (B, H, N, L, L)
+    q_inter = q * torch.exp(m_inter - m_t)[..., None]
+    num = q_inter @ C0 + s @ v  # (B, H, N, L, Dv)
+    den = (q_inter @ n0[..., None]).squeeze(-1) + s.sum(-1)  # (B, H, N, L)
+    h = num / (torch.maximum(den.abs(), torch.exp(-m_t)) + eps)[..., None]
+    return h, (C, n, m)
+
+
+def _step(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    i: torch.Tensor,
+    f: torch.Tensor,
+    state: State,
+    eps: float,
+) -> tuple[torch.Tensor, State]:
+    """One recurrent step in float32; ``q`` already scaled. Shapes as in :func:`mlstm_step`."""
+    C, n, m = state
+    lf = F.logsigmoid(f)
+    m_new = torch.maximum(lf + m, i)
+    fa = torch.exp(lf + m - m_new)  # 0 when m = -inf (empty state)
+    ia = torch.exp(i - m_new)
+    C = fa[..., None, None] * C + ia[..., None, None] * (k[..., :, None] * v[..., None, :])
+    n = fa[..., None] * n + ia[..., None] * k
+    num = (q[..., None, :] @ C).squeeze(-2)  # (B, H, Dv)
+    den = (q * n).sum(-1)
+    h = num / (torch.maximum(den.abs(), torch.exp(-m_new)) + eps)[..., None]
+    return h, (C, n, m_new)
+
+
+# --------------------------------------------------------------------------- public API
+
+
+def mlstm(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    i: torch.Tensor,
+    f: torch.Tensor,
+    initial_state: State | None = None,
+    output_final_state: bool = False,
+    mode: str = "chunk",
+    chunk_size: int = 64,
+    eps: float = 1e-6,
+) -> tuple[torch.Tensor, State | None]:
+    """mLSTM over a sequence (see the module docstring for the math).
+
+    Args:
+        q, k: (B, H, T, Dqk) queries and keys (q is scaled by Dqk^-1/2 inside).
+        v: (B, H, T, Dv) values.
+        i, f: (B, H, T) input- and forget-gate pre-activations.
+        initial_state: None (empty state: C=0, n=0, m=-inf) or (C, n, m) with shapes
+            (B, H, Dqk, Dv), (B, H, Dqk), (B, H); cast to float32, never modified.
+        output_final_state: return the state after step T (else None).
+        mode: "chunk" (chunkwise-parallel, O(T·chunk_size) memory), "parallel"
+            (quadratic reference) or "recurrent" (loop over time).
+        chunk_size: chunk length for mode="chunk"; any T is accepted.
+        eps: added to the denominator of h.
+
+    Returns:
+        h: (B, H, T, Dv) in q's dtype, and the final state (C, n, m), float32, or None.
+
+    Raises:
+        ValueError: on mismatched shapes, wrong ndim, unknown mode, chunk_size <= 0 or an
+            initial_state of the wrong shapes.
+    """
+    _check_inputs(q, k, v, i, f, seq=True)
+    if mode not in MODES:
+        raise ValueError(f"mlstm: unknown mode {mode!r}, expected one of {list(MODES)}")
+    if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size <= 0:
+        raise ValueError(f"mlstm: chunk_size must be a positive int, got {chunk_size!r}")
+    B, H, T, Dqk = q.shape
+    Dv = v.shape[-1]
+    if initial_state is not None:
+        _check_state(initial_state, B, H, Dqk, Dv, "initial_state")
+    state = _init_state(initial_state, B, H, Dqk, Dv, q.device)
+
+    out_dtype = q.dtype
+    qf = q.float() * Dqk**-0.5
+    kf, vf, i_f = k.float(), v.float(), i.float()
+
+    if mode == "recurrent" or T == 0:
+        hs = []
+        # unbind, not x[:, :, t]: the backward of T selects would cost O(T^2) memory.
+        for q_t, k_t, v_t, i_t, f_t in zip(*(x.unbind(2) for x in (qf, kf, vf, i_f, f.float()))):
+            h_t, state = _step(q_t, k_t, v_t, i_t, f_t, state, eps)
+            hs.append(h_t)
+        h = torch.stack(hs, 2) if hs else vf.new_zeros(B, H, 0, Dv)
+    else:
+        lf = F.logsigmoid(f.float())
+        L = T if mode == "parallel" else min(chunk_size, T)
+        n_full = T // L
+        pieces = []
+        # Full chunks, then the shorter tail chunk on its own (unpadded).
+        for lo, hi, nc in ((0, n_full * L, n_full), (n_full * L, T, 1)):
+            if hi == lo:
+                continue
+            ln = (hi - lo) // nc
+            h_p, state = _chunks_forward(
+                qf[:, :, lo:hi].reshape(B, H, nc, ln, Dqk),
+                kf[:, :, lo:hi].reshape(B, H, nc, ln, Dqk),
+                vf[:, :, lo:hi].reshape(B, H, nc, ln, Dv),
+                i_f[:, :, lo:hi].reshape(B, H, nc, ln),
+                lf[:, :, lo:hi].reshape(B, H, nc, ln),
+                state,
+                eps,
+            )
+            pieces.append(h_p.reshape(B, H, hi - lo, Dv))
+        h = torch.cat(pieces, 2) if len(pieces) > 1 else pieces[0]
+
+    return h.to(out_dtype), (state if output_final_state else None)
+
+
+def mlstm_step(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    i: torch.Tensor,
+    f: torch.Tensor,
+    state: State | None,
+    eps: float = 1e-6,
+) -> tuple[torch.Tensor, State]:
+    """One mLSTM decode step.
+
+    Args:
+        q, k: (B, H, Dqk); v: (B, H, Dv); i, f: (B, H) gate pre-activations.
+        state: (C, n, m) with shapes (B, H, Dqk, Dv), (B, H, Dqk), (B, H), or None for
+            the empty state. Never modified.
+        eps: added to the denominator of h.
+
+    Returns:
+        h: (B, H, Dv) in q's dtype, and the new state (C, n, m), float32.
+    """
+    _check_inputs(q, k, v, i, f, seq=False)
+    B, H, Dqk = q.shape
+    Dv = v.shape[-1]
+    if state is not None:
+        _check_state(state, B, H, Dqk, Dv, "state")
+    state = _init_state(state, B, H, Dqk, Dv, q.device)
+    h, state = _step(q.float() * Dqk**-0.5, k.float(), v.float(), i.float(), f.float(),
+                     state, eps)
+    return h.to(q.dtype), state

@@ -1,0 +1,64 @@
+"""Rotary position embedding (RoPE) with an absolute position offset.
+
+The rotation of a (B, H, T, D) tensor at sequence index t uses the angle
+(offset + t) * base ** (-2j / D) for the pair of channels (j, j + D/2) (the "rotate half"
+layout used by LLaMA and most open models). Angles are computed in float64 from the absolute
+position, so decoding at position 100 000 or 10 000 000 uses exactly the right angles rather
+than an accumulated or float32-rounded position.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+def rope_frequencies(dim: int, base: float = 10000.0) -> torch.Tensor:
+    """Inverse frequencies (dim // 2,) in float64 for a rotary dimension ``dim`` (even)."""
+    if dim <= 0 or dim % 2:
+        raise ValueError(f"rotary dimension must be a positive even number, got {dim}")
+    if base <= 0:
+        raise ValueError(f"rotary base must be > 0, got {base}")
+    return base ** (-torch.arange(0, dim, 2, dtype=torch.float64) / dim)
+
+
+def rope_cos_sin(
+    seq_len: int,
+    dim: int,
+    offset: int = 0,
+    base: float = 10000.0,
+    device: torch.device | str | None = None,
+    dtype: torch.dtype = torch.float32,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos and sin tables of shape (seq_len, dim) for positions offset … offset + seq_len - 1."""
+    if offset < 0:
+        raise ValueError(f"rotary position offset must be >= 0, got {offset}")
+    inv = rope_frequencies(dim, base)
+    pos = torch.arange(offset, offset + seq_len, dtype=torch.float64)
+    ang = torch.outer(pos, inv)  # (T, dim/2), exact in float64 up to 2**53
+    ang = torch.cat([ang, ang], dim=-1)
+    return ang.cos().to(device=device, dtype=dtype), ang.sin().to(device=device, dtype=dtype)
+
+
+def apply_rope(
+    x: torch.Tensor, offset: int = 0, base: float = 10000.0, rotary_dim: int | None = None
+) -> torch.Tensor:
+    """Rotate ``x`` of shape (B, H, T, D) for absolute positions offset … offset + T - 1.
+
+    ``rotary_dim`` (default D) rotates only the first ``rotary_dim`` channels (partial RoPE).
+    The rotation is done in float32 and the result returned in ``x``'s dtype.
+    """
+    if x.ndim != 4:
+        raise ValueError(
+            f"apply_rope expects (batch, heads, time, dim), got shape {tuple(x.shape)}"
+        )
+    d = x.shape[-1] if rotary_dim is None else rotary_dim
+    if d > x.shape[-1]:
+        raise ValueError(f"rotary_dim {d} exceeds head dim {x.shape[-1]}")
+    cos, sin = rope_cos_sin(x.shape[-2], d, offset, base, device=x.device)
+    xr = x[..., :d].float()
+    x1, x2 = xr[..., : d // 2], xr[..., d // 2 :]
+    rotated = torch.cat([-x2, x1], dim=-1)
+    out = (xr * cos + rotated * sin).to(x.dtype)
+    if d == x.shape[-1]:
+        return out
+    return torch.cat([out, x[..., d:]], dim=-1)

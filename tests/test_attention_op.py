@@ -1,0 +1,186 @@
+"""sliding_window_attention (every backend usable here) against a naive float64 reference."""
+
+import math
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from swax.ops import available_backends, list_backends, select_backend, sliding_window_attention
+
+
+def naive_swa(q, k, v, window, scale=None):
+    """Independent reference: explicit per-query softmax over the allowed keys, in float64."""
+    B, Hq, Tq, D = q.shape
+    Hkv, Tk = k.shape[1], k.shape[2]
+    G = Hq // Hkv
+    scale = D ** -0.5 if scale is None else scale
+    q, k, v = q.double(), k.double(), v.double()
+    k = k.repeat_interleave(G, dim=1)  # query head h reads key/value head h // G
+    v = v.repeat_interleave(G, dim=1)
+    out = torch.zeros(B, Hq, Tq, v.shape[-1], dtype=torch.float64)
+    for t in range(Tq):
+        p = t + Tk - Tq  # absolute position of query t
+        lo = 0 if window is None else max(0, p - window + 1)
+        s = (k[:, :, lo:p + 1] @ q[:, :, t, :, None])[..., 0] * scale  # (B, Hq, n)
+        out[:, :, t] = (s.softmax(-1)[..., None] * v[:, :, lo:p + 1]).sum(2)
+    return out
+
+
+def _inputs(B, Hq, Hkv, Tq, Tk, D, Dv, dtype, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    q = torch.randn(B, Hq, Tq, D, generator=g).to(dtype).requires_grad_()
+    k = torch.randn(B, Hkv, Tk, D, generator=g).to(dtype).requires_grad_()
+    v = torch.randn(B, Hkv, Tk, Dv, generator=g).to(dtype).requires_grad_()
+    return q, k, v
+
+
+def _grads_reference(q, k, v, window, do):
+    qd, kd, vd = (t.detach().double().requires_grad_() for t in (q, k, v))
+    o = naive_swa(qd, kd, vd, window)
+    o.backward(do.double())
+    return o, (qd.grad, kd.grad, vd.grad)
+
+
+CASES = [  # (Tq, Tk, window)
+    (1, 1, 1),
+    (7, 7, 3),        # T < block
+    (64, 64, 1),      # window 1: each query sees only itself
+    (100, 100, 16),   # T not a multiple of the block
+    (300, 300, 64),   # T > window, several blocks
+    (300, 300, 100),  # window not a power of two
+    (50, 50, 50),     # window == T: full causal
+    (40, 40, 1000),   # window > T: full causal
+    (33, 33, None),   # full causal
+    (1, 90, 20),      # decode: one query against a cache
+    (25, 90, 20),     # chunked prefill against a cache
+    (25, 90, None),
+]
+
+
+@pytest.mark.parametrize("backend", available_backends("swa", *_inputs(1, 2, 1, 4, 4, 8, 8,
+                                                                         torch.float32), 4))
+@pytest.mark.parametrize("tq,tk,window", CASES)
+@pytest.mark.parametrize("hq,hkv", [(4, 4), (4, 2), (4, 1)])
+def test_swa_matches_naive_float32(backend, tq, tk, window, hq, hkv):
+    q, k, v = _inputs(2, hq, hkv, tq, tk, 16, 12, torch.float32, seed=tq * 7 + tk)
+    o = sliding_window_attention(q, k, v, window, backend=backend)
+    do = torch.randn_like(o)
+    o.backward(do)
+    ref, (gq, gk, gv) = _grads_reference(q, k, v, window, do)
+    err = (o.double() - ref).abs().max().item()
+    print(f"{backend} Tq={tq} Tk={tk} W={window} max|o-ref|={err:.2e}")
+    assert err < 1e-5
+    for name, a, b in (("dq", q.grad, gq), ("dk", k.grad, gk), ("dv", v.grad, gv)):
+        assert (a.double() - b).abs().max().item() < 1e-4 * max(1.0, b.abs().max().item()), name
+
+
+@pytest.mark.parametrize("tq,tk,window", [(100, 100, 16), (300, 300, 64), (25, 90, 20)])
+def test_swa_bfloat16(tq, tk, window):
+    q, k, v = _inputs(1, 4, 2, tq, tk, 32, 32, torch.bfloat16, seed=3)
+    o = sliding_window_attention(q, k, v, window)
+    assert o.dtype == torch.bfloat16
+    do = torch.randn_like(o)
+    o.backward(do)
+    ref, (gq, gk, gv) = _grads_reference(q, k, v, window, do)
+    assert (o.double() - ref).abs().max().item() < 3e-2
+    for a, b in ((q.grad, gq), (k.grad, gk), (v.grad, gv)):
+        assert (a.double() - b).abs().max().item() < 5e-2 * max(1.0, b.abs().max().item())
+
+
+def test_window_at_least_T_equals_full_causal():
+    q, k, v = _inputs(1, 2, 2, 120, 120, 16, 16, torch.float32)
+    full = sliding_window_attention(q, k, v, None)
+    for w in (120, 121, 5000):
+        assert torch.allclose(sliding_window_attention(q, k, v, w), full, atol=1e-6)
+    # and a window smaller than T really differs (the window is never ignored)
+    assert (sliding_window_attention(q, k, v, 119) - full).abs().max() > 1e-3
+
+
+def test_explicit_scale():
+    q, k, v = _inputs(1, 2, 2, 50, 50, 16, 16, torch.float32)
+    o = sliding_window_attention(q, k, v, 10, scale=0.3)
+    ref = naive_swa(q, k, v, 10, scale=0.3)
+    assert (o.double() - ref).abs().max() < 1e-5
+
+
+@pytest.mark.parametrize(
+    "shapes,window,match",
+    [
+        (((1, 2, 8, 16), (1, 2, 8, 16), (1, 2, 8, 16)), 0, "window must be >= 1"),
+        (((1, 2, 8, 16), (1, 2, 8, 16), (1, 2, 8, 16)), -3, "-3"),
+        (((1, 2, 8, 16), (1, 2, 8, 8), (1, 2, 8, 16)), 4, "head dims differ"),
+        (((1, 3, 8, 16), (1, 2, 8, 16), (1, 2, 8, 16)), 4, "multiple of key/value heads"),
+        (((1, 2, 8, 16), (1, 2, 8, 16), (1, 2, 7, 16)), 4, "k and v must agree"),
+        (((1, 2, 9, 16), (1, 2, 8, 16), (1, 2, 8, 16)), 4, "at least as long"),
+        (((2, 2, 8, 16), (1, 2, 8, 16), (1, 2, 8, 16)), 4, "batch sizes differ"),
+        (((2, 8, 16), (1, 2, 8, 16), (1, 2, 8, 16)), 4, r"\(2, 8, 16\)"),
+    ],
+)
+def test_bad_inputs(shapes, window, match):
+    q, k, v = (torch.randn(*s) for s in shapes)
+    with pytest.raises(ValueError, match=match):
+        sliding_window_attention(q, k, v, window)
+
+
+def test_window_type_errors():
+    q = torch.randn(1, 1, 4, 8)
+    with pytest.raises(ValueError, match="2.5"):
+        sliding_window_attention(q, q, q, 2.5)
+    with pytest.raises(ValueError, match="True"):
+        sliding_window_attention(q, q, q, True)
+
+
+def test_registry_names_and_fallback(caplog):
+    assert {"blockwise", "reference", "flash", "flex"} <= set(list_backends("swa"))
+    q = torch.randn(1, 1, 4, 8)
+    with pytest.raises(ValueError, match="'nope'"):
+        select_backend("swa", "nope", q, q, q, 2)
+    # flash needs CUDA: on the CPU it falls back, and says so in the log
+    if not torch.cuda.is_available():
+        with caplog.at_level("WARNING", logger="swax"):
+            b = select_backend("swa", "flash", q, q, q, 2)
+        assert b.name == "blockwise"
+        assert "flash" in caplog.text and "unavailable" in caplog.text
+
+
+def test_blockwise_memory_is_linear_in_T():
+    """T = 32768 with W = 64: a T×T float32 score matrix would be 4 GiB; peak RSS must stay
+    far below that (run in a fresh process so the peak is this computation's)."""
+    code = (
+        "import resource, torch\n"
+        "from swax.ops import sliding_window_attention as swa\n"
+        "torch.set_num_threads(1)\n"
+        "q = torch.randn(1, 1, 32768, 16)\n"
+        "base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss\n"
+        "with torch.no_grad():\n"
+        "    o = swa(q, q, q, 64)\n"
+        "print((resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - base) * 1024)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    grew = int(out.stdout.strip())
+    print(f"peak RSS growth {grew / 2**20:.1f} MiB (T×T would be {32768**2 * 4 / 2**30:.0f} GiB)")
+    assert grew < 512 * 2**20
+
+
+def test_rope_matches_complex_rotation_and_offset():
+    from swax.ops import apply_rope
+
+    x = torch.randn(2, 3, 20, 8, dtype=torch.float64).float()
+    # independent reference: pairs (x_j, x_{j+D/2}) as complex numbers times e^{i·pos·θ_j}
+    D = 8
+    theta = [10000.0 ** (-2 * j / D) for j in range(D // 2)]
+    for offset in (0, 5, 100_000):
+        y = apply_rope(x, offset=offset)
+        z = torch.complex(x[..., : D // 2].double(), x[..., D // 2:].double())
+        ang = torch.tensor([[(offset + t) * th for th in theta] for t in range(20)],
+                           dtype=torch.float64)
+        rot = z * torch.polar(torch.ones_like(ang), ang)
+        ref = torch.cat([rot.real, rot.imag], dim=-1)
+        assert (y.double() - ref).abs().max() < 1e-5, offset
+    # a slice rotated with its offset equals the same slice of the full rotation
+    assert torch.allclose(apply_rope(x[:, :, 7:], offset=7), apply_rope(x)[:, :, 7:], atol=1e-6)
+    # the angle at position 100 000 is computed exactly (not accumulated in float32)
+    y = apply_rope(torch.tensor([[[[1.0, 0.0]]]]), offset=100_000)
+    assert abs(y[0, 0, 0, 0].item() - math.cos(100_000)) < 1e-6

@@ -1,0 +1,264 @@
+"""SwaxLM: configs, prefill + decode equivalence, constant-size state, checkpoints, errors."""
+
+import json
+
+import pytest
+import torch
+
+from swax import CheckpointError, ConfigError, SwaxConfig, SwaxLM
+from swax.layers import (
+    FullAttention,
+    GatedDeltaNetLayer,
+    MLSTMLayer,
+    SlidingWindowAttention,
+)
+
+
+def small_cfg(pattern="SX", **kw):
+    base = dict(vocab_size=97, d_model=32, n_layers=2 * len(pattern), n_heads=4, window=16,
+                chunk_size=16, layer_pattern=pattern)
+    base.update(kw)
+    return SwaxConfig(**base)
+
+
+def incremental_logits(model, ids, window, splits):
+    """Feed ``ids`` in chunks ending at ``splits``, then one token at a time."""
+    outs, state, start = [], None, 0
+    for end in [*splits, *range(splits[-1] + 1, ids.shape[1] + 1)]:
+        logits, state = model(ids[:, start:end], window=window, state=state, return_state=True)
+        outs.append(logits)
+        start = end
+    return torch.cat(outs, 1), state
+
+
+@pytest.mark.parametrize("pattern", ["SX", "SD", "SA", "X", "D", "S", "A"])
+def test_prefill_then_decode_equals_full_forward(pattern):
+    torch.manual_seed(0)
+    model = SwaxLM(small_cfg(pattern, n_kv_heads=2)).eval()
+    ids = torch.randint(0, 97, (2, 90))
+    with torch.no_grad():
+        full = model(ids, window=16)
+        inc, state = incremental_logits(model, ids, 16, [5, 6, 43, 70])
+    diff = (inc - full).abs().max().item()
+    scale = full.abs().max().item()
+    print(f"{pattern}: max|prefill+decode - full| = {diff:.2e} (max|logit| {scale:.2f})")
+    assert diff <= 1e-4 * scale
+    assert state.pos == 90
+
+
+@pytest.mark.parametrize("layer_cls", [SlidingWindowAttention, FullAttention, MLSTMLayer,
+                                       GatedDeltaNetLayer])
+def test_each_layer_prefill_then_decode(layer_cls):
+    torch.manual_seed(1)
+    if layer_cls in (SlidingWindowAttention, FullAttention):
+        layer = layer_cls(32, 4, 2, qk_norm=True)
+    elif layer_cls is MLSTMLayer:
+        layer = MLSTMLayer(32, 4, chunk_size=8)
+    else:
+        layer = GatedDeltaNetLayer(32, 4, chunk_size=8)
+    x = torch.randn(2, 45, 32)
+    with torch.no_grad():
+        full = layer(x, 12)
+        outs, state, start = [], None, 0
+        for end in [3, 4, 20, 33, *range(34, 46)]:
+            y, state = layer(x[:, start:end], 12, state, True)
+            outs.append(y)
+            start = end
+    inc = torch.cat(outs, 1)
+    diff = (inc - full).abs().max().item()
+    print(f"{layer_cls.__name__}: max diff {diff:.2e}")
+    assert diff <= 1e-4 * full.abs().max().item()
+
+
+def test_window_at_least_T_equals_full_attention():
+    torch.manual_seed(2)
+    model = SwaxLM(small_cfg("SX")).eval()
+    ids = torch.randint(0, 97, (1, 40))
+    with torch.no_grad():
+        a = model(ids, window=40)
+        b = model(ids, window=None)
+        c = model(ids, window=8)
+    assert torch.allclose(a, b, atol=1e-6)
+    assert (a - c).abs().max() > 1e-4  # the window changes the result
+
+
+def test_gradients_flow_to_every_parameter():
+    torch.manual_seed(3)
+    model = SwaxLM(small_cfg("SXDA"))
+    ids = torch.randint(0, 97, (2, 33))
+    loss = torch.nn.functional.cross_entropy(model(ids, window=8)[:, :-1].reshape(-1, 97),
+                                             ids[:, 1:].reshape(-1))
+    loss.backward()
+    missing = [n for n, p in model.named_parameters() if p.grad is None or p.grad.abs().sum() == 0]
+    assert not missing, missing
+
+
+def test_decode_state_is_constant_for_sx_and_grows_for_a():
+    torch.manual_seed(4)
+    sizes = {}
+    for pattern in ("SX", "A"):
+        model = SwaxLM(small_cfg(pattern, window=64, chunk_size=64)).eval()
+        for n in (1024, 32768):
+            ids = torch.randint(0, 97, (1, n))
+            state = None
+            with torch.no_grad():
+                for s in range(0, n, 4096):
+                    _, state = model(ids[:, s:s + 4096], state=state, return_state=True,
+                                     logits_to_keep=1)
+            sizes[pattern, n] = state.nbytes()
+    print("state bytes:", sizes)
+    assert sizes["SX", 1024] == sizes["SX", 32768]
+    assert sizes["A", 32768] > 16 * sizes["A", 1024]
+
+
+def test_bfloat16_model_runs_and_tracks_float32():
+    torch.manual_seed(5)
+    model = SwaxLM(small_cfg("SXSD")).eval()
+    ids = torch.randint(0, 97, (1, 50))
+    with torch.no_grad():
+        ref = model(ids, window=16).float()
+        out = model.to(torch.bfloat16)(ids, window=16).float()
+    assert out.dtype == torch.float32
+    rel = ((out - ref).norm() / ref.norm()).item()
+    print(f"bf16 vs fp32 relative error {rel:.3e}")
+    assert rel < 0.05
+
+
+# ---------------------------------------------------------------------------- configs
+
+
+def test_presets_sizes():
+    with torch.device("meta"):
+        n = {name: SwaxLM(SwaxConfig.preset(name)).num_parameters()
+             for name in ("tiny", "small", "1.4b", "7b")}
+    assert 0.3e6 < n["tiny"] < 5e6 and 1e6 < n["small"] < 10e6
+    assert 1.2e9 < n["1.4b"] < 1.6e9
+    assert 6.3e9 < n["7b"] < 7.5e9
+    c = SwaxConfig.preset("1.4b")
+    assert (c.n_layers, c.d_model) == (24, 2048)
+    c = SwaxConfig.preset("7b")
+    assert (c.n_layers, c.d_model) == (32, 4096)
+
+
+def test_layer_pattern_tiling():
+    assert SwaxConfig(layer_pattern="SX", n_layers=6).layer_types == "SXSXSX"
+    assert SwaxConfig(layer_pattern="SSX", n_layers=6).layer_types == "SSXSSX"
+    for p in ("X", "S", "A", "SD", "SA", "D"):
+        SwaxConfig(layer_pattern=p, n_layers=4)
+
+
+@pytest.mark.parametrize(
+    "kw,match",
+    [
+        (dict(layer_pattern="SQ"), "'Q'"),
+        (dict(layer_pattern="SXS", n_layers=4), "does not tile"),
+        (dict(window=0), "window must be a positive integer, got 0"),
+        (dict(d_model=30, n_heads=4), "not divisible"),
+        (dict(n_kv_heads=3), "n_kv_heads=3"),
+        (dict(layer_pattern=""), "non-empty"),
+        (dict(attn_backend="cuda-magic"), "cuda-magic"),
+    ],
+)
+def test_config_errors(kw, match):
+    with pytest.raises(ConfigError, match=match):
+        SwaxConfig(**kw)
+
+
+def test_config_from_dict_rejects_unknown_keys_and_types():
+    with pytest.raises(ConfigError, match="unknown config key d_modle"):
+        SwaxConfig.from_dict({"d_modle": 64})
+    with pytest.raises(ConfigError, match="n_layers: expected an integer"):
+        SwaxConfig.from_dict({"n_layers": "four"})
+    with pytest.raises(ConfigError, match="unknown preset 'huge'"):
+        SwaxConfig.preset("huge")
+
+
+def test_flops_per_token_hand_computed():
+    # pattern "A", no tied head difference: count by hand
+    cfg = SwaxConfig(vocab_size=100, d_model=32, n_layers=2, n_heads=4, layer_pattern="A",
+                     mlp_ratio=2.0, mlp_multiple_of=8, tie_embeddings=True)
+    model = SwaxLM(cfg)
+    d, hidden, T = 32, 64, 10
+    per_layer_weights = 4 * d * d + 3 * d * hidden
+    norms = 2 * d
+    matmul = 2 * (2 * per_layer_weights + 2 * norms + d)  # + final norm (counted as params)
+    head = 2 * 100 * d
+    avg_keys = (T + 1) / 2  # full causal over 10 tokens
+    attn = 2 * 4 * 4 * 8 * avg_keys  # 2 layers · 4 flops per (head_dim · key) · heads · head_dim
+    assert model.flops_per_token(T, training=False) == pytest.approx(matmul + head + attn)
+    assert model.flops_per_token(T) == pytest.approx(3 * (matmul + head + attn))
+
+
+# ---------------------------------------------------------------------------- bad input
+
+
+def test_forward_errors():
+    model = SwaxLM(small_cfg("SX")).eval()
+    ids = torch.randint(0, 97, (1, 10))
+    with pytest.raises(ValueError, match="window must be >= 1.*got 0"):
+        model(ids, window=0)
+    with pytest.raises(ValueError, match="-5"):
+        model(ids, window=-5)
+    with pytest.raises(ValueError, match="token id 97 is out of range for vocab_size 97"):
+        model(torch.tensor([[1, 2, 97]]))
+    with pytest.raises(ValueError, match="token id -1"):
+        model(torch.tensor([[1, -1]]))
+    with pytest.raises(ValueError, match="integer token ids"):
+        model(torch.rand(1, 4))
+    _, state = model(ids, window=16, return_state=True)
+    with pytest.raises(ValueError, match="window 16.*window 8"):
+        model(ids, window=8, state=state)
+
+
+# ---------------------------------------------------------------------------- checkpoints
+
+
+@pytest.mark.parametrize("tie", [True, False])
+def test_save_and_load_roundtrip(tmp_path, tie):
+    torch.manual_seed(6)
+    model = SwaxLM(small_cfg("SD", tie_embeddings=tie)).eval()
+    model.save_pretrained(tmp_path / "ckpt")
+    assert sorted(p.name for p in (tmp_path / "ckpt").iterdir()) == ["config.json",
+                                                                    "model.safetensors"]
+    loaded = SwaxLM.from_pretrained(tmp_path / "ckpt")
+    assert loaded.config == model.config
+    ids = torch.randint(0, 97, (2, 30))
+    with torch.no_grad():
+        assert torch.equal(model(ids), loaded(ids))
+    bf = SwaxLM.from_pretrained(tmp_path / "ckpt", dtype=torch.bfloat16)
+    assert bf.embed.weight.dtype == torch.bfloat16
+
+
+def test_checkpoint_errors(tmp_path):
+    with pytest.raises(CheckpointError, match="does not exist"):
+        SwaxLM.from_pretrained(tmp_path / "missing")
+    model = SwaxLM(small_cfg("SX"))
+    d = tmp_path / "ck"
+    model.save_pretrained(d)
+    # corrupt weights
+    w = d / "model.safetensors"
+    good = w.read_bytes()
+    w.write_bytes(b"\x00garbage" * 10)
+    with pytest.raises(CheckpointError, match="corrupt"):
+        SwaxLM.from_pretrained(d)
+    w.write_bytes(good[: len(good) // 2])  # truncated
+    with pytest.raises(CheckpointError, match="model.safetensors"):
+        SwaxLM.from_pretrained(d)
+    w.write_bytes(good)
+    # mismatched config: a wider model than the weights
+    cfg = json.loads((d / "config.json").read_text())
+    (d / "config.json").write_text(json.dumps({**cfg, "d_model": 64}))
+    with pytest.raises(CheckpointError, match="does not match"):
+        SwaxLM.from_pretrained(d)
+    (d / "config.json").write_text(json.dumps({**cfg, "n_layers": 6}))
+    with pytest.raises(CheckpointError, match="missing"):
+        SwaxLM.from_pretrained(d)
+    (d / "config.json").write_text(json.dumps({**cfg, "bogus": 1}))
+    with pytest.raises(CheckpointError, match="bogus"):
+        SwaxLM.from_pretrained(d)
+    (d / "config.json").write_text("{not json")
+    with pytest.raises(CheckpointError, match="not valid JSON"):
+        SwaxLM.from_pretrained(d)
+    (d / "config.json").unlink()
+    with pytest.raises(CheckpointError, match="no config.json"):
+        SwaxLM.from_pretrained(d)
