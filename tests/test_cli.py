@@ -1,0 +1,73 @@
+"""The `swax` command: one-line errors with non-zero exits, generation from a checkpoint."""
+
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from swax import SwaxConfig, SwaxLM
+
+
+def run(*args, timeout=120):
+    return subprocess.run([sys.executable, "-m", "swax", *args], capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def assert_one_line_error(r, *needles):
+    assert r.returncode == 2, (r.returncode, r.stderr)
+    lines = [ln for ln in r.stderr.strip().splitlines() if ln.strip()]
+    assert len(lines) == 1, r.stderr
+    assert "Traceback" not in r.stderr
+    for n in needles:
+        assert n in lines[0], lines[0]
+
+
+@pytest.fixture(scope="module")
+def ckpt(tmp_path_factory):
+    torch.manual_seed(0)
+    d = tmp_path_factory.mktemp("ckpt") / "model"
+    SwaxLM(SwaxConfig(d_model=32, n_layers=2, n_heads=2, window=16)).save_pretrained(d)
+    return d
+
+
+def test_window_zero(ckpt):
+    assert_one_line_error(run("generate", "--model", str(ckpt), "--window", "0"), "window", "0")
+
+
+def test_missing_checkpoint(tmp_path):
+    assert_one_line_error(run("generate", "--model", str(tmp_path / "nope")),
+                          "does not exist", "nope")
+
+
+def test_corrupt_checkpoint(ckpt, tmp_path):
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    (bad / "config.json").write_text((ckpt / "config.json").read_text())
+    (bad / "model.safetensors").write_bytes(b"not a safetensors file")
+    r = run("generate", "--model", str(bad))
+    assert_one_line_error(r, "model.safetensors", "corrupt")
+    # the checkpoint is left as it was
+    assert (bad / "model.safetensors").read_bytes() == b"not a safetensors file"
+
+
+def test_missing_prompt_file(ckpt, tmp_path):
+    assert_one_line_error(run("generate", "--model", str(ckpt), "--prompt-file",
+                              str(tmp_path / "p.txt")), "p.txt")
+
+
+def test_unknown_preset():
+    assert_one_line_error(run("info", "--preset", "huge"), "huge")
+
+
+def test_generate_from_checkpoint(ckpt):
+    r = run("generate", "--model", str(ckpt), "--prompt", "abc", "--max-new-tokens", "8",
+            "--no-stream")
+    assert r.returncode == 0, r.stderr
+    assert "3 prompt tokens" in r.stderr and "8 new tokens" in r.stderr
+
+
+def test_info():
+    r = run("info", "--preset", "tiny", "--seq-len", "1024")
+    assert r.returncode == 0, r.stderr
+    assert "SXSX" in r.stdout and "parameters" in r.stdout
