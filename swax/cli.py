@@ -49,8 +49,18 @@ def _device(name: str):
 
     if name == "auto":
         return "cuda" if torch.cuda.is_available() else "cpu"
-    if name.startswith("cuda") and not torch.cuda.is_available():
-        raise SwaxError(f"device {name!r} requested but CUDA is not available")
+    try:
+        dev = torch.device(name)
+    except (RuntimeError, ValueError):
+        dev = None
+    if dev is None or dev.type not in ("cpu", "cuda"):
+        raise SwaxError(f"unknown device {name!r}; expected cpu, cuda, cuda:N or auto")
+    if dev.type == "cuda":
+        if not torch.cuda.is_available():
+            raise SwaxError(f"device {name!r} requested but CUDA is not available")
+        if dev.index is not None and dev.index >= torch.cuda.device_count():
+            raise SwaxError(f"device {name!r} requested but only "
+                            f"{torch.cuda.device_count()} CUDA device(s) are visible")
     return name
 
 
@@ -107,7 +117,7 @@ def cmd_info(args) -> int:
 def cmd_generate(args) -> int:
     import torch
 
-    from .generate import generate, truncate_at_stop
+    from .generate import check_generation_options, generate, truncate_at_stop
 
     if args.prompt_file:
         try:
@@ -121,6 +131,9 @@ def cmd_generate(args) -> int:
         prompt = args.prompt
     if not prompt:
         raise SwaxError("the prompt is empty; pass --prompt TEXT or --prompt-file PATH")
+    # check the sampling options before loading anything or printing the random-weights note,
+    # so a bad value is the only line on stderr
+    check_generation_options(args.max_new_tokens, args.temperature, args.top_k, args.top_p)
     model, random_init = _load_model(args)
     if random_init:
         print(f"note: --preset {args.preset} has random weights (no --model given); "
@@ -195,10 +208,10 @@ def cmd_demo(args) -> int:
 
 
 class _Parser(argparse.ArgumentParser):
-    """argparse with one-line usage errors: ``swax generate: error: … (see --help)``."""
+    """argparse with one-line usage errors: ``swax: error: … (see swax generate --help)``."""
 
     def error(self, message: str):
-        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+        self.exit(2, f"swax: error: {message} (see {self.prog} --help)\n")
 
 
 def build_parser() -> argparse.ArgumentParser:

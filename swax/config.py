@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -115,6 +116,18 @@ class SwaxConfig:
                 f"layer_pattern {self.layer_pattern!r} (length {len(self.layer_pattern)}) does not "
                 f"tile n_layers={self.n_layers}; n_layers must be a multiple of its length"
             )
+        for name in ("n_kv_heads", "head_dim", "recurrent_heads"):
+            v = getattr(self, name)
+            if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
+                raise ConfigError(f"{name} must be a positive integer or None, got {v!r}")
+        for name in ("rope_base", "mlp_ratio", "qk_dim_factor", "v_dim_factor", "norm_eps"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) \
+                    or v <= 0:
+                raise ConfigError(f"{name} must be a positive finite number, got {v!r}")
+        if (isinstance(self.init_std, bool) or not isinstance(self.init_std, (int, float))
+                or not math.isfinite(self.init_std) or self.init_std < 0):
+            raise ConfigError(f"init_std must be a finite number >= 0, got {self.init_std!r}")
         if self.head_dim is None and self.d_model % self.n_heads:
             raise ConfigError(
                 f"d_model={self.d_model} is not divisible by n_heads={self.n_heads}; "
@@ -132,6 +145,12 @@ class SwaxConfig:
                     f"{name}={factor} gives width {width} for d_model={self.d_model}; it must "
                     f"be a positive integer divisible by recurrent_heads={rh}"
                 )
+        rotary = "S" in self.layer_pattern or ("A" in self.layer_pattern and self.full_attn_rope)
+        if rotary and self.attn_head_dim % 2:
+            raise ConfigError(
+                f"attention head width {self.attn_head_dim} (head_dim, or d_model // n_heads) "
+                f"must be even for RoPE"
+            )
         if self.attn_backend not in ("auto", "blockwise", "flash", "flex", "reference"):
             raise ConfigError(
                 f"attn_backend must be auto, blockwise, flash, flex or reference, "
@@ -174,8 +193,10 @@ class SwaxConfig:
             data = json.loads(path.read_text())
         except FileNotFoundError:
             raise ConfigError(f"config file {path} does not exist") from None
-        except json.JSONDecodeError as e:
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
             raise ConfigError(f"config file {path} is not valid JSON: {e}") from None
+        except OSError as e:
+            raise ConfigError(f"cannot read config file {path}: {e}") from None
         if not isinstance(data, dict):
             raise ConfigError(f"config file {path} must hold a JSON object")
         data.pop("swax_version", None)

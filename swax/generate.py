@@ -9,6 +9,7 @@ context, so memory and time per token are constant.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 
 import torch
@@ -70,12 +71,15 @@ def sample_next(
     return torch.multinomial(probs, 1, generator=generator)[:, 0]
 
 
-def _validate(max_new_tokens, temperature, top_k, top_p):
+def check_generation_options(max_new_tokens, temperature, top_k, top_p) -> None:
+    """Raise ValueError naming the first invalid sampling option."""
     n = max_new_tokens
     if isinstance(n, bool) or not isinstance(n, int) or n < 0:
         raise ValueError(f"max_new_tokens must be an integer >= 0, got {max_new_tokens!r}")
-    if temperature < 0:
-        raise ValueError(f"temperature must be >= 0 (0 = greedy), got {temperature}")
+    if not math.isfinite(temperature) or temperature < 0:
+        raise ValueError(
+            f"temperature must be a finite number >= 0 (0 = greedy), got {temperature}"
+        )
     if top_k is not None and top_k < 1:
         raise ValueError(f"top_k must be >= 1, got {top_k}")
     if top_p is not None and not 0 < top_p <= 1:
@@ -107,15 +111,20 @@ def generate(
 
     A row stops at ``eos_token_id`` (kept), when its generated ids end with one of
     ``stop_sequences``, or when ``decode(generated ids)`` contains one of ``stop_strings``
-    (``decode`` is required for stop strings; cut the text with :func:`truncate_at_stop`).
+    (``decode`` is required for stop strings; cut the text with :func:`truncate_at_stop`;
+    empty stop sequences and strings are ignored).
     Stopped rows are padded with ``pad_token_id`` (default: eos, else 0) until all rows stop.
     ``seed`` makes sampling reproducible. ``state`` continues from an earlier call (the prompt
     then holds only the new tokens). ``on_token(ids (B,))`` is called after every step.
 
     Returns the prompt followed by the generated ids, (B, T + n) with n <= max_new_tokens
-    [and the final SwaxState when ``return_state``].
+    [and the SwaxState when ``return_state``]. As with Hugging Face's cache, that state has
+    consumed every returned id *except the last generated one* (which was sampled but never fed
+    back), so ``state.pos == T + n - 1`` when n >= 1 (``T`` with no new token). To continue,
+    pass that last id first: ``generate(model, out[:, -1:], state=state)``.
     """
-    _validate(max_new_tokens, temperature, top_k, top_p)
+    check_generation_options(max_new_tokens, temperature, top_k, top_p)
+    stop_strings = [s for s in stop_strings if s]  # "" would stop every row at once
     if stop_strings and decode is None:
         raise ValueError("stop_strings need a decode function (token ids -> text)")
     if input_ids.ndim == 1:

@@ -19,6 +19,7 @@ def assert_one_line_error(r, *needles):
     lines = [ln for ln in r.stderr.strip().splitlines() if ln.strip()]
     assert len(lines) == 1, r.stderr
     assert "Traceback" not in r.stderr
+    assert lines[0].startswith("swax: error: "), lines[0]
     for n in needles:
         assert n in lines[0], lines[0]
 
@@ -71,3 +72,39 @@ def test_info():
     r = run("info", "--preset", "tiny", "--seq-len", "1024")
     assert r.returncode == 0, r.stderr
     assert "SXSX" in r.stdout and "parameters" in r.stdout
+
+
+def run_inprocess(capsys, *args):
+    """``swax ARGS`` in this process (no interpreter start-up): (exit status, stdout, stderr)."""
+    from swax.cli import main
+
+    try:
+        rc = main(list(args))
+    except SystemExit as e:  # argparse errors exit from inside parse_args
+        rc = e.code
+    out, err = capsys.readouterr()
+    return subprocess.CompletedProcess(args, rc, out, err)
+
+
+@pytest.mark.parametrize("args,needles", [
+    # an unknown or unusable device is a one-line error, not a torch traceback
+    (["--device", "foo"], ["'foo'", "cpu, cuda"]),
+    (["--device", "mps"], ["'mps'"]),
+    # a non-finite temperature used to reach torch.multinomial and crash
+    (["--temperature", "nan"], ["temperature", "nan"]),
+    # option errors come before the random-weights note, so the error is the only line
+    (["--max-new-tokens", "-3"], ["max_new_tokens", "-3"]),
+    (["--top-p", "1.5"], ["top_p", "1.5"]),
+    (["--top-k", "0"], ["--top-k", "0"]),
+])
+def test_bad_generate_options_one_line(capsys, args, needles):
+    r = run_inprocess(capsys, "generate", "--preset", "tiny", "--max-new-tokens", "2", *args)
+    assert_one_line_error(r, *needles)
+    assert r.stdout == ""
+
+
+def test_empty_stop_string_is_ignored(capsys):
+    r = run_inprocess(capsys, "generate", "--preset", "tiny", "--prompt", "abc",
+                      "--max-new-tokens", "6", "--stop", "", "--no-stream")
+    assert r.returncode == 0, r.stderr
+    assert "6 new tokens" in r.stderr

@@ -96,6 +96,14 @@ def test_stop_strings_with_decode(model):
         generate(model, ids, 3, stop_strings=["x"])
 
 
+def test_empty_stop_strings_and_sequences_are_ignored(model):
+    ids = torch.randint(0, 61, (1, 10))
+    free = generate(model, ids, 8)
+    decode = lambda t: "".join(chr(97 + i % 26) for i in t)  # noqa: E731
+    assert torch.equal(generate(model, ids, 8, stop_strings=[""], decode=decode), free)
+    assert torch.equal(generate(model, ids, 8, stop_sequences=[[]]), free)
+
+
 def test_batch_rows_stop_independently(model):
     ids = torch.randint(0, 61, (2, 10))
     free = generate(model, ids, 10)
@@ -109,6 +117,8 @@ def test_batch_rows_stop_independently(model):
 @pytest.mark.parametrize("kw,match", [
     (dict(max_new_tokens=-1), "max_new_tokens"),
     (dict(temperature=-0.5), "temperature"),
+    (dict(temperature=float("nan")), "temperature"),
+    (dict(temperature=float("inf")), "temperature"),
     (dict(top_k=0), "top_k"),
     (dict(top_p=1.5), "top_p"),
     (dict(prefill_chunk_size=0), "chunk size"),
@@ -124,6 +134,7 @@ def test_continue_from_returned_state(model):
     ids = torch.randint(0, 61, (1, 12))
     full = generate(model, ids, 10)
     first, state = generate(model, ids, 5, return_state=True)
+    assert state.pos == 12 + 5 - 1  # as documented: the last generated id is not consumed
     # the state has consumed the prompt and the first 4 generated tokens: feed the 5th
     rest = generate(model, first[:, -1:], 5, state=state)
     assert torch.equal(torch.cat([first, rest[:, 1:]], 1), full)

@@ -157,11 +157,30 @@ def test_layer_pattern_tiling():
         (dict(n_kv_heads=3), "n_kv_heads=3"),
         (dict(layer_pattern=""), "non-empty"),
         (dict(attn_backend="cuda-magic"), "cuda-magic"),
+        # values that used to pass validation and fail later (or silently mean "default")
+        (dict(n_kv_heads=0), "n_kv_heads must be a positive integer or None, got 0"),
+        (dict(n_kv_heads=-2), "n_kv_heads must be a positive integer or None, got -2"),
+        (dict(recurrent_heads=-4), "recurrent_heads must be a positive integer or None"),
+        (dict(head_dim=0), "head_dim must be a positive integer or None, got 0"),
+        (dict(head_dim=9), "head width 9.*even for RoPE"),
+        (dict(d_model=72, n_heads=8, recurrent_heads=4), "head width 9.*even for RoPE"),
+        (dict(rope_base=0.0), "rope_base must be a positive finite number, got 0.0"),
+        (dict(mlp_ratio=-1.0), "mlp_ratio must be a positive"),
+        (dict(norm_eps=-1e-6), "norm_eps must be a positive"),
+        (dict(qk_dim_factor=float("nan")), "qk_dim_factor must be a positive finite number"),
+        (dict(init_std=-0.02), "init_std must be a finite number >= 0"),
     ],
 )
 def test_config_errors(kw, match):
     with pytest.raises(ConfigError, match=match):
         SwaxConfig(**kw)
+
+
+def test_odd_head_width_is_fine_without_rope():
+    # no rotary layer: an odd attention head width is allowed
+    SwaxConfig(d_model=36, n_heads=4, recurrent_heads=2, layer_pattern="A", full_attn_rope=False,
+               n_layers=2)
+    SwaxConfig(d_model=64, n_heads=4, head_dim=9, layer_pattern="X", n_layers=2)
 
 
 def test_config_from_dict_rejects_unknown_keys_and_types():
