@@ -1,5 +1,33 @@
 """Tokenizers, sources, packing and synthetic retrieval episodes."""
 
-from .tokenizer import ByteTokenizer
+from .config import DataConfig, SyntheticConfig
+from .loader import IGNORE_INDEX, PackedLoader, TokenDataset, build_datasets, tokenize_documents
+from .sources import iter_documents, kjv_documents
+from .synthetic import KeyVocabulary, key_vocabulary, make_episode
+from .tokenizer import (
+    ByteTokenizer,
+    HFTokenizer,
+    load_model_tokenizer,
+    load_tokenizer,
+    save_tokenizer,
+)
 
-__all__ = ["ByteTokenizer"]
+__all__ = [
+    "IGNORE_INDEX",
+    "ByteTokenizer",
+    "DataConfig",
+    "HFTokenizer",
+    "KeyVocabulary",
+    "PackedLoader",
+    "SyntheticConfig",
+    "TokenDataset",
+    "build_datasets",
+    "iter_documents",
+    "key_vocabulary",
+    "kjv_documents",
+    "load_model_tokenizer",
+    "load_tokenizer",
+    "make_episode",
+    "save_tokenizer",
+    "tokenize_documents",
+]

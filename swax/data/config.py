@@ -1,0 +1,89 @@
+"""Data configs: where the documents come from, how they are tokenized and split, and the
+share of synthetic retrieval episodes mixed into training."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+from ..errors import ConfigError
+
+
+@dataclass
+class SyntheticConfig:
+    """RULER-style retrieval episodes mixed into the training stream (see swax.data.synthetic)."""
+
+    fraction: float = 0.0
+    """Share of the training sequences of an epoch that are retrieval episodes, in [0, 1)."""
+    compact: bool = False
+    """Short format for tiny models: needle "{key}:{value}." with single-word keys, question
+    "?{key}:", answer "{value}". False = RULER's sentences with adjective-noun keys."""
+    num_needles: int = 1
+    """Needles per episode; the first is queried, the others are distractors with other keys."""
+    min_distance: int = 16
+    """Fewest tokens between the end of the queried needle and the start of the question."""
+    max_distance: int | None = None
+    """Most tokens between the queried needle and the question; None = as far as the sequence
+    allows. The distance is drawn uniformly in [min_distance, max_distance]."""
+    value_digits: int | None = None
+    """Digits of the magic numbers; None = 7 (RULER) or 4 with ``compact``."""
+
+    def __post_init__(self):
+        if not 0.0 <= self.fraction < 1.0:
+            raise ConfigError(f"data.synthetic.fraction: expected a number in [0, 1), "
+                              f"got {self.fraction!r}")
+        if self.num_needles < 1:
+            raise ConfigError(f"data.synthetic.num_needles: expected >= 1, "
+                              f"got {self.num_needles!r}")
+        if self.min_distance < 0:
+            raise ConfigError(f"data.synthetic.min_distance: expected >= 0, "
+                              f"got {self.min_distance!r}")
+        if self.max_distance is not None and self.max_distance < self.min_distance:
+            raise ConfigError(f"data.synthetic.max_distance: expected >= min_distance "
+                              f"({self.min_distance}), got {self.max_distance!r}")
+        if self.value_digits is not None and not 1 <= self.value_digits <= 18:
+            raise ConfigError(f"data.synthetic.value_digits: expected 1 to 18, "
+                              f"got {self.value_digits!r}")
+
+    @property
+    def digits(self) -> int:
+        """The number of digits actually used."""
+        if self.value_digits is not None:
+            return self.value_digits
+        return 4 if self.compact else 7
+
+
+@dataclass
+class DataConfig:
+    """Training and validation data."""
+
+    source: str = "kjv"
+    """Documents: "kjv" (the embedded King James Bible), a text file, a folder of .txt/.md
+    files, a .jsonl or .parquet file, or a Hugging Face dataset folder (save_to_disk)."""
+    format: str = "auto"
+    """auto | kjv | text | jsonl | parquet | hf; auto picks by extension and folder contents."""
+    field: str = "text"
+    """Field (JSONL) or column (Parquet, Hugging Face datasets) that holds the text."""
+    tokenizer: str = "byte"
+    """"byte", "gpt2", a tokenizer.json path, or a folder with tokenizer.json or
+    encoder.json + vocab.bpe."""
+    val_source: str | None = None
+    """Validation documents (same format and field); None = hold out val_fraction of source."""
+    val_fraction: float = 0.02
+    """Share of the source's documents held out for validation when val_source is None, chosen
+    by a hash of each document's text (and split_seed), so the split is stable across runs.
+    0 = no validation set."""
+    split_seed: int = 0
+    """Seed of the train/validation hash; independent of the run seed so that runs with
+    different seeds share one validation set."""
+    synthetic: SyntheticConfig = dataclasses.field(default_factory=SyntheticConfig)
+    """Synthetic retrieval episodes mixed into training."""
+
+    def __post_init__(self):
+        if not 0.0 <= self.val_fraction < 1.0:
+            raise ConfigError(f"data.val_fraction: expected a number in [0, 1), "
+                              f"got {self.val_fraction!r}")
+        if isinstance(self.synthetic, dict):
+            from ..configutil import from_dict
+
+            self.synthetic = from_dict(SyntheticConfig, self.synthetic, prefix="data.synthetic.")

@@ -1,0 +1,350 @@
+"""Tokenized datasets and the packed, shuffled, sharded, resumable loader.
+
+A dataset is one flat token array: the documents' tokens with ``eot_id`` after each document.
+:class:`PackedLoader` cuts it into sequences of ``seq_len + 1`` tokens that overlap by one token
+(sequence i is ``tokens[i*seq_len : i*seq_len + seq_len + 1]``), so every next-token pair of the
+stream is a training target exactly once and nothing is dropped: the last, partial sequence is
+padded and its padded targets are -100 (ignored by ``cross_entropy``).
+
+Each epoch is a seeded permutation of its items: the corpus sequences plus, when
+``synthetic.fraction > 0``, that share of retrieval episodes. The loader reads the epochs as one
+endless stream of items; a global micro-batch is ``micro_batch * world_size`` consecutive
+items and rank r takes rows [r * micro_batch, (r + 1) * micro_batch). Its position (items
+consumed) is the whole state, so a resumed loader continues exactly.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import math
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from ..errors import SwaxError
+from .config import DataConfig, SyntheticConfig
+from .sources import iter_documents
+from .synthetic import episode_overhead, make_episode
+from .tokenizer import ByteTokenizer, load_tokenizer
+
+log = logging.getLogger("swax")
+
+IGNORE_INDEX = -100
+"""Target id of padding: ignored by torch.nn.functional.cross_entropy."""
+_EPISODE_STREAM = 1
+"""Seed-sequence tag of the synthetic episodes (the permutation uses 0)."""
+
+
+@dataclass
+class TokenDataset:
+    """A flat token stream: each document's tokens followed by ``eot_id``."""
+
+    tokens: np.ndarray
+    """int32 token ids."""
+    eot_id: int
+    """End-of-text id between documents."""
+    num_documents: int
+    """Documents in the stream (a token-level split may cut one)."""
+    name: str = ""
+    """Where the documents came from (for logs)."""
+    tokenizer: Any = None
+    """The tokenizer that made the tokens (used for synthetic episodes)."""
+
+    def __len__(self) -> int:
+        return len(self.tokens)
+
+    @property
+    def num_tokens(self) -> int:
+        return len(self.tokens)
+
+    def __repr__(self) -> str:
+        return (f"TokenDataset(name={self.name!r}, documents={self.num_documents}, "
+                f"tokens={len(self.tokens)})")
+
+
+def tokenize_documents(docs: Sequence[str], tokenizer, batch_size: int = 512) -> np.ndarray:
+    """The documents' tokens, each followed by ``tokenizer.eot_id``, as one int32 array."""
+    eot = np.array([tokenizer.eot_id], dtype=np.int32)
+    parts: list[np.ndarray] = []
+    if isinstance(tokenizer, ByteTokenizer):
+        for d in docs:
+            parts.append(np.frombuffer(d.encode("utf-8"), dtype=np.uint8).astype(np.int32))
+            parts.append(eot)
+    else:
+        encode_batch = getattr(tokenizer, "encode_batch", None)
+        for i in range(0, len(docs), batch_size):
+            chunk = list(docs[i:i + batch_size])
+            ids = encode_batch(chunk) if encode_batch else [tokenizer.encode(d) for d in chunk]
+            for x in ids:
+                parts.append(np.asarray(x, dtype=np.int32))
+                parts.append(eot)
+    if not parts:
+        return np.zeros(0, dtype=np.int32)
+    return np.concatenate(parts)
+
+
+def _is_val(doc: str, fraction: float, split_seed: int) -> bool:
+    h = hashlib.blake2b(f"{split_seed}\0".encode() + doc.encode("utf-8"), digest_size=8)
+    return int.from_bytes(h.digest(), "little") / 2.0**64 < fraction
+
+
+def build_datasets(cfg: DataConfig, tokenizer, seq_len: int,
+                   seed: int = 0) -> tuple[TokenDataset, TokenDataset | None]:
+    """(train, val) token datasets for ``cfg``.
+
+    Validation is ``cfg.val_source`` when set, else the documents whose hash (with
+    ``cfg.split_seed``) falls below ``cfg.val_fraction`` (None when val_fraction is 0). When that
+    leaves validation with no document or fewer than ``seq_len + 1`` tokens (a corpus of one or a
+    few files), the last ``max(val_fraction * tokens, seq_len + 1)`` tokens are held out instead.
+    ``tokenizer`` may be None (then ``cfg.tokenizer`` is loaded). ``seed`` is the run seed; the
+    split does not depend on it, so runs with different seeds share one validation set.
+    """
+    t0 = time.perf_counter()
+    if tokenizer is None or isinstance(tokenizer, str):
+        tokenizer = load_tokenizer(tokenizer or cfg.tokenizer)
+    if seq_len < 1:
+        raise SwaxError(f"seq_len must be >= 1, got {seq_len}")
+    need = seq_len + 1
+    docs = list(iter_documents(cfg.source, cfg.format, cfg.field))
+    n_docs = len(docs)
+    how = ""
+    val: TokenDataset | None = None
+    if cfg.val_source is not None:
+        val_docs = list(iter_documents(cfg.val_source, cfg.format, cfg.field))
+        train_tokens = tokenize_documents(docs, tokenizer)
+        val = TokenDataset(tokenize_documents(val_docs, tokenizer), tokenizer.eot_id,
+                           len(val_docs), cfg.val_source, tokenizer)
+        how = f"validation from {cfg.val_source}"
+        train_docs = n_docs
+    elif cfg.val_fraction > 0:
+        is_val = [_is_val(d, cfg.val_fraction, cfg.split_seed) for d in docs]
+        val_docs = [d for d, v in zip(docs, is_val) if v]
+        tr_docs = [d for d, v in zip(docs, is_val) if not v]
+        val_tokens = tokenize_documents(val_docs, tokenizer)
+        if val_docs and tr_docs and len(val_tokens) >= need:
+            train_tokens = tokenize_documents(tr_docs, tokenizer)
+            train_docs = len(tr_docs)
+            val = TokenDataset(val_tokens, tokenizer.eot_id, len(val_docs),
+                               f"{cfg.source} (val)", tokenizer)
+            how = f"{len(val_docs)} documents held out by hash"
+        else:  # too few documents for a document-level split: hold out the stream's tail
+            everything = tokenize_documents(docs, tokenizer)
+            n_val = max(math.ceil(cfg.val_fraction * len(everything)), need)
+            n_val = min(n_val, len(everything))
+            train_tokens, val_tokens = everything[:-n_val], everything[-n_val:]
+            train_docs = n_docs
+            val = TokenDataset(val_tokens, tokenizer.eot_id, 1, f"{cfg.source} (val)", tokenizer)
+            how = f"last {n_val} tokens held out (too few documents to split by document)"
+    else:
+        train_tokens = tokenize_documents(docs, tokenizer)
+        train_docs = n_docs
+        how = "no validation set"
+    train = TokenDataset(train_tokens, tokenizer.eot_id, train_docs, cfg.source, tokenizer)
+    for name, ds in (("training", train), ("validation", val)):
+        if ds is not None and len(ds) < need:
+            raise SwaxError(f"{name} data has {len(ds)} tokens, fewer than seq_len + 1 = {need} "
+                            f"(source {ds.name}); use a shorter seq_len or more data")
+    n_seq = math.ceil((len(train) - 1) / seq_len)
+    log.info("data: %s, %d documents, %s training tokens (%d sequences of %d), %s validation "
+             "tokens; %s; tokenizer %s; %.1fs", cfg.source, n_docs, f"{len(train):,}", n_seq,
+             seq_len, f"{len(val):,}" if val is not None else "no", how, tokenizer.name,
+             time.perf_counter() - t0)
+    return train, val
+
+
+class PackedLoader:
+    """Packed sequences of a token stream, shuffled per epoch, sharded across ranks.
+
+    ``next_batch()`` returns ``(x, y)`` LongTensors of shape (micro_batch, seq_len) with
+    ``y[:, t] = x[:, t + 1]`` within the stream and -100 where padded. ``synthetic`` (a
+    SyntheticConfig) mixes retrieval episodes built from the dataset's own tokens into each
+    epoch; they need the tokenizer (``tokenizer`` or ``dataset.tokenizer``). ``eval_batches``
+    reads the dataset in fixed order (no shuffle, no episodes): make one loader per split.
+    """
+
+    def __init__(self, dataset, seq_len: int, micro_batch: int, rank: int = 0,
+                 world_size: int = 1, seed: int = 0, synthetic: SyntheticConfig | None = None,
+                 tokenizer=None):
+        if dataset is None:
+            raise SwaxError("PackedLoader needs a dataset, got None (build_datasets returns no "
+                            "validation set when val_fraction is 0 and val_source is unset)")
+        tokens = dataset.tokens if hasattr(dataset, "tokens") else dataset
+        self.tokens = np.asarray(tokens)
+        if self.tokens.ndim != 1:
+            raise SwaxError(f"expected a 1-D token stream, got shape {self.tokens.shape}")
+        if seq_len < 1 or micro_batch < 1:
+            raise SwaxError(f"seq_len and micro_batch must be >= 1, got {seq_len} and "
+                            f"{micro_batch}")
+        if world_size < 1 or not 0 <= rank < world_size:
+            raise SwaxError(f"rank {rank} is not in [0, world_size={world_size})")
+        if len(self.tokens) < 2:
+            raise SwaxError(f"the token stream has {len(self.tokens)} tokens; packing needs "
+                            "at least 2")
+        if seed < 0:
+            raise SwaxError(f"loader seed must be >= 0, got {seed}")
+        self.seq_len = seq_len
+        self.micro_batch = micro_batch
+        self.rank = rank
+        self.world_size = world_size
+        self.seed = seed
+        self.tokenizer = tokenizer if tokenizer is not None else getattr(dataset, "tokenizer",
+                                                                          None)
+        eot = getattr(dataset, "eot_id", None)
+        if eot is None:
+            eot = self.tokenizer.eot_id if self.tokenizer is not None else 0
+        self.pad_id = int(eot)
+        self.synthetic = synthetic if synthetic is not None and synthetic.fraction > 0 else None
+        self.corpus_sequences = math.ceil((len(self.tokens) - 1) / seq_len)
+        self.synthetic_sequences = 0
+        if self.synthetic is not None:
+            if self.tokenizer is None:
+                raise SwaxError("synthetic episodes need a tokenizer: pass tokenizer= to "
+                                "PackedLoader or use a dataset from build_datasets")
+            f = self.synthetic.fraction
+            self.synthetic_sequences = max(1, round(self.corpus_sequences * f / (1 - f)))
+            need = episode_overhead(self.tokenizer, self.synthetic)
+            if need > seq_len + 1:
+                raise SwaxError(f"seq_len {seq_len} is too short for synthetic episodes: they "
+                                f"need about {need} tokens (needles, question, min_distance)")
+        self.consumed = 0
+        self._perms: dict[int, np.ndarray] = {}
+
+    # ---------------------------------------------------------------------------- sizes
+
+    @property
+    def sequences_per_epoch(self) -> int:
+        """Items of an epoch: corpus sequences plus synthetic episodes."""
+        return self.corpus_sequences + self.synthetic_sequences
+
+    @property
+    def tokens_per_epoch(self) -> int:
+        """Target tokens (not counting padding) of an epoch, over all ranks."""
+        return len(self.tokens) - 1 + self.synthetic_sequences * self.seq_len
+
+    @property
+    def global_batch(self) -> int:
+        return self.micro_batch * self.world_size
+
+    @property
+    def batches_per_epoch(self) -> float:
+        """Global batches per epoch (fractional: batches run across epoch boundaries)."""
+        return self.sequences_per_epoch / self.global_batch
+
+    @property
+    def epoch(self) -> int:
+        return self.consumed // self.sequences_per_epoch
+
+    @property
+    def position(self) -> int:
+        """Items of the current epoch already consumed (over all ranks)."""
+        return self.consumed % self.sequences_per_epoch
+
+    # ---------------------------------------------------------------------------- items
+
+    def _perm(self, epoch: int) -> np.ndarray:
+        perm = self._perms.get(epoch)
+        if perm is None:
+            rng = np.random.default_rng([self.seed, epoch, 0])
+            perm = rng.permutation(self.sequences_per_epoch)
+            self._perms = {e: p for e, p in self._perms.items() if e >= epoch - 1}
+            self._perms[epoch] = perm
+        return perm
+
+    def _corpus_row(self, i: int) -> tuple[np.ndarray, np.ndarray]:
+        chunk = self.tokens[i * self.seq_len: i * self.seq_len + self.seq_len + 1]
+        x = np.full(self.seq_len, self.pad_id, dtype=np.int64)
+        y = np.full(self.seq_len, IGNORE_INDEX, dtype=np.int64)
+        n = len(chunk) - 1
+        x[:n] = chunk[:-1]
+        y[:n] = chunk[1:]
+        return x, y
+
+    def episode(self, epoch: int, index: int) -> dict:
+        """Synthetic episode ``index`` of ``epoch`` (seq_len + 1 tokens): a pure function of
+        (seed, epoch, index)."""
+        rng = np.random.default_rng([self.seed, epoch, index, _EPISODE_STREAM])
+        return make_episode(rng, self.tokenizer, self.tokens, self.seq_len + 1, self.synthetic,
+                            split="train")
+
+    def _item(self, g: int) -> tuple[np.ndarray, np.ndarray]:
+        epoch, pos = divmod(g, self.sequences_per_epoch)
+        idx = int(self._perm(epoch)[pos])
+        if idx < self.corpus_sequences:
+            return self._corpus_row(idx)
+        t = np.asarray(self.episode(epoch, idx - self.corpus_sequences)["tokens"], np.int64)
+        return t[:-1], t[1:]
+
+    def item_kinds(self, epoch: int) -> np.ndarray:
+        """Per position of ``epoch``'s order: True where the item is a synthetic episode."""
+        return self._perm(epoch) >= self.corpus_sequences
+
+    @staticmethod
+    def _stack(rows) -> tuple[torch.Tensor, torch.Tensor]:
+        x = torch.from_numpy(np.stack([r[0] for r in rows]))
+        y = torch.from_numpy(np.stack([r[1] for r in rows]))
+        return x, y
+
+    # ---------------------------------------------------------------------------- batches
+
+    def next_batch(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """This rank's rows of the next global micro-batch: (x, y), each (micro_batch, seq_len)."""
+        start = self.consumed + self.rank * self.micro_batch
+        rows = [self._item(start + i) for i in range(self.micro_batch)]
+        self.consumed += self.global_batch
+        return self._stack(rows)
+
+    def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        while True:
+            yield self.next_batch()
+
+    def eval_batches(self, max_batches: int | None = None
+                     ) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        """This rank's rows of the dataset's sequences in order (no shuffle, no episodes).
+
+        Every rank yields the same number of batches of shape (micro_batch, seq_len); rows
+        past the end are padding with all targets -100, so sum the loss over targets != -100
+        (and all-reduce sum and count) rather than averaging per batch.
+        """
+        n = self.corpus_sequences
+        total = math.ceil(n / self.global_batch)
+        if max_batches is not None:
+            total = min(total, max_batches)
+        empty = (np.full(self.seq_len, self.pad_id, np.int64),
+                 np.full(self.seq_len, IGNORE_INDEX, np.int64))
+        for b in range(total):
+            start = b * self.global_batch + self.rank * self.micro_batch
+            rows = [self._corpus_row(i) if i < n else empty
+                    for i in range(start, start + self.micro_batch)]
+            yield self._stack(rows)
+
+    # ---------------------------------------------------------------------------- state
+
+    def state_dict(self) -> dict:
+        """Small JSON-able position of the loader."""
+        return {
+            "seed": self.seed,
+            "epoch": self.epoch,
+            "position": self.position,
+            "consumed": self.consumed,
+            "seq_len": self.seq_len,
+            "sequences_per_epoch": self.sequences_per_epoch,
+            "synthetic_sequences": self.synthetic_sequences,
+            "num_tokens": int(len(self.tokens)),
+        }
+
+    def load_state_dict(self, state: dict) -> None:
+        """Continue where the loader that wrote ``state`` stopped (same data and seq_len)."""
+        for k in ("seq_len", "sequences_per_epoch", "num_tokens"):
+            now = {"seq_len": self.seq_len, "sequences_per_epoch": self.sequences_per_epoch,
+                   "num_tokens": len(self.tokens)}[k]
+            if k in state and int(state[k]) != now:
+                raise SwaxError(f"data loader state does not match the data: saved {k}="
+                                f"{state[k]}, now {now}")
+        self.seed = int(state["seed"])
+        self._perms = {}
+        self.consumed = int(state["epoch"]) * self.sequences_per_epoch + int(state["position"])
