@@ -11,7 +11,6 @@ status 2; set SWAX_DEBUG=1 for a traceback.
 from __future__ import annotations
 
 import argparse
-import codecs
 import os
 import sys
 import time
@@ -79,10 +78,34 @@ def _load_model(args):
     return model, True
 
 
-def _tokenizer_for(model):
-    from .data import ByteTokenizer
+def _tokenizer_for(args):
+    """The tokenizer saved next to --model (byte-level when there is none or for presets)."""
+    from .data import ByteTokenizer, load_model_tokenizer
 
-    return ByteTokenizer()
+    return load_model_tokenizer(args.model) if args.model else ByteTokenizer()
+
+
+class _Streamer:
+    """Prints generated text as it comes, for any tokenizer (decodes the ids so far and prints
+    what is new, holding back an incomplete UTF-8 character)."""
+
+    def __init__(self, tok, enabled: bool):
+        self.tok, self.enabled, self.ids, self.printed = tok, enabled, [], 0
+
+    def __call__(self, t) -> None:
+        if not self.enabled:
+            return
+        self.ids.append(int(t[0]))
+        text = self.tok.decode(self.ids)
+        if text.endswith("\ufffd"):
+            return
+        sys.stdout.write(text[self.printed:])
+        sys.stdout.flush()
+        self.printed = len(text)
+
+    def finish(self) -> None:
+        text = self.tok.decode(self.ids)
+        sys.stdout.write(text[self.printed:] + "\n")
 
 
 def _fmt_bytes(n: float) -> str:
@@ -138,17 +161,11 @@ def cmd_generate(args) -> int:
     if random_init:
         print(f"note: --preset {args.preset} has random weights (no --model given); "
               f"the text will be noise", file=sys.stderr)
-    tok = _tokenizer_for(model)
+    tok = _tokenizer_for(args)
     ids = torch.tensor([tok.encode(prompt)], dtype=torch.long)
     window = model.config.window if args.window == "default" else args.window
-
-    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
     stream = args.stream and not args.stop
-
-    def on_token(t):
-        if stream and int(t[0]) < 256:
-            sys.stdout.write(decoder.decode(bytes([int(t[0])])))
-            sys.stdout.flush()
+    on_token = _Streamer(tok, stream)
 
     t0 = time.perf_counter()
     marks = {}
@@ -166,7 +183,7 @@ def cmd_generate(args) -> int:
     new = out[0, ids.shape[1]:].tolist()
     text = truncate_at_stop(tok.decode(new), args.stop or ())
     if stream:
-        sys.stdout.write(decoder.decode(b"", final=True) + "\n")
+        on_token.finish()
     else:
         print(text)
     pre = marks.get("prefill", elapsed)
@@ -176,34 +193,80 @@ def cmd_generate(args) -> int:
     return 0
 
 
+def _split_train_args(items: list[str]) -> tuple[str | None, list[str]]:
+    config, overrides = None, []
+    for item in items:
+        if "=" in item:
+            overrides.append(item)
+        elif config is None:
+            config = item
+        else:
+            raise SwaxError(f"unexpected argument {item!r}: give one config file, then "
+                            f"key=value overrides")
+    return config, overrides
+
+
+def cmd_train(args) -> int:
+    from .train import load_train_config, train
+
+    config, overrides = _split_train_args(args.args)
+    cfg = load_train_config(config, overrides)
+    summary = train(cfg)
+    if int(os.environ.get("RANK", "0")) == 0:
+        print(f"validation loss: {summary.get('initial_val_loss', float('nan')):.4f} (untrained) "
+              f"-> {summary['final_val_loss']:.4f} (trained)")
+        print(f"throughput: {summary['tok_s']:,.0f} tokens/s | model: {summary['model_dir']}")
+    return 0
+
+
+def cmd_plot_run(args) -> int:
+    from .train.plot import plot_run
+
+    print(plot_run(args.run, args.out))
+    return 0
+
+
 def cmd_demo(args) -> int:
-    """Build the tiny SWAX model, prefill a long prompt in constant memory, generate."""
+    """Train the tiny SWAX model on the embedded corpus (or reuse a finished demo run), show the
+    loss it reached, generate a sample, and show that its decode state does not grow."""
+    import json
+    from pathlib import Path
+
     import torch
 
-    from . import SwaxConfig, SwaxLM
-    from .data import ByteTokenizer
+    from . import SwaxLM
+    from .data import load_model_tokenizer
+    from .data.sources import kjv_documents
     from .generate import generate, prefill
+    from .train import load_train_config, train
+    from .train.checkpoint import latest_checkpoint
 
-    torch.manual_seed(0)
-    torch.set_num_threads(max(1, os.cpu_count() or 1))
-    cfg = SwaxConfig.preset("tiny")
-    model = SwaxLM(cfg).eval()
-    tok = ByteTokenizer()
-    print(f"swax demo: tiny SWAX model, pattern {cfg.layer_types}, "
-          f"{model.num_parameters():,} parameters, window {cfg.window}")
-    print("note: the weights are randomly initialised (training lands with `swax train`), "
-          "so the generated text is noise; the demo shows the constant-memory state.")
-    text = "In the beginning God created the heaven and the earth. "
+    run_dir = Path(args.run_dir)
+    overrides = [f"run_dir={run_dir}", *args.overrides]
+    summary_file = run_dir / "summary.json"
+    if summary_file.is_file() and (run_dir / "model").is_dir():
+        summary = json.loads(summary_file.read_text())
+        print(f"swax demo: reusing the finished run in {run_dir} (delete it to train again)")
+    else:
+        resume = latest_checkpoint(run_dir) is not None
+        print(f"swax demo: training the tiny SWAX model on the King James Bible "
+              f"({'resuming' if resume else 'a few minutes on a CPU'}) into {run_dir}")
+        summary = train(load_train_config(None, overrides + (["resume=true"] if resume else [])))
+    print(f"\nvalidation loss (nats/byte): untrained {summary['initial_val_loss']:.3f} -> "
+          f"trained {summary['final_val_loss']:.3f}")
+    model = SwaxLM.from_pretrained(run_dir / "model")
+    tok = load_model_tokenizer(run_dir / "model")
+    prompt = "And God said unto Moses,"
+    ids = torch.tensor([tok.encode(prompt)])
+    out = generate(model, ids, max_new_tokens=200, temperature=0.7, top_k=40, seed=0)
+    print(f"\nsample (temperature 0.7, window {model.config.window}):\n{prompt}"
+          f"{tok.decode(out[0, ids.shape[1]:].tolist())}\n")
+    text = "\n".join(kjv_documents()[-40:])  # Revelation and its neighbours: ~100k bytes
+    ctx_ids = tok.encode(text)
     for n in (1024, args.context):
-        ids = torch.tensor([(tok.encode(text) * (n // len(text) + 1))[:n]])
-        t0 = time.perf_counter()
-        _, state = prefill(model, ids, chunk_size=2048)
-        dt = time.perf_counter() - t0
-        print(f"  prefill {n:>7,} tokens: {dt:6.2f}s ({n / dt:,.0f} tok/s), "
-              f"decode state {_fmt_bytes(state.nbytes())}")
-    prompt = torch.tensor([tok.encode(text)])
-    out = generate(model, prompt, max_new_tokens=48, temperature=0.8, top_k=40, seed=0)
-    print("  sample:", repr(tok.decode(out[0, prompt.shape[1]:].tolist())))
+        ctx = torch.tensor([(ctx_ids * (n // len(ctx_ids) + 1))[:n]])
+        _, state = prefill(model, ctx, chunk_size=2048)
+        print(f"decode state after {n:>6,} tokens of context: {_fmt_bytes(state.nbytes())}")
     return 0
 
 
@@ -253,9 +316,24 @@ def build_parser() -> argparse.ArgumentParser:
                     help="print the text at the end instead of token by token")
     sp.set_defaults(fn=cmd_generate)
 
-    sp = sub.add_parser("demo", help="the default job: tiny model, long prefill, generation")
+    sp = sub.add_parser("train", help="train a model (default: the tiny preset on the KJV)",
+                        description="swax train [CONFIG.yaml] [key=value ...]; e.g. "
+                        "swax train configs/tiny.yaml optim.lr=3e-4 window.p_short=0.75")
+    sp.add_argument("args", nargs="*", metavar="CONFIG | key=value",
+                    help="an optional YAML config, then overrides of its keys")
+    sp.set_defaults(fn=cmd_train)
+
+    sp = sub.add_parser("plot-run", help="draw a run's loss curves to a PNG")
+    sp.add_argument("run", metavar="RUN", help="the run folder (holding metrics.jsonl)")
+    sp.add_argument("--out", default=None, help="PNG path (default: RUN/loss.png)")
+    sp.set_defaults(fn=cmd_plot_run)
+
+    sp = sub.add_parser("demo", help="the default job: train the tiny model, then generate")
+    sp.add_argument("--run-dir", default="runs/demo")
     sp.add_argument("--context", type=_positive_int, default=32768,
-                    help="long prompt length for the constant-memory demonstration")
+                    help="long context for the constant-memory demonstration")
+    sp.add_argument("overrides", nargs="*", metavar="key=value",
+                    help="training overrides, e.g. steps=100")
     sp.set_defaults(fn=cmd_demo)
     return p
 

@@ -16,6 +16,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.utils.checkpoint import checkpoint
 
 from .config import SwaxConfig
 from .errors import CheckpointError, ConfigError
@@ -121,6 +122,7 @@ class SwaxLM(nn.Module):
         self.embed = nn.Embedding(config.vocab_size, config.d_model)
         self.blocks = nn.ModuleList(Block(config, k) for k in config.layer_types)
         self.norm = RMSNorm(config.d_model, config.norm_eps)
+        self.gradient_checkpointing = False  # recompute blocks in backward (training only)
         self.head = None
         if not config.tie_embeddings:
             self.head = nn.Linear(config.d_model, config.vocab_size, bias=False)
@@ -161,7 +163,8 @@ class SwaxLM(nn.Module):
         """Logits (B, T, vocab) for token ids (B, T) [and the state after the last token].
 
         Args:
-            window: attention window of the S layers (default ``config.window``; None = full).
+            window: attention window of the S layers (default ``config.window``; None = full),
+                or a tuple with one window per layer (entries of non-S layers are ignored).
             state: a :class:`SwaxState` from an earlier call to continue from.
             return_state: also return the new state.
             logits_to_keep: compute logits only for the last n positions (prefill uses 1,
@@ -180,8 +183,13 @@ class SwaxLM(nn.Module):
                 )
         x = self.embed(input_ids)
         new_layers = []
+        ckpt = self.gradient_checkpointing and self.training and torch.is_grad_enabled()
         for i, block in enumerate(self.blocks):
-            x, s = block(x, window, None if state is None else state.layers[i], return_state)
+            w = window[i] if isinstance(window, tuple) else window
+            if ckpt and state is None and not return_state:
+                x, s = checkpoint(block, x, w, None, False, use_reentrant=False)
+            else:
+                x, s = block(x, w, None if state is None else state.layers[i], return_state)
             new_layers.append(s)
         if logits_to_keep is not None:
             x = x[:, -logits_to_keep:]
@@ -206,6 +214,13 @@ class SwaxLM(nn.Module):
             return self.config.window
         if window is None:
             return None
+        if isinstance(window, (tuple, list)):
+            if len(window) != self.config.n_layers:
+                raise ValueError(
+                    f"a per-layer window needs one entry per layer ({self.config.n_layers}), "
+                    f"got {len(window)}"
+                )
+            return tuple(None if w is None else self._check_window(w) for w in window)
         if isinstance(window, bool) or not isinstance(window, int):
             raise ValueError(f"window must be a positive integer or None, got {window!r}")
         if window < 1:
@@ -225,6 +240,8 @@ class SwaxLM(nn.Module):
             raise ValueError(f"input_ids must be integer token ids, got dtype {input_ids.dtype}")
         if input_ids.shape[1] == 0:
             raise ValueError("input_ids is empty (time dimension 0)")
+        if torch.compiler.is_compiling():  # a data-dependent check would break the graph
+            return input_ids.long()
         lo, hi = int(input_ids.min()), int(input_ids.max())
         if lo < 0 or hi >= self.config.vocab_size:
             bad = lo if lo < 0 else hi
@@ -270,9 +287,10 @@ class SwaxLM(nn.Module):
         dqk = cfg.d_model * cfg.qk_dim_factor / rh
         dv = cfg.d_model * cfg.v_dim_factor / rh
         L = min(cfg.chunk_size, T)
-        for kind in cfg.layer_types:
+        for i, kind in enumerate(cfg.layer_types):
             if kind in ("S", "A"):
-                W = T if (kind == "A" or window is None) else min(window, T)
+                w = window[i] if isinstance(window, tuple) else window
+                W = T if (kind == "A" or w is None) else min(w, T)
                 avg_keys = (W * (W + 1) / 2 + (T - W) * W) / T
                 flops += 4.0 * cfg.n_heads * cfg.attn_head_dim * avg_keys
             else:

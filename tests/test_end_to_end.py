@@ -24,15 +24,6 @@ def test_prefill_131k_tokens_without_quadratic_tensors():
     assert rss < 4.0
 
 
-def test_demo_runs():
-    r = run(["-m", "swax", "demo", "--context", "8192"])
-    assert r.returncode == 0, r.stderr
-    lines = [ln for ln in r.stdout.splitlines() if "decode state" in ln]
-    assert len(lines) == 2
-    # constant-memory state: the same size after 1k and after 8k tokens
-    assert lines[0].split("decode state")[1] == lines[1].split("decode state")[1]
-
-
 def test_ops_benchmark_smoke(tmp_path):
     out = tmp_path / "ops.csv"
     r = run(["benchmarks/ops.py", "--T", "256", "--repeat", "1", "--csv", str(out)])
@@ -51,3 +42,24 @@ def test_generate_long_prompt_file(tmp_path):
              "--prefill-chunk", "1000", "--stop", "zzz", "--dtype", "bfloat16"])
     assert r.returncode == 0, r.stderr
     assert f"{len(text.encode())} prompt tokens" in r.stderr
+
+
+def test_train_then_generate_from_the_trained_model(tmp_path):
+    run_dir = tmp_path / "demo"
+    r = run(["-m", "swax", "demo", "--run-dir", str(run_dir), "--context", "4096", "steps=60",
+             "log.val_every=0"])
+    assert r.returncode == 0, r.stderr[-3000:]
+    line = next(ln for ln in r.stdout.splitlines() if ln.startswith("validation loss"))
+    untrained = float(line.split("untrained")[1].split("->")[0])
+    trained = float(line.split("trained")[-1])
+    assert trained < untrained - 1.0, line
+    assert "sample (temperature" in r.stdout
+    # a second demo reuses the finished run instead of overwriting it
+    before = (run_dir / "model" / "model.safetensors").read_bytes()
+    r2 = run(["-m", "swax", "demo", "--run-dir", str(run_dir), "--context", "2048"])
+    assert r2.returncode == 0 and "reusing the finished run" in r2.stdout
+    assert (run_dir / "model" / "model.safetensors").read_bytes() == before
+    g = run(["-m", "swax", "generate", "--model", str(run_dir / "model"), "--prompt",
+             "And the LORD", "--max-new-tokens", "40", "--no-stream"])
+    assert g.returncode == 0, g.stderr
+    assert "40 new tokens" in g.stderr or "new tokens" in g.stderr

@@ -134,6 +134,12 @@ def build_datasets(cfg: DataConfig, tokenizer, seq_len: int,
             how = f"{len(val_docs)} documents held out by hash"
         else:  # too few documents for a document-level split: hold out the stream's tail
             everything = tokenize_documents(docs, tokenizer)
+            if len(everything) < 2 * need:
+                raise SwaxError(
+                    f"{cfg.source} has {len(everything)} tokens in all, too few for training and "
+                    f"validation sequences of seq_len={need - 1} (+1 target) tokens each; use a "
+                    f"shorter seq_len, more data, or data.val_source"
+                )
             n_val = max(math.ceil(cfg.val_fraction * len(everything)), need)
             n_val = min(n_val, len(everything))
             train_tokens, val_tokens = everything[:-n_val], everything[-n_val:]

@@ -165,6 +165,23 @@ def _band_mask(bq: int, window: int, device: torch.device) -> torch.Tensor:
     return (c >= r) & (c <= r + window - 1)
 
 
+def _key_windows(x: torch.Tensor, W: int, bq: int, nb: int, off: int, pad_right: int):
+    """(B, H, nb, bq + W - 1, D): for query block j, the keys it can see, oldest first.
+
+    In padded coordinates absolute key a sits at a + W - 1 (zeros on the left) and block j's
+    window starts at j·bq + off. The windows are assembled from whole bq-blocks shifted against
+    each other (a concatenation, no as_strided/unfold, whose backward is slow and miscompiles
+    under torch.compile on the CPU).
+    """
+    B, H, _, D = x.shape
+    n_prev = -(-(W - 1) // bq)  # blocks needed before the query block
+    extra = n_prev * bq - (W - 1)  # further zeros so that the stream starts on a block
+    xp = F.pad(x, (0, 0, W - 1 + extra, pad_right))[:, :, off:]
+    blocks = xp.reshape(B, H, n_prev + nb, bq, D)
+    parts = [blocks[:, :, i:i + nb] for i in range(n_prev + 1)]
+    return torch.cat(parts, dim=3)[:, :, :, extra:]
+
+
 def _blockwise(q, k, v, window, scale):
     B, Hq, Tq, D = q.shape
     Hkv, Tk, Dv = k.shape[1], k.shape[2], v.shape[-1]
@@ -176,15 +193,13 @@ def _blockwise(q, k, v, window, scale):
     bq = _block_size(W, Tq)
     nb = math.ceil(Tq / bq)
     L = bq + W - 1
-    # padded key coordinates: absolute key a sits at a + W - 1; block j starts at j*bq + off.
     pad_right = nb * bq - Tq
-    kp = F.pad(k.float(), (0, 0, W - 1, pad_right))[:, :, off:]
-    vp = F.pad(v.float(), (0, 0, W - 1, pad_right))[:, :, off:]
-    k_win = kp.unfold(2, L, bq)  # (B, Hkv, nb, D, L)
-    v_win = vp.unfold(2, L, bq).transpose(-1, -2)  # (B, Hkv, nb, L, Dv)
+    k_win = _key_windows(k.float(), W, bq, nb, off, pad_right)  # (B, Hkv, nb, L, D)
+    v_win = _key_windows(v.float(), W, bq, nb, off, pad_right)  # (B, Hkv, nb, L, Dv)
     qb = F.pad(q.float() * scale, (0, 0, 0, pad_right)).view(B, Hkv, G, nb, bq, D)
-    s = qb @ k_win[:, :, None]  # (B, Hkv, G, nb, bq, L)
-    mask = _band_mask(bq, W, q.device)
+    s = qb @ k_win[:, :, None].transpose(-1, -2)  # (B, Hkv, G, nb, bq, L)
+    band = _band_mask.__wrapped__ if torch.compiler.is_compiling() else _band_mask
+    mask = band(bq, W, q.device)
     if off < W - 1:  # the first blocks reach left of key 0: mask the zero padding
         start = torch.arange(nb, device=q.device)[:, None] * bq + off
         valid = (start + torch.arange(L, device=q.device)[None, :]) >= W - 1  # (nb, L)
@@ -254,6 +269,12 @@ def _flex_block_mask(tq: int, tk: int, window: int | None, device: str):
 
 
 def _flex(q, k, v, window, scale):
+    # nothing to mask beyond causality, or a single query: the fused SDPA kernels do it without
+    # compiling a block mask per (Tq, Tk) (decode would otherwise recompile every token)
+    if window is None or window >= k.shape[2]:
+        return _causal_sdpa(q, k, v, scale)
+    if q.shape[2] == 1:
+        return _causal_sdpa(q, k[:, :, -window:], v[:, :, -window:], scale)
     mask = _flex_block_mask(q.shape[2], k.shape[2], window, str(q.device))
     return _compiled_flex()(
         q, k, v, block_mask=mask, scale=scale, enable_gqa=q.shape[1] != k.shape[1]

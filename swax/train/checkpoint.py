@@ -1,0 +1,153 @@
+"""Resumable training checkpoints, written atomically, in safetensors + JSON (never pickle).
+
+Layout of ``run_dir/checkpoints/step_000100/``:
+
+- ``model.safetensors``: the full (unsharded) model state dict;
+- ``optimizer.safetensors`` + ``optimizer.json``: AdamW moments keyed by parameter name, and
+  the param groups;
+- ``trainer.json``: step, data-loader position, RNG state, elapsed time, metrics, config
+  (written last: a directory without it is incomplete and ignored).
+
+A checkpoint is written to ``step_000100.tmp/`` and renamed when complete, so a run killed
+mid-write leaves the previous checkpoint intact. The last ``keep`` checkpoints are kept.
+Works for plain, DDP and FSDP2 models through ``torch.distributed.checkpoint.state_dict``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+from ..errors import CheckpointError
+
+STEP_RE = re.compile(r"^step_(\d+)$")
+
+
+def checkpoint_dir(run_dir: str | Path) -> Path:
+    return Path(run_dir) / "checkpoints"
+
+
+def list_checkpoints(run_dir: str | Path) -> list[Path]:
+    """Complete checkpoints of a run, oldest first."""
+    root = checkpoint_dir(run_dir)
+    if not root.is_dir():
+        return []
+    found = []
+    for p in root.iterdir():
+        m = STEP_RE.match(p.name)
+        if m and p.is_dir() and (p / "trainer.json").is_file():
+            found.append((int(m.group(1)), p))
+    return [p for _, p in sorted(found)]
+
+
+def latest_checkpoint(run_dir: str | Path) -> Path | None:
+    ckpts = list_checkpoints(run_dir)
+    return ckpts[-1] if ckpts else None
+
+
+def _options(**kw):
+    from torch.distributed.checkpoint.state_dict import StateDictOptions
+
+    return StateDictOptions(full_state_dict=True, cpu_offload=True, **kw)
+
+
+def _write_files(tmp: Path, model_sd: dict, optim_sd: dict, trainer_state: dict) -> None:
+    from safetensors.torch import save_file
+
+    save_file({k: v.contiguous() for k, v in model_sd.items()}, str(tmp / "model.safetensors"))
+    tensors, scalars = {}, {}
+    for fqn, st in optim_sd.get("state", {}).items():
+        for name, value in st.items():
+            if isinstance(value, torch.Tensor):
+                tensors[f"{fqn}::{name}"] = value.detach().contiguous().cpu()
+            else:
+                scalars[f"{fqn}::{name}"] = value
+    save_file(tensors, str(tmp / "optimizer.safetensors"))
+    groups = [{k: (list(v) if isinstance(v, tuple) else v) for k, v in g.items()}
+              for g in optim_sd.get("param_groups", [])]
+    (tmp / "optimizer.json").write_text(json.dumps({"param_groups": groups, "scalars": scalars}))
+    (tmp / "trainer.json").write_text(json.dumps(trainer_state, indent=1))
+
+
+def save_checkpoint(run_dir: str | Path, step: int, model, optimizer, trainer_state: dict,
+                    keep: int = 2, is_main: bool = True) -> Path | None:
+    """Write checkpoint ``step`` (collective under torch.distributed: every rank calls it)."""
+    from torch.distributed.checkpoint.state_dict import get_state_dict
+
+    model_sd, optim_sd = get_state_dict(model, optimizer, options=_options())
+    final = checkpoint_dir(run_dir) / f"step_{step:06d}"
+    if is_main:
+        tmp = final.with_name(final.name + ".tmp")
+        if tmp.exists():
+            shutil.rmtree(tmp)
+        tmp.mkdir(parents=True)
+        rng = {"torch": torch.get_rng_state()}
+        if torch.cuda.is_available():
+            rng["cuda"] = torch.cuda.get_rng_state()
+        _write_files(tmp, {**model_sd, **{f"__rng__.{k}": v for k, v in rng.items()}}, optim_sd,
+                     {**trainer_state, "step": step})
+        if final.exists():  # re-saving a step (e.g. after a resume): swap, then delete the old
+            old = final.with_name(final.name + ".old")
+            os.replace(final, old)
+            os.replace(tmp, final)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.replace(tmp, final)
+        for stale in list_checkpoints(run_dir)[:-keep]:
+            shutil.rmtree(stale, ignore_errors=True)
+    if dist.is_initialized():
+        dist.barrier()
+    return final if is_main else None
+
+
+def read_trainer_state(path: str | Path) -> dict:
+    try:
+        return json.loads((Path(path) / "trainer.json").read_text())
+    except (OSError, json.JSONDecodeError) as e:
+        raise CheckpointError(f"checkpoint {path} is unreadable: {e}") from None
+
+
+def load_checkpoint(path: str | Path, model, optimizer) -> dict:
+    """Restore model, optimizer and RNG from ``path``; return the trainer state."""
+    from safetensors import SafetensorError
+    from safetensors.torch import load_file
+    from torch.distributed.checkpoint.state_dict import set_state_dict
+
+    path = Path(path)
+    state = read_trainer_state(path)
+    try:
+        model_sd = load_file(str(path / "model.safetensors"))
+        optim_t = load_file(str(path / "optimizer.safetensors"))
+        optim_meta = json.loads((path / "optimizer.json").read_text())
+    except (SafetensorError, OSError, json.JSONDecodeError) as e:
+        raise CheckpointError(f"checkpoint {path} is corrupt: {e}") from None
+    rng = {k.split(".", 1)[1]: model_sd.pop(k) for k in list(model_sd) if k.startswith("__rng__.")}
+    optim_state: dict[str, dict] = {}
+    for key, value in optim_t.items():
+        fqn, name = key.split("::", 1)
+        optim_state.setdefault(fqn, {})[name] = value
+    for key, value in optim_meta.get("scalars", {}).items():
+        fqn, name = key.split("::", 1)
+        optim_state.setdefault(fqn, {})[name] = value
+    groups = optim_meta["param_groups"]
+    for g in groups:
+        if "betas" in g:
+            g["betas"] = tuple(g["betas"])
+    try:
+        set_state_dict(model, optimizer, model_state_dict=model_sd,
+                       optim_state_dict={"state": optim_state, "param_groups": groups},
+                       options=_options())
+    except (RuntimeError, KeyError, ValueError) as e:
+        raise CheckpointError(f"checkpoint {path} does not match this model/optimizer: "
+                              f"{str(e).splitlines()[0]}") from None
+    if "torch" in rng:
+        torch.set_rng_state(rng["torch"])
+    if "cuda" in rng and torch.cuda.is_available():
+        torch.cuda.set_rng_state(rng["cuda"])
+    return state

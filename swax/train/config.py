@@ -1,0 +1,300 @@
+"""TrainConfig: the dataclass tree of a training run, loaded from YAML with key=value overrides.
+
+    swax train configs/tiny.yaml optim.lr=3e-4 window.p_short=0.75
+
+Top-level keys kept stable for scripts: run_dir, steps, seq_len, batch_size, seed, resume,
+window.kind, window.short, window.long, window.p_short, window.anneal_frac, checkpoint.every.
+Unknown keys and wrong types are errors naming the dotted key; the resolved config is written
+to ``run_dir/config.yaml``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+
+from ..config import SwaxConfig
+from ..configutil import from_dict, to_dict
+from ..data import DataConfig
+from ..errors import ConfigError
+
+
+@dataclass
+class WindowConfig:
+    """The attention window used at each training step."""
+
+    kind: Literal["fixed", "stochastic"] = "stochastic"
+    """fixed: every step uses `fixed` (default `long`); stochastic: `short` with probability
+    p_short, else `long`, drawn once per optimizer step, and `long` for the final anneal_frac."""
+    short: int = 32
+    """Short window of the stochastic schedule (the paper: 128)."""
+    long: int = 128
+    """Long window of the stochastic schedule, the anneal phase and evaluation (paper: 2048)."""
+    p_short: float = 0.5
+    """Probability of the short window per step (paper: 0.5 at 1.4B, 0.75 at 7B)."""
+    anneal_frac: float = 0.1
+    """Final fraction of steps trained with the long window only (paper: 0.1)."""
+    fixed: int | None = None
+    """Window of kind=fixed; None = `long`."""
+    per_layer: bool = False
+    """Each sliding-window layer draws its own window (default: one draw for the whole model)."""
+
+
+@dataclass
+class OptimConfig:
+    """AdamW with decay/no-decay groups, warmup, and cosine or warmup-stable-decay schedules."""
+
+    lr: float = 3e-3
+    """Peak learning rate."""
+    min_lr_ratio: float = 0.1
+    """Final learning rate as a fraction of lr."""
+    schedule: Literal["cosine", "wsd", "constant"] = "cosine"
+    """cosine: warmup then cosine to min_lr; wsd: warmup, constant, linear decay over the last
+    decay_frac of steps; constant: warmup then constant."""
+    warmup_steps: int = 50
+    """Linear warmup steps from 0."""
+    decay_frac: float = 0.2
+    """wsd: fraction of steps spent decaying."""
+    weight_decay: float = 0.1
+    """AdamW weight decay of matrices (embeddings, norms, biases and gates' biases: none)."""
+    beta1: float = 0.9
+    """AdamW beta1."""
+    beta2: float = 0.95
+    """AdamW beta2."""
+    eps: float = 1e-8
+    """AdamW epsilon."""
+    grad_clip: float = 1.0
+    """Clip the global gradient norm to this (0 = off)."""
+    grad_accum: int = 1
+    """Micro-batches per optimizer step (per rank)."""
+
+
+@dataclass
+class CheckpointConfig:
+    """Resumable checkpoints under run_dir/checkpoints/."""
+
+    every: int = 100
+    """Save every N steps (0 = only at the end)."""
+    keep: int = 2
+    """Keep the last K checkpoints."""
+
+
+@dataclass
+class LogConfig:
+    """Progress output and metrics."""
+
+    every: int = 10
+    """Write a metrics.jsonl line (and a log line when not on a terminal) every N steps."""
+    val_every: int = 100
+    """Validation loss every N steps (and at the start and the end); 0 = only start and end."""
+    val_batches: int = 16
+    """Batches (of batch_size sequences) of the validation stream per evaluation."""
+    tensorboard: bool = True
+    """Also write TensorBoard events when the tensorboard package is installed."""
+    progress: bool = True
+    """A progress bar on a terminal (plain log lines otherwise)."""
+
+
+@dataclass
+class DistConfig:
+    """Distributed training (launched with torchrun; ignored in a single process)."""
+
+    strategy: Literal["ddp", "fsdp"] = "ddp"
+    """ddp: replicated model; fsdp: FSDP2 fully_shard per block."""
+    backend: Literal["auto", "gloo", "nccl"] = "auto"
+    """Process-group backend; auto = nccl on CUDA, gloo on CPU."""
+
+
+@dataclass
+class TrainConfig:
+    """A training run."""
+
+    run_dir: str = "runs/tiny"
+    """Folder of the run: config.yaml, metrics.jsonl, checkpoints/, model/."""
+    steps: int = 400
+    """Optimizer steps."""
+    seq_len: int = 512
+    """Training sequence length in tokens."""
+    batch_size: int = 16
+    """Global batch in sequences per optimizer step (over all ranks and micro-batches)."""
+    seed: int = 0
+    """Seed of initialisation, data order and window draws."""
+    resume: bool = False
+    """Continue from the last checkpoint in run_dir (an error if there is none)."""
+    model: dict[str, Any] = field(default_factory=lambda: {"preset": "tiny", "layer_pattern": "SX"})
+    """The model: `preset` plus any SwaxConfig field to override."""
+    data: DataConfig = field(default_factory=DataConfig)
+    """Training data."""
+    window: WindowConfig = field(default_factory=WindowConfig)
+    """Window schedule."""
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    """Optimiser and learning-rate schedule."""
+    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+    """Checkpoints."""
+    log: LogConfig = field(default_factory=LogConfig)
+    """Logging."""
+    dist: DistConfig = field(default_factory=DistConfig)
+    """Distributed settings."""
+    device: str = "auto"
+    """auto (cuda when available), cpu or cuda."""
+    dtype: Literal["auto", "float32", "bfloat16"] = "auto"
+    """Autocast dtype: auto = bfloat16 on CUDA, float32 on CPU."""
+    compile: bool = False
+    """torch.compile the model."""
+    activation_checkpointing: bool = False
+    """Recompute each block in the backward pass to save memory."""
+    threads: int = 0
+    """CPU threads for torch (0 = torch's default)."""
+    overwrite: bool = False
+    """Allow starting a fresh run in a run_dir that already holds checkpoints (deletes them)."""
+
+    def __post_init__(self) -> None:
+        self.validate()
+
+    def model_config(self) -> SwaxConfig:
+        """The SwaxConfig of the run (preset + overrides); its window is the long window."""
+        spec = dict(self.model)
+        preset = spec.pop("preset", "tiny")
+        try:
+            cfg = SwaxConfig.preset(preset, **spec)
+        except ConfigError as e:
+            raise ConfigError(f"model: {e}") from None
+        return cfg.replace(window=self.window.long) if cfg.window != self.window.long else cfg
+
+    def validate(self) -> None:
+        def positive(name, v):
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise ConfigError(f"{name} must be a positive integer, got {v!r}")
+
+        for name in ("steps", "seq_len", "batch_size"):
+            positive(name, getattr(self, name))
+        w = self.window
+        for name in ("short", "long"):
+            positive(f"window.{name}", getattr(w, name))
+        if w.fixed is not None:
+            positive("window.fixed", w.fixed)
+        for name, v in (("window.short", w.short), ("window.long", w.long),
+                        ("window.fixed", w.fixed)):
+            if v is not None and v > self.seq_len:
+                raise ConfigError(
+                    f"{name}={v} is larger than seq_len={self.seq_len}; a window can be at most "
+                    f"the training sequence length"
+                )
+        if w.kind == "stochastic" and w.short > w.long:
+            raise ConfigError(f"window.short={w.short} must not exceed window.long={w.long}")
+        if not 0.0 <= w.p_short <= 1.0:
+            raise ConfigError(f"window.p_short must be in [0, 1], got {w.p_short}")
+        if not 0.0 <= w.anneal_frac <= 1.0:
+            raise ConfigError(f"window.anneal_frac must be in [0, 1], got {w.anneal_frac}")
+        o = self.optim
+        if o.lr <= 0:
+            raise ConfigError(f"optim.lr must be > 0, got {o.lr}")
+        positive("optim.grad_accum", o.grad_accum)
+        if o.warmup_steps < 0:
+            raise ConfigError(f"optim.warmup_steps must be >= 0, got {o.warmup_steps}")
+        if self.checkpoint.every < 0 or self.checkpoint.keep < 1:
+            raise ConfigError(
+                f"checkpoint.every must be >= 0 and checkpoint.keep >= 1, got "
+                f"{self.checkpoint.every} and {self.checkpoint.keep}"
+            )
+        positive("log.every", self.log.every)
+        if self.device not in ("auto", "cpu", "cuda") and not self.device.startswith("cuda:"):
+            raise ConfigError(f"device must be auto, cpu or cuda, got {self.device!r}")
+        if not isinstance(self.model, dict):
+            raise ConfigError(f"model must be a mapping (preset + overrides), got {self.model!r}")
+        self.model_config()  # validates the model section
+
+    def micro_batch(self, world_size: int) -> int:
+        """Sequences per rank per micro-batch; the global batch must divide evenly."""
+        denom = world_size * self.optim.grad_accum
+        if self.batch_size % denom:
+            raise ConfigError(
+                f"batch_size={self.batch_size} is not divisible by world_size × grad_accum = "
+                f"{world_size} × {self.optim.grad_accum}"
+            )
+        return self.batch_size // denom
+
+    def to_dict(self) -> dict:
+        return to_dict(self)
+
+    def replace(self, **changes) -> TrainConfig:
+        return dataclasses.replace(self, **changes)
+
+
+# ------------------------------------------------------------------------------ loading
+
+
+def parse_override(text: str) -> tuple[list[str], Any]:
+    """``a.b=value`` -> (["a", "b"], parsed value). Values are read as YAML scalars, with
+    numbers such as 3e-4 accepted as floats."""
+    if "=" not in text:
+        raise ConfigError(f"override {text!r} must look like key=value (e.g. optim.lr=3e-4)")
+    key, raw = text.split("=", 1)
+    key = key.strip()
+    if not key or any(not part for part in key.split(".")):
+        raise ConfigError(f"override {text!r} has an empty key")
+    try:
+        value = yaml.safe_load(raw) if raw.strip() else ""
+    except yaml.YAMLError:
+        value = raw
+    if isinstance(value, str):
+        try:
+            f = float(value)
+            value = int(f) if f.is_integer() and "." not in value and "e" not in value.lower() \
+                else f
+        except ValueError:
+            pass
+    return key.split("."), value
+
+
+def _set(tree: dict, path: list[str], value: Any) -> None:
+    node = tree
+    for part in path[:-1]:
+        nxt = node.get(part)
+        if nxt is None:
+            nxt = node[part] = {}
+        if not isinstance(nxt, dict):
+            raise ConfigError(f"cannot set {'.'.join(path)}: {part} is not a section")
+        node = nxt
+    node[path[-1]] = value
+
+
+def load_train_config(path: str | Path | None = None,
+                      overrides: list[str] | tuple[str, ...] = ()) -> TrainConfig:
+    """A TrainConfig from a YAML file (None: the defaults = the tiny run) and key=value
+    overrides. Errors name the file or the dotted key."""
+    data: dict = {}
+    if path is not None:
+        p = Path(path)
+        if not p.is_file():
+            raise ConfigError(f"config file {p} does not exist")
+        try:
+            data = yaml.safe_load(p.read_text()) or {}
+        except yaml.YAMLError as e:
+            raise ConfigError(
+                f"config file {p} is not valid YAML: {str(e).splitlines()[0]}") from None
+        if not isinstance(data, dict):
+            raise ConfigError(f"config file {p} must hold a mapping of keys")
+    for text in overrides:
+        keys, value = parse_override(text)
+        _set(data, keys, value)
+    cfg = from_dict(TrainConfig, data)
+    return cfg
+
+
+def save_train_config(cfg: TrainConfig, path: str | Path) -> None:
+    Path(path).write_text(yaml.safe_dump(cfg.to_dict(), sort_keys=False))
+
+
+def total_tokens(cfg: TrainConfig) -> int:
+    return cfg.steps * cfg.batch_size * cfg.seq_len
+
+
+def anneal_start(total_steps: int, anneal_frac: float) -> int:
+    """First step of the anneal phase: the final ceil(anneal_frac · total) steps."""
+    return total_steps - math.ceil(anneal_frac * total_steps)

@@ -1,0 +1,99 @@
+"""Process-group setup for torchrun launches, and model wrapping (DDP or FSDP2).
+
+A single process (no torchrun) is world size 1 with no process group. Under torchrun
+(RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR/PORT set by its rendezvous), the group uses nccl on
+CUDA and gloo on the CPU; multi-node runs use torchrun's standard ``--nnodes --node-rank
+--rdzv-backend c10d --rdzv-endpoint HOST:PORT`` flags and need nothing else from swax.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+
+@dataclass(frozen=True)
+class DistInfo:
+    rank: int = 0
+    world_size: int = 1
+    local_rank: int = 0
+    device: torch.device = torch.device("cpu")
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+    @property
+    def distributed(self) -> bool:
+        return self.world_size > 1
+
+
+def setup(device: str = "auto", backend: str = "auto") -> DistInfo:
+    """Initialise the process group when launched by torchrun; pick the device."""
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    rank = int(os.environ.get("RANK", "0"))
+    local = int(os.environ.get("LOCAL_RANK", "0"))
+    if device == "auto":
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    if device == "cuda":
+        device = f"cuda:{local}"
+    dev = torch.device(device)
+    if dev.type == "cuda":
+        if not torch.cuda.is_available():
+            from ..errors import ConfigError
+
+            raise ConfigError(f"device {device!r} requested but CUDA is not available")
+        torch.cuda.set_device(dev)
+    if world > 1 and not dist.is_initialized():
+        if backend == "auto":
+            backend = "nccl" if dev.type == "cuda" else "gloo"
+        dist.init_process_group(backend=backend, device_id=dev if dev.type == "cuda" else None)
+    return DistInfo(rank, world, local, dev)
+
+
+def teardown() -> None:
+    if dist.is_initialized():
+        dist.barrier()
+        dist.destroy_process_group()
+
+
+def all_reduce_sum(x: torch.Tensor) -> torch.Tensor:
+    if dist.is_initialized():
+        dist.all_reduce(x, op=dist.ReduceOp.SUM)
+    return x
+
+
+def broadcast_object(obj, src: int = 0):
+    if not dist.is_initialized():
+        return obj
+    box = [obj]
+    dist.broadcast_object_list(box, src=src)
+    return box[0]
+
+
+def wrap_model(model: nn.Module, info: DistInfo, strategy: str) -> nn.Module:
+    """DDP or FSDP2 (fully_shard on each block, then the root) when distributed."""
+    if not info.distributed:
+        return model
+    if strategy == "ddp":
+        from torch.nn.parallel import DistributedDataParallel as DDP
+
+        return DDP(model, device_ids=[info.device.index] if info.device.type == "cuda" else None)
+    if strategy == "fsdp":
+        try:
+            from torch.distributed.fsdp import fully_shard
+        except ImportError:  # torch 2.5
+            from torch.distributed._composable.fsdp import fully_shard
+        for block in model.blocks:
+            fully_shard(block)
+        fully_shard(model)
+        return model
+    raise ValueError(f"unknown dist.strategy {strategy!r}; expected ddp or fsdp")
+
+
+def unwrap(model: nn.Module) -> nn.Module:
+    return model.module if hasattr(model, "module") else model

@@ -1,0 +1,322 @@
+"""Training: schedules, config loading, resume exactness, NaN stop, atomic checkpoints, CLI."""
+
+import json
+import math
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+
+from swax import SwaxConfig, SwaxLM
+from swax.errors import ConfigError
+from swax.train import (
+    FixedWindow,
+    StochasticWindow,
+    TrainingError,
+    load_train_config,
+    lr_at,
+    train,
+)
+from swax.train.checkpoint import latest_checkpoint, list_checkpoints, load_checkpoint
+
+SMALL = [
+    "model.d_model=32", "model.n_layers=2", "model.n_heads=2", "seq_len=64", "batch_size=4",
+    "window.short=8", "window.long=32", "log.val_batches=2", "log.every=1", "log.val_every=0",
+    "optim.warmup_steps=2", "threads=1",
+]
+
+
+def small_cfg(tmp_path, *extra, name="run"):
+    return load_train_config(None, [*SMALL, f"run_dir={tmp_path / name}", *extra])
+
+
+def losses(run_dir):
+    rows = [json.loads(ln) for ln in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    return {r["step"]: r["loss"] for r in rows if "loss" in r}
+
+
+# ------------------------------------------------------------------------------ schedules
+
+
+@pytest.mark.parametrize("p", [0.25, 0.5, 0.75])
+def test_stochastic_window_frequency(p):
+    n = 20000
+    sched = StochasticWindow(128, 2048, p, anneal_frac=0.0, total_steps=n, seed=3)
+    frac = sum(sched(s) == 128 for s in range(n)) / n
+    sd = math.sqrt(p * (1 - p) / n)
+    assert abs(frac - p) < 5 * sd, (frac, p)
+    assert {sched(s) for s in range(n)} == {128, 2048}
+
+
+def test_stochastic_window_anneal_and_determinism():
+    sched = StochasticWindow(128, 2048, 0.9, anneal_frac=0.1, total_steps=1000, seed=0)
+    assert sched.anneal_start == 900
+    assert all(sched(s) == 2048 for s in range(900, 1000))
+    assert sum(sched(s) == 128 for s in range(900)) > 700
+    again = StochasticWindow(128, 2048, 0.9, anneal_frac=0.1, total_steps=1000, seed=0)
+    assert [sched(s) for s in range(900)] == [again(s) for s in range(900)]
+    assert [sched(s) for s in range(50)] == [sched(s) for s in range(50)]  # asked twice
+    other = StochasticWindow(128, 2048, 0.9, anneal_frac=0.1, total_steps=1000, seed=1)
+    assert [sched(s) for s in range(900)] != [other(s) for s in range(900)]
+    assert FixedWindow(64)(5) == 64
+
+
+def test_per_layer_windows_are_independent_draws():
+    sched = StochasticWindow(8, 64, 0.5, anneal_frac=0.0, total_steps=4000, seed=0, per_layer=3)
+    draws = [sched(s) for s in range(4000)]
+    assert all(len(d) == 3 for d in draws)
+    for j in range(3):
+        assert abs(sum(d[j] == 8 for d in draws) / 4000 - 0.5) < 0.05
+    assert sum(len(set(d)) > 1 for d in draws) > 1000  # layers disagree often
+
+
+def _rank_windows(rank, world, port, out):
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
+                            world_size=world)
+    sched = StochasticWindow(128, 2048, 0.5, 0.1, 500, seed=11)
+    mine = torch.tensor([sched(s) for s in range(500)])
+    gathered = [torch.zeros_like(mine) for _ in range(world)]
+    dist.all_gather(gathered, mine)
+    if rank == 0:
+        torch.save(torch.stack(gathered), out)
+    dist.destroy_process_group()
+
+
+def test_stochastic_window_identical_across_ranks(tmp_path):
+    import socket
+
+    import torch.multiprocessing as mp
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    out = tmp_path / "w.pt"
+    mp.spawn(_rank_windows, args=(2, port, str(out)), nprocs=2, join=True)
+    w = torch.load(out)
+    assert torch.equal(w[0], w[1])
+    assert (w[0] == 128).any() and (w[0] == 2048).any()
+
+
+def test_lr_schedules_hand_computed():
+    # warmup: linear to lr over 10 steps
+    assert lr_at(0, 100, 1.0, 10, "cosine") == pytest.approx(0.1)
+    assert lr_at(9, 100, 1.0, 10, "cosine") == pytest.approx(1.0)
+    # cosine: halfway between warmup end (10) and the last step (99) is the mean of lr, min_lr
+    assert lr_at(10, 100, 1.0, 10, "cosine", 0.1) == pytest.approx(1.0)
+    assert lr_at(99, 100, 1.0, 10, "cosine", 0.1) == pytest.approx(0.1)
+    mid = 10 + (99 - 10) / 2
+    assert lr_at(int(mid), 100, 1.0, 10, "cosine", 0.1) == pytest.approx(
+        0.1 + 0.45 * (1 + math.cos(math.pi * (int(mid) - 10) / 89)))
+    # wsd: flat until the last 20 steps, then linear to min
+    assert lr_at(79, 100, 1.0, 10, "wsd", 0.1, 0.2) == pytest.approx(1.0)
+    assert lr_at(80, 100, 1.0, 10, "wsd", 0.1, 0.2) == pytest.approx(1.0 - 0.9 / 20)
+    assert lr_at(99, 100, 1.0, 10, "wsd", 0.1, 0.2) == pytest.approx(0.1)
+    assert lr_at(50, 100, 1.0, 10, "constant") == 1.0
+
+
+# ------------------------------------------------------------------------------ config
+
+
+def test_tiny_yaml_is_the_default():
+    assert load_train_config("configs/tiny.yaml") == load_train_config(None)
+
+
+def test_overrides_and_errors(tmp_path):
+    cfg = load_train_config("configs/tiny.yaml", ["optim.lr=3e-4", "window.p_short=0.75",
+                                                  "model.layer_pattern=SD", "resume=false"])
+    assert cfg.optim.lr == 3e-4 and cfg.window.p_short == 0.75
+    assert cfg.model_config().layer_pattern == "SD"
+    assert cfg.model_config().window == cfg.window.long
+    with pytest.raises(ConfigError, match="optim.lrr"):
+        load_train_config(None, ["optim.lrr=1"])
+    with pytest.raises(ConfigError, match="steps: expected an integer"):
+        load_train_config(None, ["steps=many"])
+    with pytest.raises(ConfigError, match="window.long=1024 is larger than seq_len=512"):
+        load_train_config(None, ["window.long=1024"])
+    with pytest.raises(ConfigError, match="window.short must be a positive integer, got 0"):
+        load_train_config(None, ["window.short=0"])
+    with pytest.raises(ConfigError, match="model: unknown config key widht"):
+        load_train_config(None, ["model.widht=3"])
+    with pytest.raises(ConfigError, match="does not exist"):
+        load_train_config(tmp_path / "nope.yaml")
+    with pytest.raises(ConfigError, match="key=value"):
+        load_train_config(None, ["steps"])
+    for p in ("configs/small.yaml", "configs/swax-1.4b.yaml", "configs/swax-7b.yaml"):
+        load_train_config(p)  # every shipped config is valid
+
+
+# ------------------------------------------------------------------------------ runs
+
+
+def test_resume_reproduces_uninterrupted_losses(tmp_path):
+    full = train(small_cfg(tmp_path, "steps=12", "checkpoint.every=4", name="a"))
+    assert (tmp_path / "a" / "model" / "config.json").is_file()
+
+    class Stop(Exception):
+        pass
+
+    def stop_at_7(step, record):
+        if step == 7:
+            raise Stop
+
+    with pytest.raises(Stop):
+        train(small_cfg(tmp_path, "steps=12", "checkpoint.every=4", name="b"),
+              on_step_end=stop_at_7)
+    assert latest_checkpoint(tmp_path / "b").name == "step_000004"
+    resumed = train(small_cfg(tmp_path, "steps=12", "checkpoint.every=4", "resume=true",
+                              name="b"))
+    a, b = losses(tmp_path / "a"), losses(tmp_path / "b")
+    assert sorted(b) == list(range(1, 13))
+    assert [a[s] for s in range(1, 13)] == [b[s] for s in range(1, 13)]  # exactly
+    assert resumed["final_val_loss"] == full["final_val_loss"]
+    # the exported models are identical
+    ma = SwaxLM.from_pretrained(tmp_path / "a" / "model")
+    mb = SwaxLM.from_pretrained(tmp_path / "b" / "model")
+    for (n, p), (_, q) in zip(ma.state_dict().items(), mb.state_dict().items()):
+        assert torch.equal(p, q), n
+    assert len(list_checkpoints(tmp_path / "b")) == 2  # keep=2
+
+
+def test_existing_run_is_never_overwritten(tmp_path):
+    train(small_cfg(tmp_path, "steps=2", name="r"))
+    before = (tmp_path / "r" / "model" / "model.safetensors").read_bytes()
+    with pytest.raises(ConfigError, match="already holds a run"):
+        train(small_cfg(tmp_path, "steps=2", name="r"))
+    assert (tmp_path / "r" / "model" / "model.safetensors").read_bytes() == before
+    with pytest.raises(ConfigError, match="no checkpoint"):
+        train(small_cfg(tmp_path, "steps=2", "resume=true", name="empty"))
+
+
+def test_nan_loss_stops_and_keeps_last_checkpoint(tmp_path, monkeypatch):
+    import swax.train.trainer as T
+
+    real = T.F.cross_entropy
+    calls = {"n": 0}
+
+    def ce(*a, **k):
+        out = real(*a, **k)
+        if torch.is_grad_enabled():
+            calls["n"] += 1
+            if calls["n"] == 5:
+                return out * float("nan")
+        return out
+
+    monkeypatch.setattr(T.F, "cross_entropy", ce)
+    with pytest.raises(TrainingError, match=r"loss is nan at step 5.*step_000004"):
+        train(small_cfg(tmp_path, "steps=10", "checkpoint.every=2", name="n"))
+    ck = latest_checkpoint(tmp_path / "n")
+    assert ck.name == "step_000004"
+    assert not (tmp_path / "n" / "model").exists()
+    model = SwaxLM(SwaxConfig.preset("tiny", d_model=32, n_layers=2, n_heads=2, window=32))
+    opt = torch.optim.AdamW(model.parameters())
+    assert load_checkpoint(ck, model, opt)["step"] == 4
+
+
+def test_kill_during_checkpoint_write_keeps_previous(tmp_path):
+    """The process dies (os._exit) half-way through writing its second checkpoint."""
+    run = tmp_path / "k"
+    code = textwrap.dedent(f"""
+        import os, sys
+        import swax.train.checkpoint as C
+        from swax.train import load_train_config, train
+        real = C._write_files
+        count = [0]
+        def dying(tmp, model_sd, optim_sd, state):
+            count[0] += 1
+            if count[0] == 2:
+                from safetensors.torch import save_file
+                save_file({{k: v.contiguous() for k, v in model_sd.items()}},
+                          str(tmp / "model.safetensors"))
+                os._exit(9)
+            real(tmp, model_sd, optim_sd, state)
+        C._write_files = dying
+        train(load_train_config(None, {SMALL!r} + ["run_dir={run}", "steps=8",
+                                                    "checkpoint.every=2"]))
+    """)
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert r.returncode == 9, r.stderr
+    assert latest_checkpoint(run).name == "step_000002"
+    assert (run / "checkpoints" / "step_000004.tmp").is_dir()
+    summary = train(small_cfg(tmp_path, "steps=8", "checkpoint.every=2", "resume=true",
+                              name="k"))
+    assert summary["steps"] == 8
+    assert not (run / "checkpoints" / "step_000004.tmp").exists()
+
+
+def test_grad_accumulation_matches_full_batch(tmp_path):
+    a = train(small_cfg(tmp_path, "steps=3", name="ga1"))
+    b = train(small_cfg(tmp_path, "steps=3", "optim.grad_accum=2", name="ga2"))
+    la, lb = losses(tmp_path / "ga1"), losses(tmp_path / "ga2")
+    for s in (1, 2, 3):
+        assert abs(la[s] - lb[s]) < 1e-5
+    assert abs(a["final_val_loss"] - b["final_val_loss"]) < 1e-5
+
+
+def test_per_layer_window_and_activation_checkpointing(tmp_path):
+    torch.manual_seed(0)
+    model = SwaxLM(SwaxConfig(d_model=32, n_layers=4, n_heads=2, vocab_size=50))
+    ids = torch.randint(0, 50, (2, 40))
+    same = model(ids, window=(8, None, 8, None))
+    assert torch.equal(same, model(ids, window=8))
+    assert not torch.allclose(model(ids, window=(8, None, 16, None)), same)
+    with pytest.raises(ValueError, match="one entry per layer"):
+        model(ids, window=(8, 8))
+    loss = model(ids, window=8).logsumexp(-1).mean()
+    g1 = torch.autograd.grad(loss, list(model.parameters()))
+    model.gradient_checkpointing = True
+    loss = model(ids, window=8).logsumexp(-1).mean()
+    g2 = torch.autograd.grad(loss, list(model.parameters()))
+    assert all(torch.allclose(a, b, atol=1e-6) for a, b in zip(g1, g2))
+    # and the option trains end to end, with per-layer draws
+    train(small_cfg(tmp_path, "steps=2", "activation_checkpointing=true", "window.per_layer=true",
+                    "model.n_layers=4", name="pl"))
+
+
+# ------------------------------------------------------------------------------ CLI
+
+
+def cli(*args):
+    from swax.cli import main
+
+    return main(list(args))
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["data.source=/no/such/corpus"], "/no/such/corpus"),
+    (["optim.lrr=1"], "optim.lrr"),
+    (["window.long=4096"], "window.long=4096"),
+    (["window.short=0"], "window.short"),
+    (["data.source={small}", "seq_len=4096"], "4096"),
+])
+def test_train_cli_bad_input_one_line(tmp_path, capsys, args, needle):
+    small = tmp_path / "small.txt"
+    small.write_text("In the beginning God created the heaven and the earth.\n" * 20)
+    args = [a.format(small=small) for a in args]
+    rc = cli("train", f"run_dir={tmp_path / 'r'}", "steps=1", *args)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2
+    assert len(err) == 1 and err[0].startswith("swax: error:") and needle in err[0], err
+
+
+def test_train_cli_empty_dataset(tmp_path, capsys):
+    (tmp_path / "empty.txt").write_text("   \n")
+    rc = cli("train", f"run_dir={tmp_path / 'r'}", f"data.source={tmp_path / 'empty.txt'}")
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1 and "empty" in err[0], err
+
+
+def test_train_cli_and_plot_run(tmp_path, capsys):
+    run = tmp_path / "c"
+    assert cli("train", *SMALL, f"run_dir={run}", "steps=3") == 0
+    out = capsys.readouterr().out
+    assert "validation loss" in out and "(trained)" in out
+    saved = load_train_config(run / "config.yaml")
+    assert saved.steps == 3 and saved.seq_len == 64
+    assert cli("plot-run", str(run)) == 0
+    png = run / "loss.png"
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert cli("plot-run", str(tmp_path / "none")) == 2
