@@ -270,6 +270,130 @@ def cmd_demo(args) -> int:
     return 0
 
 
+def _eval_model(args):
+    """(model, tokenizer, label) for --model DIR or a random-weight --preset."""
+    from pathlib import Path
+
+    model, random_init = _load_model(args)
+    tok = _tokenizer_for(args)
+    if random_init:
+        print(f"note: --preset {args.preset} has random weights (no --model given)",
+              file=sys.stderr)
+    label = args.label or (Path(args.model).resolve().name if args.model else args.preset)
+    if args.model and label == "model":  # runs/NAME/model -> NAME
+        label = Path(args.model).resolve().parent.name
+    return model, tok, label
+
+
+def _haystack(path):
+    if path is None:
+        return None
+    try:
+        with open(path, encoding="utf-8") as fh:
+            return fh.read()
+    except FileNotFoundError:
+        raise SwaxError(f"haystack file {path} does not exist") from None
+
+
+def cmd_eval_niah(args) -> int:
+    from pathlib import Path
+
+    from .eval.niah import (
+        SwaxPredictor,
+        dump_records,
+        format_table,
+        parse_lengths,
+        peak_rss_gib,
+        run_niah,
+    )
+    from .eval.ruler import TASKS
+
+    lengths = parse_lengths(args.lengths)
+    tasks = list(TASKS) if args.tasks == "all" else [t.strip() for t in args.tasks.split(",")]
+    unknown = [t for t in tasks if t not in TASKS]
+    if unknown:
+        raise SwaxError(f"unknown NIAH task {unknown[0]!r}; expected 'all' or some of "
+                        f"{', '.join(TASKS)}")
+    key_split = "eval" if args.synthetic_keys else None
+    haystack = _haystack(args.haystack)
+    if args.dump:
+        from .data import load_tokenizer
+
+        tok = load_tokenizer(args.tokenizer)
+        paths = dump_records(args.dump, tok, tasks, lengths, args.samples, args.seed,
+                             haystack, key_split)
+        print(f"wrote {len(paths)} files to {args.dump} ({tok.name} tokenizer)")
+        return 0
+    if not args.model and not args.preset_given:
+        raise SwaxError("pass --model DIR (or --preset NAME for random weights, or --dump DIR)")
+    model, tok, label = _eval_model(args)
+    window = model.config.window if args.window == "default" else args.window
+    out = Path(args.out or f"results/niah-{label}")
+    predict = SwaxPredictor(model, tok, window, args.prefill_chunk)
+    result = run_niah(predict, tok, tasks, lengths, args.samples, args.seed, out, haystack,
+                      key_split, args.records, settings={
+                          "label": label, "model": args.model or f"preset:{args.preset}",
+                          "window": window, "tokenizer": tok.name})
+    print(f"NIAH accuracy (%), {label}, window {window}, {args.samples} samples per cell")
+    print(format_table(result, tasks, lengths))
+    print(f"peak memory: {peak_rss_gib():.2f} GiB | results: {out}")
+    return 0
+
+
+def cmd_eval_ppl(args) -> int:
+    from pathlib import Path
+
+    import numpy as np
+
+    from .eval.niah import parse_lengths
+    from .eval.ppl import bucketize, position_losses, write_ppl
+
+    edges = sorted(set(parse_lengths(args.lengths)))
+    model, tok, label = _eval_model(args)
+    window = model.config.window if args.window == "default" else args.window
+    if args.data:
+        from .data.loader import tokenize_documents
+        from .data.sources import iter_documents
+
+        tokens = tokenize_documents(list(iter_documents(args.data, field=args.field)), tok)
+        source = args.data
+    else:
+        from .data import DataConfig, build_datasets
+
+        _, val = build_datasets(DataConfig(tokenizer="byte" if tok.name == "byte" else "gpt2"),
+                                tok, seq_len=1, seed=0)
+        tokens, source = np.asarray(val.tokens), "kjv (validation split)"
+    losses = position_losses(model, tokens, edges[-1], args.samples, window, args.chunk)
+    rows = bucketize(losses, edges)
+    train_len = args.train_len
+    if train_len is None and args.model:
+        cfg_file = Path(args.model).resolve().parent / "config.yaml"
+        if cfg_file.is_file():
+            import yaml
+
+            train_len = (yaml.safe_load(cfg_file.read_text()) or {}).get("seq_len")
+    out = Path(args.out or f"results/ppl-{label}")
+    write_ppl(out, rows, {"label": label, "model": args.model or f"preset:{args.preset}",
+                          "window": window, "data": source, "samples": args.samples,
+                          "train_len": train_len}, train_len)
+    print(f"loss by position, {label}, window {window}, {args.samples} samples of {source}")
+    print(f"{'positions':>18}  {'loss':>7}  {'ppl':>9}")
+    for r in rows:
+        print(f"{r['bucket_start'] + 1:>8,}-{r['bucket_end']:<9,}  {r['loss']:7.4f}  "
+              f"{r['ppl']:9.3f}")
+    print(f"results: {out}")
+    return 0
+
+
+def cmd_eval_compare(args) -> int:
+    from .eval.compare import compare
+
+    table = compare(args.results, args.out)
+    print(table)
+    print(f"written to {args.out}")
+    return 0
+
+
 class _Parser(argparse.ArgumentParser):
     """argparse with one-line usage errors: ``swax: error: … (see swax generate --help)``."""
 
@@ -328,6 +452,55 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--out", default=None, help="PNG path (default: RUN/loss.png)")
     sp.set_defaults(fn=cmd_plot_run)
 
+    ev = sub.add_parser("eval", help="evaluate: niah, tasks, ppl, compare")
+    esub = ev.add_subparsers(dest="eval_command", metavar="EVAL")
+
+    def eval_model_args(sp):
+        g = sp.add_mutually_exclusive_group()
+        g.add_argument("--model", metavar="DIR", help="checkpoint directory (save_pretrained)")
+        g.add_argument("--preset", choices=list(PRESETS), default=None,
+                       help="random-weight preset instead of --model")
+        sp.add_argument("--window", type=_window, default="default",
+                        help="attention window (default: the model's, i.e. the long window)")
+        sp.add_argument("--label", default=None, help="name of the model in reports")
+        sp.add_argument("--device", default="cpu")
+        sp.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
+        sp.add_argument("--seed", type=int, default=42)
+        sp.add_argument("--out", default=None, help="results folder")
+
+    sp = esub.add_parser("niah", help="RULER needle-in-a-haystack at long lengths")
+    eval_model_args(sp)
+    sp.add_argument("--lengths", default="4k,8k,16k,32k,65k,131k")
+    sp.add_argument("--tasks", default="all", help="'all' or a comma list of RULER NIAH tasks")
+    sp.add_argument("--samples", type=_positive_int, default=10)
+    sp.add_argument("--synthetic-keys", action="store_true",
+                    help="keys from the evaluation key set (disjoint from training episodes)")
+    sp.add_argument("--haystack", metavar="PATH", default=None,
+                    help="text for the essay haystack (default: the embedded KJV)")
+    sp.add_argument("--records", metavar="DIR", default=None,
+                    help="read TASK-LENGTH.jsonl records written by --dump instead of generating")
+    sp.add_argument("--dump", metavar="DIR", default=None,
+                    help="only write the records (RULER's JSONL format) and exit; no model")
+    sp.add_argument("--tokenizer", default="byte", help="with --dump: byte, gpt2 or a path")
+    sp.add_argument("--prefill-chunk", type=_positive_int, default=2048)
+    sp.set_defaults(fn=cmd_eval_niah)
+
+    sp = esub.add_parser("ppl", help="loss by position beyond the training length")
+    eval_model_args(sp)
+    sp.add_argument("--data", default=None, help="held-out text (default: KJV validation)")
+    sp.add_argument("--field", default="text", help="JSONL/Parquet field of --data")
+    sp.add_argument("--lengths", default="512,1k,2k,4k,8k,16k")
+    sp.add_argument("--samples", type=_positive_int, default=4)
+    sp.add_argument("--chunk", type=_positive_int, default=2048)
+    sp.add_argument("--train-len", type=_positive_int, default=None,
+                    help="training length to mark (default: read from the run's config.yaml)")
+    sp.set_defaults(fn=cmd_eval_ppl)
+
+    sp = esub.add_parser("compare", help="merge results folders into one table and figure")
+    sp.add_argument("results", nargs="+", metavar="RESULTS")
+    sp.add_argument("--out", default="results/compare")
+    sp.set_defaults(fn=cmd_eval_compare)
+
     sp = sub.add_parser("demo", help="the default job: train the tiny model, then generate")
     sp.add_argument("--run-dir", default="runs/demo")
     sp.add_argument("--context", type=_positive_int, default=32768,
@@ -342,8 +515,13 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "fn", None):
+        if getattr(args, "command", None) == "eval":
+            parser.parse_args(["eval", "--help"])
         parser.print_help()
         return 0
+    if getattr(args, "command", None) == "eval" and hasattr(args, "preset"):
+        args.preset_given = args.preset is not None
+        args.preset = args.preset or "tiny"
     try:
         return args.fn(args)
     except KeyboardInterrupt:

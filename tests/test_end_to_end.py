@@ -63,3 +63,13 @@ def test_train_then_generate_from_the_trained_model(tmp_path):
              "And the LORD", "--max-new-tokens", "40", "--no-stream"])
     assert g.returncode == 0, g.stderr
     assert "40 new tokens" in g.stderr or "new tokens" in g.stderr
+
+
+def test_eval_niah_131k_random_tiny_model_under_4gib(tmp_path):
+    r = run(["-m", "swax", "eval", "niah", "--preset", "tiny", "--lengths", "131k", "--tasks",
+             "niah_single_1,niah_multikey_2", "--samples", "1", "--out", str(tmp_path / "r")])
+    assert r.returncode == 0, r.stderr[-3000:]
+    print(r.stdout)
+    peak = float(r.stdout.split("peak memory:")[1].split("GiB")[0])
+    assert peak < 4.0
+    assert "128k" in r.stdout and "niah_multikey_2" in r.stdout

@@ -1,0 +1,1 @@
+"""Evaluation: RULER needle-in-a-haystack, short-context tasks, perplexity by position."""

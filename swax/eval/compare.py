@@ -1,0 +1,90 @@
+"""`swax eval compare`: several results folders in one table and one figure.
+
+NIAH folders (``results.json``) give a models × lengths table of the task-averaged accuracy and a
+figure of accuracy against length, one line per model; perplexity folders (``ppl.json``) give
+loss-by-position curves. This is the form in which the window-size study is read.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+from ..errors import SwaxError
+
+
+def _label(folder: Path, settings: dict) -> str:
+    return settings.get("label") or folder.name
+
+
+def load_results(folders: list[str | Path]) -> tuple[dict, dict]:
+    niah, ppl = {}, {}
+    for f in map(Path, folders):
+        if (f / "results.json").is_file():
+            data = json.loads((f / "results.json").read_text())
+            niah[_label(f, data.get("settings", {}))] = {
+                int(k): v for k, v in data["average"].items()}
+        elif (f / "ppl.json").is_file():
+            data = json.loads((f / "ppl.json").read_text())
+            ppl[_label(f, data.get("settings", {}))] = data["buckets"]
+        else:
+            raise SwaxError(f"{f} holds neither results.json (swax eval niah) nor ppl.json "
+                            f"(swax eval ppl)")
+    return niah, ppl
+
+
+def compare(folders: list[str | Path], out_dir: str | Path) -> str:
+    """Write compare.csv and compare.png (and compare-ppl.png); return the printed table."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    niah, ppl = load_results(folders)
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    lines = []
+    if niah:
+        lengths = sorted({n for v in niah.values() for n in v})
+        head = ["model", *[f"{n // 1024}k" if n % 1024 == 0 else str(n) for n in lengths]]
+        rows = [[m, *[f"{v[n]:.1f}" if n in v else "-" for n in lengths]]
+                for m, v in niah.items()]
+        with (out / "compare.csv").open("w", newline="") as fh:
+            w = csv.writer(fh)
+            w.writerow(["model", *lengths])
+            for m, v in niah.items():
+                w.writerow([m, *[v.get(n, "") for n in lengths]])
+        widths = [max(len(r[i]) for r in [head, *rows]) for i in range(len(head))]
+        for r in [head, *rows]:
+            lines.append("  ".join(c.ljust(widths[0]) if i == 0 else c.rjust(widths[i])
+                                   for i, c in enumerate(r)))
+        lines.insert(1, "-" * len(lines[0]))
+        fig, ax = plt.subplots(figsize=(7, 4.2))
+        for m, v in niah.items():
+            xs = sorted(v)
+            ax.plot(xs, [v[x] for x in xs], "o-", label=m)
+        ax.set_xscale("log", base=2)
+        ax.set_ylim(-3, 103)
+        ax.set_xlabel("context length (tokens)")
+        ax.set_ylabel("NIAH accuracy (average over tasks)")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+        fig.tight_layout()
+        fig.savefig(out / "compare.png", dpi=110)
+        plt.close(fig)
+    if ppl:
+        fig, ax = plt.subplots(figsize=(7, 4.2))
+        for m, rows_ in ppl.items():
+            ax.plot([r["bucket_end"] for r in rows_], [r["loss"] for r in rows_], "o-", label=m)
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("position (tokens)")
+        ax.set_ylabel("loss (nats/token)")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+        fig.tight_layout()
+        fig.savefig(out / "compare-ppl.png", dpi=110)
+        plt.close(fig)
+        if not lines:
+            lines.append("perplexity curves: " + ", ".join(ppl))
+    return "\n".join(lines)

@@ -1,0 +1,270 @@
+"""`swax eval niah`: RULER needle-in-a-haystack through the constant-memory generation path.
+
+For every task and length, RULER-format records are generated in the model's own tokenizer
+(:mod:`swax.eval.ruler`) or read from a folder written by ``--dump``; each prompt (``input`` +
+``answer_prefix``) is prefilled in chunks and decoded greedily for the task's
+``tokens_to_generate``; predictions are scored with RULER's ``string_match_all``.
+
+Outputs in the results folder:
+
+- ``results.json``: settings, scores by task and length, per-depth scores, timings, peak memory;
+- ``summary-{length}.csv``: RULER's summary layout (rows Tasks / Score / Nulls) for each length;
+- ``summary.csv``: one row per task and length (task, length, score, nulls, samples);
+- ``pred/{task}-{length}.jsonl``: every prediction with its references, depth and score;
+- ``heatmap-{task}.png``: accuracy by needle depth × length.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import logging
+import resource
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from ..errors import SwaxError
+
+log = logging.getLogger("swax")
+
+DEPTH_BINS = 10  # heatmap rows: needle depth in bins of 10%
+
+
+def parse_length(text: str | int) -> int:
+    """'4k' -> 4096, '131k' -> 131072, '128k' -> 131072, '2000' -> 2000."""
+    if isinstance(text, int):
+        return text
+    t = str(text).strip().lower()
+    try:
+        if t.endswith("k"):
+            k = int(t[:-1])
+            return 131072 if k in (128, 131) else 65536 if k == 65 else k * 1024
+        if t.endswith("m"):
+            return int(t[:-1]) * 1024 * 1024
+        return int(t)
+    except ValueError:
+        raise SwaxError(f"cannot read length {text!r}; expected a number like 4096 or 4k") from None
+
+
+def parse_lengths(text: str | Sequence) -> list[int]:
+    items = text.split(",") if isinstance(text, str) else list(text)
+    lengths = [parse_length(x) for x in items if str(x).strip()]
+    if not lengths or any(n < 1 for n in lengths):
+        raise SwaxError(f"lengths must be positive, got {text!r}")
+    return lengths
+
+
+def peak_rss_gib() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
+
+
+class SwaxPredictor:
+    """Greedy continuation of a prompt with a SwaxLM: chunked prefill, then step decode."""
+
+    def __init__(self, model, tokenizer, window=None, prefill_chunk: int = 2048):
+        self.model, self.tok = model, tokenizer
+        self.window = model.config.window if window is None else window
+        self.prefill_chunk = prefill_chunk
+
+    def __call__(self, prompt: str, max_new_tokens: int) -> str:
+        from ..generate import generate
+
+        ids = torch.tensor([self.tok.encode(prompt)], dtype=torch.long)
+        out = generate(self.model, ids, max_new_tokens=max_new_tokens, window=self.window,
+                       eos_token_id=self.tok.eot_id, prefill_chunk_size=self.prefill_chunk)
+        return self.tok.decode(out[0, ids.shape[1]:].tolist())
+
+
+@dataclass
+class NiahResult:
+    scores: dict[str, dict[int, float]] = field(default_factory=dict)
+    nulls: dict[str, dict[int, int]] = field(default_factory=dict)
+    by_depth: dict[str, dict[int, dict[int, list[float]]]] = field(default_factory=dict)
+    samples: int = 0
+
+    def average(self, length: int) -> float:
+        vals = [s[length] for s in self.scores.values() if length in s]
+        return sum(vals) / len(vals) if vals else float("nan")
+
+
+def postprocess(pred: str) -> str:
+    """RULER's cleanup of a prediction: strip, drop non-printable characters."""
+    return "".join(ch for ch in pred if ch.isprintable() or ch in "\n\t").strip()
+
+
+def _depth_bin(depth) -> int:
+    d = depth[0] if isinstance(depth, (list, tuple)) else depth
+    return min(DEPTH_BINS - 1, max(0, int(float(d) // (100 / DEPTH_BINS))))
+
+
+def load_dumped(folder: Path, task: str, length: int) -> list[dict]:
+    from .ruler import read_jsonl
+
+    return read_jsonl(folder / f"{task}-{length}.jsonl")
+
+
+def run_niah(predict, tokenizer, tasks: Sequence[str], lengths: Sequence[int], samples: int,
+             seed: int = 42, out_dir: str | Path | None = None, haystack_text: str | None = None,
+             key_split: str | None = None, records_dir: str | Path | None = None,
+             settings: dict | None = None, progress: bool = True) -> NiahResult:
+    """Generate (or read) the records, predict, score, and write the results folder.
+
+    ``predict(prompt: str, max_new_tokens: int) -> str`` is the model (see
+    :class:`SwaxPredictor`); tests pass stubs.
+    """
+    from tqdm import tqdm
+
+    from .ruler import TASKS, generate_niah, string_match_all
+
+    unknown = [t for t in tasks if t not in TASKS]
+    if unknown:
+        raise SwaxError(f"unknown NIAH task {unknown[0]!r}; expected one of {', '.join(TASKS)} "
+                        f"or 'all'")
+    out = Path(out_dir) if out_dir else None
+    if out:
+        (out / "pred").mkdir(parents=True, exist_ok=True)
+    result = NiahResult(samples=samples)
+    t0 = time.perf_counter()
+    # all records first (cheap), so a bad length or data file fails before any model work
+    all_records = {}
+    for length in lengths:
+        for task in tasks:
+            if records_dir is not None:
+                all_records[task, length] = load_dumped(Path(records_dir), task, length)[:samples]
+            else:
+                all_records[task, length] = generate_niah(
+                    task, length, samples, tokenizer, seed=seed, haystack_text=haystack_text,
+                    key_split=key_split)
+    total = sum(len(r) for r in all_records.values())
+    bar = tqdm(total=total, desc="niah", unit="sample", disable=not progress, dynamic_ncols=True)
+    timings: dict[str, float] = {}
+    for length in lengths:
+        for task in tasks:
+            records = all_records[task, length]
+            preds, refs, rows = [], [], []
+            ts = time.perf_counter()
+            for rec in records:
+                bar.set_postfix_str(f"{task} @ {length:,}")
+                pred = postprocess(predict(rec["input"] + rec.get("answer_prefix", ""),
+                                           int(rec.get("tokens_to_generate", 128))))
+                score = string_match_all([pred], [rec["outputs"]])
+                preds.append(pred)
+                refs.append(rec["outputs"])
+                rows.append({"index": rec["index"], "pred": pred, "outputs": rec["outputs"],
+                             "depth": rec.get("depth"), "score": score,
+                             "length": rec.get("length")})
+                if rec.get("depth") is not None:
+                    b = _depth_bin(rec["depth"])
+                    result.by_depth.setdefault(task, {}).setdefault(length, {}).setdefault(
+                        b, []).append(score)
+                bar.update(1)
+            timings[f"{task}-{length}"] = time.perf_counter() - ts
+            result.scores.setdefault(task, {})[length] = string_match_all(preds, refs)
+            result.nulls.setdefault(task, {})[length] = sum(1 for p in preds if not p)
+            if out:
+                with (out / "pred" / f"{task}-{length}.jsonl").open("w") as fh:
+                    for r in rows:
+                        fh.write(json.dumps(r) + "\n")
+    bar.close()
+    if out:
+        _write_outputs(out, result, tasks, lengths, {
+            **(settings or {}), "tasks": list(tasks), "lengths": list(lengths),
+            "samples": samples, "seed": seed, "key_split": key_split,
+            "elapsed_s": time.perf_counter() - t0, "peak_rss_gib": peak_rss_gib(),
+            "seconds_by_task_length": timings})
+    return result
+
+
+def _write_outputs(out: Path, r: NiahResult, tasks, lengths, settings: dict) -> None:
+    data = {
+        "settings": settings,
+        "scores": {t: {str(n): s for n, s in v.items()} for t, v in r.scores.items()},
+        "average": {str(n): r.average(n) for n in lengths},
+        "nulls": {t: {str(n): s for n, s in v.items()} for t, v in r.nulls.items()},
+        "by_depth": {t: {str(n): {str(b * 100 // DEPTH_BINS): sum(x) / len(x)
+                                  for b, x in sorted(d.items())}
+                         for n, d in v.items()} for t, v in r.by_depth.items()},
+    }
+    (out / "results.json").write_text(json.dumps(data, indent=1))
+    with (out / "summary.csv").open("w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(["task", "length", "score", "nulls", "samples"])
+        for t in tasks:
+            for n in lengths:
+                w.writerow([t, n, f"{r.scores[t][n]:.2f}", r.nulls[t][n], r.samples])
+    for n in lengths:  # RULER's own summary layout, one file per length
+        with (out / f"summary-{n}.csv").open("w", newline="") as fh:
+            w = csv.writer(fh)
+            w.writerow(["Tasks", *tasks])
+            w.writerow(["Score", *[f"{r.scores[t][n]:.2f}" for t in tasks]])
+            w.writerow(["Nulls", *[f"{r.nulls[t][n]}/{r.samples}" for t in tasks]])
+    heatmaps(out, r, tasks, lengths)
+
+
+def format_table(r: NiahResult, tasks, lengths) -> str:
+    """Tasks × lengths with the average row, as printed to the terminal."""
+    head = ["task", *[_fmt_len(n) for n in lengths]]
+    rows = [[t, *[f"{r.scores[t][n]:.1f}" for n in lengths]] for t in tasks]
+    rows.append(["average", *[f"{r.average(n):.1f}" for n in lengths]])
+    widths = [max(len(x[i]) for x in [head, *rows]) for i in range(len(head))]
+    lines = ["  ".join(c.ljust(widths[0]) if i == 0 else c.rjust(widths[i])
+                       for i, c in enumerate(row)) for row in [head, *rows]]
+    lines.insert(1, "-" * len(lines[0]))
+    lines.insert(len(lines) - 1, "-" * len(lines[0]))
+    return "\n".join(lines)
+
+
+def _fmt_len(n: int) -> str:
+    return f"{n // 1024}k" if n % 1024 == 0 else str(n)
+
+
+def heatmaps(out: Path, r: NiahResult, tasks, lengths) -> list[Path]:
+    """One PNG per task: accuracy by needle depth (rows) × length (columns)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    paths = []
+    for t in tasks:
+        grid = np.full((DEPTH_BINS, len(lengths)), np.nan)
+        for j, n in enumerate(lengths):
+            for b, xs in r.by_depth.get(t, {}).get(n, {}).items():
+                grid[b, j] = sum(xs) / len(xs)
+        fig, ax = plt.subplots(figsize=(1.2 + 0.9 * len(lengths), 4.2))
+        im = ax.imshow(grid, vmin=0, vmax=100, cmap="RdYlGn", aspect="auto")
+        ax.set_xticks(range(len(lengths)), [_fmt_len(n) for n in lengths])
+        ax.set_yticks(range(DEPTH_BINS), [f"{b * 100 // DEPTH_BINS}%" for b in range(DEPTH_BINS)])
+        ax.set_xlabel("context length (tokens)")
+        ax.set_ylabel("needle depth")
+        ax.set_title(t)
+        fig.colorbar(im, ax=ax, label="accuracy")
+        fig.tight_layout()
+        p = out / f"heatmap-{t}.png"
+        fig.savefig(p, dpi=100)
+        plt.close(fig)
+        paths.append(p)
+    return paths
+
+
+def dump_records(out_dir: str | Path, tokenizer, tasks, lengths, samples: int, seed: int,
+                 haystack_text: str | None = None, key_split: str | None = None) -> list[Path]:
+    """Write ``TASK-LENGTH.jsonl`` (RULER's format) for every task and length; no model."""
+    from .ruler import generate_niah, write_jsonl
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for task in tasks:
+        for n in lengths:
+            recs = generate_niah(task, n, samples, tokenizer, seed=seed,
+                                 haystack_text=haystack_text, key_split=key_split)
+            p = out / f"{task}-{n}.jsonl"
+            write_jsonl(recs, p)
+            paths.append(p)
+    return paths

@@ -1,0 +1,102 @@
+"""`swax eval ppl`: loss by position on held-out text, far beyond the training length.
+
+Each sample is a stretch of ``max(lengths)`` consecutive tokens of held-out text, fed through
+the model in chunks with the decode state carried across them (so memory is bounded by the
+chunk, whatever the length). The per-position negative log-likelihood is averaged over samples
+inside the buckets (0, l1], (l1, l2], … given by ``lengths``: a flat curve means the model
+extrapolates; a rising one means it does not.
+
+Writes ``ppl.csv`` (bucket_start, bucket_end, loss, ppl, tokens) and ``ppl.png``.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from ..errors import SwaxError
+
+
+@torch.no_grad()
+def position_losses(model, tokens: np.ndarray, length: int, samples: int, window=None,
+                    chunk: int = 2048, progress: bool = True) -> np.ndarray:
+    """(samples, length - 1) NLL of token t+1 given tokens ≤ t, for ``samples`` stretches of
+    ``length`` tokens spread evenly over ``tokens``."""
+    from tqdm import tqdm
+
+    if len(tokens) < length:
+        raise SwaxError(f"the held-out text has {len(tokens):,} tokens, fewer than the longest "
+                        f"length {length:,}; pass longer --data or shorter --lengths")
+    span = len(tokens) - length
+    starts = [int(round(i * span / max(1, samples - 1))) if samples > 1 else 0
+              for i in range(samples)]
+    w = model.config.window if window is None else window
+    out = np.zeros((samples, length - 1), dtype=np.float64)
+    steps = samples * math.ceil(length / chunk)
+    bar = tqdm(total=steps, desc="ppl", unit="chunk", disable=not progress, dynamic_ncols=True)
+    device = model.embed.weight.device
+    for i, s in enumerate(starts):
+        ids = torch.as_tensor(np.asarray(tokens[s:s + length], dtype=np.int64))[None].to(device)
+        state = None
+        for c in range(0, length, chunk):
+            x = ids[:, c:c + chunk]
+            logits, state = model(x, window=w, state=state, return_state=True)
+            # targets: the next token; the chunk's last position predicts the next chunk's first
+            tgt = ids[:, c + 1:c + 1 + x.shape[1]]
+            n = tgt.shape[1]
+            nll = F.cross_entropy(logits[0, :n].float(), tgt[0], reduction="none")
+            out[i, c:c + n] = nll.double().cpu().numpy()
+            bar.update(1)
+    bar.close()
+    return out
+
+
+def bucketize(losses: np.ndarray, edges: list[int]) -> list[dict]:
+    """Mean loss in the position buckets (0, e1], (e1, e2], … (positions are 1-based targets)."""
+    rows, lo = [], 0
+    for hi in edges:
+        seg = losses[:, lo:min(hi, losses.shape[1])]  # predictions with lo+1 … hi tokens seen
+        if seg.size:
+            m = float(seg.mean())
+            rows.append({"bucket_start": lo, "bucket_end": hi, "loss": m, "ppl": math.exp(m),
+                         "tokens": int(seg.size)})
+        lo = hi
+    return rows
+
+
+def write_ppl(out_dir: str | Path, rows: list[dict], settings: dict,
+              train_len: int | None = None) -> tuple[Path, Path]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    csv_path = out / "ppl.csv"
+    with csv_path.open("w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=["bucket_start", "bucket_end", "loss", "ppl", "tokens"])
+        w.writeheader()
+        w.writerows(rows)
+    (out / "ppl.json").write_text(json.dumps({"settings": settings, "buckets": rows}, indent=1))
+    fig, ax = plt.subplots(figsize=(7, 4))
+    ax.plot([r["bucket_end"] for r in rows], [r["loss"] for r in rows], "o-",
+            label=settings.get("label", "model"))
+    if train_len:
+        ax.axvline(train_len, ls="--", color="gray", label=f"training length {train_len}")
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("position (end of bucket, tokens)")
+    ax.set_ylabel("loss (nats/token)")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    png = out / "ppl.png"
+    fig.savefig(png, dpi=110)
+    plt.close(fig)
+    return csv_path, png
