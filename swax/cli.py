@@ -340,6 +340,28 @@ def cmd_eval_niah(args) -> int:
     return 0
 
 
+def cmd_eval_tasks(args) -> int:
+    from pathlib import Path
+
+    from .eval.tasks import evaluate_tasks, format_table, parse_tasks, write_results
+
+    parse_tasks(args.tasks)  # an unknown task name fails before the model loads
+    if not args.model and not args.preset_given:
+        raise SwaxError("pass --model DIR (or --preset NAME for random weights)")
+    model, tok, label = _eval_model(args)
+    window = model.config.window if args.window == "default" else args.window
+    results = evaluate_tasks(model, tok, args.tasks, args.data_dir, num_fewshot=args.num_fewshot,
+                             limit=args.limit, batch_size=args.batch_size, window=window,
+                             code_timeout=args.code_timeout)
+    out = Path(args.out or f"results/tasks-{label}")
+    write_results(out, results, {"label": label, "model": args.model or f"preset:{args.preset}",
+                                 "window": window, "data_dir": args.data_dir})
+    print(f"short-context tasks, {label}, window {window}")
+    print(format_table(results))
+    print(f"results: {out}")
+    return 0
+
+
 def cmd_eval_ppl(args) -> int:
     from pathlib import Path
 
@@ -484,6 +506,21 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--tokenizer", default="byte", help="with --dump: byte, gpt2 or a path")
     sp.add_argument("--prefill-chunk", type=_positive_int, default=2048)
     sp.set_defaults(fn=cmd_eval_niah)
+
+    sp = esub.add_parser("tasks", help="short-context tasks: ARC, HellaSwag, PIQA, LAMBADA, "
+                         "HumanEval, MBPP")
+    eval_model_args(sp)
+    sp.add_argument("--tasks", default="arc_easy,arc_challenge,hellaswag,piqa,lambada",
+                    help="comma list or 'all': arc_easy, arc_challenge, hellaswag, piqa, lambada, "
+                    "humaneval, mbpp")
+    sp.add_argument("--data-dir", default="data/tasks",
+                    help="folder of {task}.jsonl files in the upstream schemas (see README)")
+    sp.add_argument("--num-fewshot", type=int, default=None)
+    sp.add_argument("--limit", type=_positive_int, default=None, help="first N items per task")
+    sp.add_argument("--batch-size", type=_positive_int, default=8)
+    sp.add_argument("--code-timeout", type=float, default=10.0,
+                    help="seconds per program of the code tasks")
+    sp.set_defaults(fn=cmd_eval_tasks)
 
     sp = esub.add_parser("ppl", help="loss by position beyond the training length")
     eval_model_args(sp)
