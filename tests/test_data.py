@@ -604,3 +604,25 @@ def test_synthetic_fraction_in_the_loader(kjv_docs):
     positions = [i for i, r in enumerate(rows) if r in episodes]
     assert positions[0] < n // 2 < positions[-1]  # mixed in, not appended
     assert loader.tokens_per_epoch == len(tokens) - 1 + (n - corpus) * 512
+
+
+def test_multi_query_episode_layout():
+    from swax.data import ByteTokenizer
+    from swax.data.synthetic import make_episode
+
+    tok = ByteTokenizer()
+    hay = np.array(tok.encode("and the earth was without form, and void. " * 200))
+    cfg = SyntheticConfig(compact=True, num_needles=6, num_queries=3)
+    ep = make_episode(np.random.default_rng(5), tok, hay, 600, cfg)
+    assert len(ep["tokens"]) == 600
+    assert len(ep["answer_spans"]) == 3 and ep["answer_spans"][-1][1] == 600
+    text = tok.decode(ep["tokens"])
+    first_q = ep["question_spans"][0][0]
+    for j, ((qs, qe), (as_, ae)) in enumerate(zip(ep["question_spans"], ep["answer_spans"])):
+        key, value = ep["keys"][j], ep["values"][j]
+        assert tok.decode(ep["tokens"][qs:qe]) == f"\n?{key}:"
+        assert tok.decode(ep["tokens"][as_:ae]) == value
+        assert f"\n{key}:{value}." in tok.decode(ep["tokens"][:first_q])
+    assert text.count(":") >= 6 + 3
+    with pytest.raises(Exception, match="num_queries"):
+        SyntheticConfig(num_needles=2, num_queries=3)

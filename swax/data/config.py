@@ -20,6 +20,10 @@ class SyntheticConfig:
     "?{key}:", answer "{value}". False = RULER's sentences with adjective-noun keys."""
     num_needles: int = 1
     """Needles per episode; the first is queried, the others are distractors with other keys."""
+    num_queries: int = 1
+    """Needles queried at the end of the episode (question + answer each, one after the other,
+    as in RULER's niah_multiquery); at most num_needles. More queries give more supervised
+    retrieval tokens per episode."""
     min_distance: int = 16
     """Fewest tokens between the end of the queried needle and the start of the question."""
     max_distance: int | None = None
@@ -35,6 +39,9 @@ class SyntheticConfig:
         if self.num_needles < 1:
             raise ConfigError(f"data.synthetic.num_needles: expected >= 1, "
                               f"got {self.num_needles!r}")
+        if not 1 <= self.num_queries <= self.num_needles:
+            raise ConfigError(f"data.synthetic.num_queries: expected 1 to num_needles "
+                              f"({self.num_needles}), got {self.num_queries!r}")
         if self.min_distance < 0:
             raise ConfigError(f"data.synthetic.min_distance: expected >= 0, "
                               f"got {self.min_distance!r}")

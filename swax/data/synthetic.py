@@ -204,16 +204,21 @@ def episode_overhead(tokenizer, cfg: SyntheticConfig, split: str = "train") -> i
     key = key_vocabulary(split, cfg.compact).longest
     value = "9" * cfg.digits
     needle = len(tokenizer.encode(needle_text(key, value, cfg.compact)))
-    return (needle * cfg.num_needles + len(tokenizer.encode(question_text(key, cfg.compact)))
-            + len(tokenizer.encode(answer_text(value, cfg.compact))) + cfg.min_distance)
+    qa = (len(tokenizer.encode(question_text(key, cfg.compact)))
+          + len(tokenizer.encode(answer_text(value, cfg.compact))))
+    return needle * cfg.num_needles + qa * cfg.num_queries + cfg.min_distance
 
 
 def make_episode(rng: np.random.Generator | int, tokenizer, haystack_tokens, length: int,
                  cfg: SyntheticConfig | None = None, split: str = "train") -> dict:
     """One retrieval episode of exactly ``length`` tokens (see the module docstring).
 
-    Returns a dict with ``tokens`` (list of ``length`` ints), ``answer_span`` (start, end) =
-    (length - len(answer), length), ``question_span``, ``needle_span`` (the queried needle),
+    With ``cfg.num_queries = q`` the first q needles are queried one after the other at the end
+    (question, answer, question, answer, ...); the distance rule applies to the first.
+
+    Returns a dict with ``tokens`` (list of ``length`` ints), ``answer_span`` (start, end) of
+    the first answer (the last tokens when q = 1), ``answer_spans`` and ``question_spans`` of
+    all queries, ``question_span``, ``needle_span`` (the first queried needle),
     ``needle_positions`` (start of every needle, the queried one first), ``distance`` (tokens
     between the queried needle's end and the question's start), ``depth`` (needle start /
     context length, as RULER's depth), ``key``, ``value``, ``keys`` and ``values`` (all
@@ -229,17 +234,19 @@ def make_episode(rng: np.random.Generator | int, tokenizer, haystack_tokens, len
     keys = key_vocabulary(split, compact).sample(rng, cfg.num_needles)
     values = _values(rng, cfg.num_needles, cfg.digits)
     needles = [tokenizer.encode(needle_text(k, v, compact)) for k, v in zip(keys, values)]
-    question = tokenizer.encode(question_text(keys[0], compact))
-    answer = tokenizer.encode(answer_text(values[0], compact))
+    nq = cfg.num_queries
+    questions = [tokenizer.encode(question_text(k, compact)) for k in keys[:nq]]
+    answers = [tokenizer.encode(answer_text(v, compact)) for v in values[:nq]]
+    tail = sum(len(q) + len(a) for q, a in zip(questions, answers))
 
-    context = length - len(question) - len(answer)  # haystack + needles before the question
+    context = length - tail  # haystack + needles before the first question
     n0 = len(needles[0])
     others = sum(len(n) for n in needles[1:])
     max_d = context - n0 - others
     if cfg.max_distance is not None:
         max_d = min(max_d, cfg.max_distance)
     if max_d < cfg.min_distance:
-        need = length - context + n0 + others + cfg.min_distance
+        need = tail + n0 + others + cfg.min_distance
         raise SwaxError(f"episode length {length} too short: {cfg.num_needles} needle(s), the "
                         f"question and min_distance={cfg.min_distance} need {need} tokens")
     distance = int(rng.integers(cfg.min_distance, max_d + 1))
@@ -260,7 +267,13 @@ def make_episode(rng: np.random.Generator | int, tokenizer, haystack_tokens, len
 
     before, starts_b = _fill(rng, hay[:room[0]], [needles[j] for j in where[0]])
     after, starts_a = _fill(rng, hay[room[0]:], [needles[j] for j in where[1]])
-    tokens = before + needles[0] + after + question + answer
+    tokens = before + needles[0] + after
+    answer_spans, question_spans = [], []
+    for q, a in zip(questions, answers):
+        question_spans.append((len(tokens), len(tokens) + len(q)))
+        tokens += q
+        answer_spans.append((len(tokens), len(tokens) + len(a)))
+        tokens += a
     assert len(before) == needle_start and len(tokens) == length, (len(tokens), length)
     positions = [0] * cfg.num_needles
     positions[0] = needle_start
@@ -270,8 +283,10 @@ def make_episode(rng: np.random.Generator | int, tokenizer, haystack_tokens, len
         positions[j] = needle_start + n0 + s
     return {
         "tokens": tokens,
-        "answer_span": (length - len(answer), length),
-        "question_span": (context, length - len(answer)),
+        "answer_span": answer_spans[0],
+        "question_span": question_spans[0],
+        "answer_spans": answer_spans,
+        "question_spans": question_spans,
         "needle_span": (needle_start, needle_start + n0),
         "needle_positions": positions,
         "distance": distance,
