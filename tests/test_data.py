@@ -626,3 +626,25 @@ def test_multi_query_episode_layout():
     assert text.count(":") >= 6 + 3
     with pytest.raises(Exception, match="num_queries"):
         SyntheticConfig(num_needles=2, num_queries=3)
+
+
+def test_answers_only_targets(tmp_path):
+    from swax.data import ByteTokenizer, PackedLoader
+    from swax.data.loader import TokenDataset
+
+    tok = ByteTokenizer()
+    ds = TokenDataset(np.array(tok.encode("and the earth was without form. " * 400), np.int32),
+                      tok.eot_id, 1, "t", tok)
+    cfg = SyntheticConfig(fraction=0.5, compact=True, num_needles=3, num_queries=2,
+                          answers_only=True)
+    loader = PackedLoader(ds, 256, 8, seed=3, synthetic=cfg, tokenizer=tok)
+    kinds = loader.item_kinds(0)
+    x, y = loader.next_batch()
+    for row in range(8):
+        if not kinds[row]:
+            assert (y[row] != -100).sum() == 256  # corpus rows: every target
+            continue
+        ep = loader.episode(0, int(loader._perm(0)[row]) - loader.corpus_sequences)
+        want = sorted(p - 1 for a0, a1 in ep["answer_spans"] for p in range(a0, a1))
+        assert torch.nonzero(y[row] != -100).flatten().tolist() == want
+        assert [int(y[row, p]) for p in want] == [ep["tokens"][p + 1] for p in want]

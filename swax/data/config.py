@@ -24,6 +24,9 @@ class SyntheticConfig:
     """Needles queried at the end of the episode (question + answer each, one after the other,
     as in RULER's niah_multiquery); at most num_needles. More queries give more supervised
     retrieval tokens per episode."""
+    answers_only: bool = False
+    """Train on the answer tokens of an episode only (its haystack text is not a target);
+    focuses the episodes on retrieval. Corpus sequences are unaffected."""
     min_distance: int = 16
     """Fewest tokens between the end of the queried needle and the start of the question."""
     max_distance: int | None = None

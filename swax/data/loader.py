@@ -282,8 +282,15 @@ class PackedLoader:
         idx = int(self._perm(epoch)[pos])
         if idx < self.corpus_sequences:
             return self._corpus_row(idx)
-        t = np.asarray(self.episode(epoch, idx - self.corpus_sequences)["tokens"], np.int64)
-        return t[:-1], t[1:]
+        ep = self.episode(epoch, idx - self.corpus_sequences)
+        t = np.asarray(ep["tokens"], np.int64)
+        x, y = t[:-1], t[1:].copy()
+        if self.synthetic.answers_only:  # supervise only the answers (targets are t[1:])
+            keep = np.zeros(len(t), dtype=bool)
+            for a0, a1 in ep["answer_spans"]:
+                keep[a0:a1] = True
+            y[~keep[1:]] = IGNORE_INDEX
+        return x, y
 
     def item_kinds(self, epoch: int) -> np.ndarray:
         """Per position of ``epoch``'s order: True where the item is a synthetic episode."""
