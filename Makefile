@@ -31,6 +31,9 @@ lint: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/ops.py
+	$(BIN)/python benchmarks/model.py
+	$(BIN)/python benchmarks/decode.py
+	$(BIN)/python benchmarks/prefill.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache build *.egg-info

@@ -40,18 +40,34 @@ overflow, and memory is ``O(T * C)``, never ``T x T``.
 The last chunk is padded with ``q = k = v = 0``, ``g = 0``, ``beta = 0``, which is an exact
 identity step (the state is unchanged), so padding never reaches the final state.
 
+Backends of ``mode="chunk"`` (chosen through :mod:`swax.ops.registry`, op name
+``"gated_delta"``):
+
+* ``fla`` (CUDA, ``flash-linear-attention`` installed, bfloat16/float16 inputs): fla's Triton
+  ``chunk_gated_delta_rule``. Conventions adapted: fla takes ``(B, T, H, D)`` tensors (we
+  transpose), its own L2-norm is off (``use_qk_l2norm_in_kernel=False``: the op's q, k are
+  normalised by the caller), ``scale`` is passed through, ``g`` is the same per-step log-decay,
+  states are ``(B, H, Dk, Dv)`` float32 as here. ``beta`` is passed in the input dtype (as fla's
+  own layer does) and the kernel's tiles are in the input dtype, so the two agree to bfloat16
+  precision, not float32; fla always uses chunks of 64 (``chunk_size`` is ignored).
+* ``native`` (any device): the chunkwise form below, differentiated by autograd.
+
 Precision: inputs may be float32 or bfloat16 (or float16); the math runs in float32 and the
 returned state is float32. Float64 inputs are computed in float64 (state float64 too), which
 lets tests check the chunk algebra to round-off and run ``torch.autograd.gradcheck``.
-Backward is plain autograd through both modes.
+Backward is plain autograd through both modes (the chunk mode's graph holds ``C × C`` tiles per
+chunk, never ``T × T``, and loops over chunks, never over time steps).
 """
 
 from __future__ import annotations
 
 import math
+from functools import lru_cache
 
 import torch
 import torch.nn.functional as F
+
+from .registry import list_backends, register_backend, select_backend
 
 __all__ = ["gated_delta_rule", "gated_delta_step"]
 
@@ -218,6 +234,7 @@ def gated_delta_rule(
     mode: str = "chunk",
     chunk_size: int = 64,
     scale: float | None = None,
+    backend: str | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Gated delta rule over a sequence (fla's ``naive_recurrent_gated_delta_rule``).
 
@@ -234,14 +251,18 @@ def gated_delta_rule(
             ``"recurrent"`` (a loop over time steps; the reference).
         chunk_size: steps per chunk in ``"chunk"`` mode; any ``T`` is accepted.
         scale: multiplies ``q``; default ``Dk ** -0.5``.
+        backend: implementation of ``mode="chunk"``: None/"auto" (the best usable one),
+            "fla" or "native" (see the module docstring). A backend that cannot run on these
+            inputs falls back to the automatic choice, with a warning logged once. The
+            recurrent mode is the reference and ignores it.
 
     Returns:
         ``o``: ``(B, H, T, Dv)`` in q's dtype, and the final state ``(B, H, Dk, Dv)``
         (float32; float64 for float64 inputs) or None.
 
     Raises:
-        ValueError: wrong ndim or mismatched shapes, unknown ``mode``, ``chunk_size <= 0``,
-            or an ``initial_state`` of the wrong shape.
+        ValueError: wrong ndim or mismatched shapes, unknown ``mode`` or ``backend``,
+            ``chunk_size <= 0``, or an ``initial_state`` of the wrong shape.
     """
     fn = "gated_delta_rule"
     _check_sequence_inputs(q, k, v, g, beta, fn)
@@ -256,6 +277,21 @@ def gated_delta_rule(
     _check_state("initial_state", initial_state, (B, H, Dk, Dv), fn)
     scale = _resolve_scale(scale, Dk, fn)
 
+    if mode == "chunk" and T > 0:
+        impl = select_backend("gated_delta", backend, q, k, v, g, beta, initial_state)
+        o, S = impl.fn(q, k, v, g, beta, initial_state, output_final_state, chunk_size, scale)
+        return o, (S if output_final_state else None)
+    if backend not in (None, "auto") and backend not in list_backends("gated_delta"):
+        raise ValueError(f"{fn}: unknown backend {backend!r}; expected one of "
+                         f"{['auto', *list_backends('gated_delta')]}")
+    o, S = _native(q, k, v, g, beta, initial_state, output_final_state, chunk_size, scale, mode)
+    return o, (S if output_final_state else None)
+
+
+def _native(q, k, v, g, beta, initial_state, output_final_state, chunk_size, scale,
+            mode="chunk"):
+    B, H, T, Dk = q.shape
+    Dv = v.shape[-1]
     out_dtype = q.dtype
     cd = _compute_dtype(q, k, v)
     q, k, v, g, beta = (x.to(cd) for x in (q, k, v, g, beta))
@@ -269,7 +305,46 @@ def gated_delta_rule(
         o, S = _recurrent(q, k, v, g, beta, S)
     else:
         o, S = _chunk(q, k, v, g, beta, S, chunk_size)
-    return o.to(out_dtype), (S if output_final_state else None)
+    return o.to(out_dtype), S
+
+
+@lru_cache(maxsize=1)
+def _fla_chunk():
+    """fla's chunk kernel, or the reason it cannot be imported (imported on first use only)."""
+    try:
+        from fla.ops.gated_delta_rule import chunk_gated_delta_rule
+    except Exception as e:  # noqa: BLE001 - missing package, triton, or a broken install
+        return None, f"flash-linear-attention is not available ({type(e).__name__}: {e})"
+    return chunk_gated_delta_rule, None
+
+
+def _fla_usable(q, k, v, g, beta, initial_state=None):
+    if q.device.type != "cuda":
+        return "needs CUDA"
+    if q.dtype not in (torch.bfloat16, torch.float16):
+        return f"fla's chunk kernel needs bfloat16/float16 inputs, got {q.dtype}"
+    if q.shape[-1] > 256 or v.shape[-1] > 256:
+        return f"fla's chunk kernel needs head dims <= 256, got Dk={q.shape[-1]}, Dv={v.shape[-1]}"
+    return _fla_chunk()[1]
+
+
+def _fla(q, k, v, g, beta, initial_state, output_final_state, chunk_size, scale):
+    kernel, _ = _fla_chunk()
+    dt = q.dtype
+    S0 = None if initial_state is None else initial_state.float()
+    o, S = kernel(
+        q.transpose(1, 2), k.to(dt).transpose(1, 2), v.to(dt).transpose(1, 2),
+        g.float().transpose(1, 2), beta.to(dt).transpose(1, 2),
+        scale=scale, initial_state=S0, output_final_state=True, use_qk_l2norm_in_kernel=False,
+    )
+    return o.transpose(1, 2).to(dt), (S.float() if S is not None else S)
+
+
+register_backend("gated_delta", "fla", _fla, _fla_usable, priority=20,
+                 doc="fla's chunk_gated_delta_rule (Triton); CUDA, bfloat16/float16")
+register_backend("gated_delta", "native",
+                 lambda *a: _native(*a, mode="chunk"), priority=10,
+                 doc="chunkwise WY form in PyTorch, autograd backward; any device")
 
 
 def gated_delta_step(

@@ -33,7 +33,26 @@ Three modes compute the same function:
   shorter chunk is processed unpadded, so nothing leaks into the final state).
 * ``recurrent``: a loop over time calling :func:`mlstm_step` (decode and reference).
 
-All arithmetic is float32 whatever the input dtype; ``h`` is returned in ``q``'s dtype.
+Backends of ``mode="chunk"`` (chosen through :mod:`swax.ops.registry`, op name ``"mlstm"``):
+
+* ``triton`` (CUDA, ``mlstm_kernels`` installed): mlstm_kernels' ``chunkwise--triton_xl_chunk``
+  on the longest prefix it accepts (a multiple of 128 steps, or 16/32/64), ``native`` on the
+  rest. Its conventions are adapted: states in and out are ``(C, n, m)`` with ``m`` of shape
+  (B, H), and the returned final state is re-stabilised to the ``m_0 = -inf`` convention
+  used here (the kernel starts an empty state from ``m_0 = 0``). Residual difference: from an
+  empty state the kernel's denominator is ``max(|nᵀq̃|, exp(-m'_t)) + eps`` with
+  ``m'_t = max(m_t, Σ_{s<=t} log f_s)``, which changes ``h`` by at most ``eps`` relative.
+  bfloat16/float16 inputs are passed to the kernel as they are (float32 accumulation, tiles
+  in the input dtype); other dtypes run in float32. The kernel does not backpropagate into
+  the initial ``n, m`` nor from the final ``n, m``, so calls that need those gradients use
+  ``native`` (the fallback is logged).
+* ``native`` (any device; the CPU default): :mod:`swax.ops._mlstm_chunkwise`, a chunkwise
+  kernel with a hand-written backward that recomputes the intra-chunk tiles instead of
+  saving them; registered as ``torch.library`` custom ops, so ``torch.compile`` keeps it.
+* ``autograd``: the chunkwise form below, differentiated by autograd (a reference).
+
+All arithmetic is float32 whatever the input dtype (except bfloat16/float16 tiles inside the
+Triton kernel); ``h`` is returned in ``q``'s dtype.
 Log-decays inside a chunk are formed as segment sums of ``log f`` (never as differences of
 a long cumulative sum), so very long sequences processed with state passing keep full
 precision.
@@ -42,9 +61,13 @@ precision.
 from __future__ import annotations
 
 import math
+from functools import lru_cache
 
 import torch
 import torch.nn.functional as F
+
+from ._mlstm_chunkwise import mlstm_chunkwise
+from .registry import list_backends, register_backend, select_backend
 
 MODES = ("parallel", "chunk", "recurrent")
 
@@ -240,6 +263,7 @@ def mlstm(
     mode: str = "chunk",
     chunk_size: int = 64,
     eps: float = 1e-6,
+    backend: str | None = None,
 ) -> tuple[torch.Tensor, State | None]:
     """mLSTM over a sequence (see the module docstring for the math).
 
@@ -254,13 +278,17 @@ def mlstm(
             (quadratic reference) or "recurrent" (loop over time).
         chunk_size: chunk length for mode="chunk"; any T is accepted.
         eps: added to the denominator of h.
+        backend: implementation of mode="chunk": None/"auto" (the best usable one),
+            "triton", "native" or "autograd" (see the module docstring). A backend that
+            cannot run on these inputs falls back to the automatic choice, with a warning
+            logged once. The other modes are references and ignore it.
 
     Returns:
         h: (B, H, T, Dv) in q's dtype, and the final state (C, n, m), float32, or None.
 
     Raises:
-        ValueError: on mismatched shapes, wrong ndim, unknown mode, chunk_size <= 0 or an
-            initial_state of the wrong shapes.
+        ValueError: on mismatched shapes, wrong ndim, unknown mode or backend,
+            chunk_size <= 0 or an initial_state of the wrong shapes.
     """
     _check_inputs(q, k, v, i, f, seq=True)
     if mode not in MODES:
@@ -274,6 +302,13 @@ def mlstm(
     state = _init_state(initial_state, B, H, Dqk, Dv, q.device)
 
     out_dtype = q.dtype
+    if mode == "chunk" and T > 0:
+        impl = select_backend("mlstm", backend, q, k, v, i, f, initial_state, output_final_state)
+        h, state = impl.fn(q, k, v, i, f, state, chunk_size, eps)
+        return h.to(out_dtype), (state if output_final_state else None)
+    if backend not in (None, "auto") and backend not in list_backends("mlstm"):
+        raise ValueError(f"mlstm: unknown backend {backend!r}; expected one of "
+                         f"{['auto', *list_backends('mlstm')]}")
     qf = q.float() * Dqk**-0.5
     kf, vf, i_f = k.float(), v.float(), i.float()
 
@@ -285,28 +320,144 @@ def mlstm(
             hs.append(h_t)
         h = torch.stack(hs, 2) if hs else vf.new_zeros(B, H, 0, Dv)
     else:
-        lf = F.logsigmoid(f.float())
-        L = T if mode == "parallel" else min(chunk_size, T)
-        n_full = T // L
-        pieces = []
-        # Full chunks, then the shorter tail chunk on its own (unpadded).
-        for lo, hi, nc in ((0, n_full * L, n_full), (n_full * L, T, 1)):
-            if hi == lo:
-                continue
-            ln = (hi - lo) // nc
-            h_p, state = _chunks_forward(
-                qf[:, :, lo:hi].reshape(B, H, nc, ln, Dqk),
-                kf[:, :, lo:hi].reshape(B, H, nc, ln, Dqk),
-                vf[:, :, lo:hi].reshape(B, H, nc, ln, Dv),
-                i_f[:, :, lo:hi].reshape(B, H, nc, ln),
-                lf[:, :, lo:hi].reshape(B, H, nc, ln),
-                state,
-                eps,
-            )
-            pieces.append(h_p.reshape(B, H, hi - lo, Dv))
-        h = torch.cat(pieces, 2) if len(pieces) > 1 else pieces[0]
-
+        h, state = _autograd_chunks(qf, kf, vf, i_f, f, state, T, eps)
     return h.to(out_dtype), (state if output_final_state else None)
+
+
+def _autograd_chunks(qf, kf, vf, i_f, f, state, L, eps):
+    """The chunkwise form in plain autograd: full chunks of L steps, then the shorter tail
+    chunk on its own (unpadded). qf already scaled; float32."""
+    B, H, T, Dqk = qf.shape
+    Dv = vf.shape[-1]
+    lf = F.logsigmoid(f.float())
+    L = min(L, T)
+    n_full = T // L
+    pieces = []
+    for lo, hi, nc in ((0, n_full * L, n_full), (n_full * L, T, 1)):
+        if hi == lo:
+            continue
+        ln = (hi - lo) // nc
+        h_p, state = _chunks_forward(
+            qf[:, :, lo:hi].reshape(B, H, nc, ln, Dqk),
+            kf[:, :, lo:hi].reshape(B, H, nc, ln, Dqk),
+            vf[:, :, lo:hi].reshape(B, H, nc, ln, Dv),
+            i_f[:, :, lo:hi].reshape(B, H, nc, ln),
+            lf[:, :, lo:hi].reshape(B, H, nc, ln),
+            state,
+            eps,
+        )
+        pieces.append(h_p.reshape(B, H, hi - lo, Dv))
+    h = torch.cat(pieces, 2) if len(pieces) > 1 else pieces[0]
+    return h, state
+
+
+# --------------------------------------------------------------------------- chunk backends
+
+
+def _autograd_backend(q, k, v, i, f, state, chunk_size, eps):
+    Dqk = q.shape[-1]
+    return _autograd_chunks(q.float() * Dqk**-0.5, k.float(), v.float(), i.float(), f, state,
+                            chunk_size, eps)
+
+
+def _native_backend(q, k, v, i, f, state, chunk_size, eps):
+    """Full chunks of ``chunk_size`` steps in one kernel call, the shorter tail in a second
+    call continuing from the first one's state."""
+    T, Dqk = q.shape[2], q.shape[3]
+    L = min(chunk_size, T)
+    cut = T // L * L
+    xs = [x.float() for x in (q, k, v, i, f)]
+    C, n, m = state
+    pieces = []
+    for lo, hi in ((0, cut), (cut, T)):
+        if hi > lo:
+            h, (C, n, m) = mlstm_chunkwise(*(x[:, :, lo:hi] for x in xs), C, n, m,
+                                           min(L, hi - lo), Dqk**-0.5, eps)
+            pieces.append(h)
+    h = torch.cat(pieces, 2) if len(pieces) > 1 else pieces[0]
+    return h, (C, n, m)
+
+
+def _triton_prefix(T: int) -> int:
+    """Longest prefix mlstm_kernels' xl_chunk kernel accepts: a multiple of 128 steps, else
+    16, 32 or 64."""
+    if T >= 128:
+        return T // 128 * 128
+    return next((p for p in (64, 32, 16) if p <= T), 0)
+
+
+@lru_cache(maxsize=1)
+def _triton_kernel():
+    """mlstm_kernels' Triton chunkwise kernel, or the reason it is unavailable (imported on
+    first use only)."""
+    try:
+        from mlstm_kernels.torch import get_mlstm_kernel
+
+        return get_mlstm_kernel("chunkwise--triton_xl_chunk"), None
+    except Exception as e:  # noqa: BLE001 - not installed, no triton, or a broken install
+        return None, f"mlstm_kernels' triton_xl_chunk is not available ({type(e).__name__}: {e})"
+
+
+def _triton_usable(q, k, v, i, f, initial_state=None, output_final_state=False):
+    if q.device.type != "cuda":
+        return "needs CUDA"
+    reason = _triton_kernel()[1]
+    if reason is not None:
+        return reason
+    Dqk, Dv = q.shape[-1], v.shape[-1]
+    if Dqk % 16 or Dv % 16:
+        return f"needs head dims that are multiples of 16, got Dqk={Dqk}, Dv={Dv}"
+    if _triton_prefix(q.shape[2]) == 0:
+        return f"sequence of {q.shape[2]} < 16 steps"
+    if torch.is_grad_enabled():
+        st = initial_state if initial_state is not None else ()
+        if any(isinstance(x, torch.Tensor) and x.requires_grad for x in st):
+            return "the Triton kernel does not backpropagate into an initial state's n and m"
+        if output_final_state and any(x.requires_grad for x in (q, k, v, i, f)):
+            return "the Triton kernel does not backpropagate from the final state's n and m"
+    return None
+
+
+def _final_m(i, f, m_init):
+    """The cell's m after the last step, from the gates alone (float64 scan, O(T))."""
+    F_ = F.logsigmoid(f.float()).double().cumsum(-1)  # (B, H, T)
+    w = i.double() - F_
+    return (F_[..., -1] + torch.maximum(m_init.double(), w.amax(-1))).float()
+
+
+def _triton_backend(q, k, v, i, f, state, chunk_size, eps):
+    kern = _triton_kernel()[0]
+    T = q.shape[2]
+    P = _triton_prefix(T)
+    low = q.dtype in (torch.bfloat16, torch.float16)
+    dt = q.dtype if low else torch.float32
+    C, n, m = state
+    # the empty state is C = n = 0, m = -inf here; the kernel's own convention is m = 0
+    m_in = torch.where(torch.isinf(m), torch.zeros_like(m), m)
+    h, (C1, n1, m1) = kern(
+        q[:, :, :P].to(dt), k[:, :, :P].to(dt), v[:, :, :P].to(dt),
+        i[:, :, :P].float(), f[:, :, :P].float(),
+        c_initial=C, n_initial=n, m_initial=m_in[..., None],
+        return_last_states=True, eps=eps, chunk_size=128 if P >= 128 else P,
+    )
+    m1 = m1.float().reshape(m.shape)
+    m_true = _final_m(i[:, :, :P], f[:, :, :P], m)
+    scale = torch.exp(m1 - m_true)  # >= 1: the kernel's m can only be larger
+    state = (C1.float() * scale[..., None, None], n1.float().reshape(n.shape) * scale[..., None],
+             m_true)
+    if P == T:
+        return h, state
+    h2, state = _native_backend(q[:, :, P:], k[:, :, P:], v[:, :, P:], i[:, :, P:], f[:, :, P:],
+                                state, chunk_size, eps)
+    return torch.cat([h.to(h2.dtype), h2], 2), state
+
+
+register_backend("mlstm", "triton", _triton_backend, _triton_usable, priority=20,
+                 doc="mlstm_kernels chunkwise--triton_xl_chunk (+ native on the tail); CUDA")
+register_backend("mlstm", "native", _native_backend, priority=10,
+                 doc="chunkwise kernel with a hand-written backward; any device")
+register_backend("mlstm", "autograd", _autograd_backend, priority=0,
+                 doc="chunkwise form differentiated by autograd; a reference")
 
 
 def mlstm_step(

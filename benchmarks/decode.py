@@ -1,0 +1,159 @@
+"""Decode cost against context length: constant for SWAX, growing for full attention.
+
+For each layer pattern (tiny preset, random weights, batch 1): prefill a random prompt of each
+context length with ``swax.generate.prefill`` (chunks of ``--prefill-chunk``), then time
+``--steps`` single-token decode steps (greedy, the model's own next token fed back) and report
+the per-token latency and the bytes held by the decode state (``SwaxState.nbytes()``: ring
+buffers of W keys/values for S, (C, n, m) for X, the growing KV cache for A).
+
+The decode steps are timed in interleaved rounds over all contexts of a pattern (each round
+continues every context's own state), so a slow spell of a shared machine hits every context
+alike; the median over rounds is reported. Full attention is capped at ``--max-context-A``
+(its prefill is quadratic and its cache grows: the cap keeps the script at a few minutes).
+Writes a CSV and a PNG.
+
+    python benchmarks/decode.py                       # SX and A at 1k … 128k
+    python benchmarks/decode.py --patterns SX SD --contexts 1024 131072
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # idle threads sleep on a shared machine
+
+import torch  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import machine_line, print_table, save_png, write_csv  # noqa: E402
+
+from swax import SwaxConfig, SwaxLM  # noqa: E402
+from swax.generate import prefill  # noqa: E402
+
+DEFAULT_CONTEXTS = [1024, 4096, 16384, 32768, 65536, 131072]
+
+
+@torch.no_grad()
+def measure_pattern(pattern: str, contexts: list[int], preset: str, steps: int, rounds: int,
+                    chunk: int, seed: int = 0) -> list[dict]:
+    torch.manual_seed(seed)
+    model = SwaxLM(SwaxConfig.preset(preset, layer_pattern=pattern)).eval()
+    W, V = model.config.window, model.config.vocab_size
+    live = []
+    for T in contexts:
+        ids = torch.randint(0, V, (1, T))
+        t0 = time.perf_counter()
+        logits, state = prefill(model, ids, window=W, chunk_size=chunk)
+        pre = time.perf_counter() - t0
+        live.append({"T": T, "state": state, "tok": logits.argmax(-1), "prefill_s": pre,
+                     "state_bytes": state.nbytes(), "times": []})
+        print(f"  {pattern} prefilled {T:,} tokens in {pre:.1f} s", file=sys.stderr, flush=True)
+
+    def run(entry):
+        state, tok = entry["state"], entry["tok"]
+        t0 = time.perf_counter()
+        for _ in range(steps):
+            logits, state = model(tok[:, None], window=W, state=state, return_state=True)
+            tok = logits[:, -1].argmax(-1)
+        entry["times"].append((time.perf_counter() - t0) / steps)
+        entry["state"], entry["tok"] = state, tok
+
+    for entry in live:  # warm-up round
+        run(entry)
+        entry["times"].clear()
+    for _ in range(rounds):
+        for entry in live:
+            run(entry)
+    rows = []
+    for e in live:
+        lat = sorted(e["times"])[len(e["times"]) // 2]
+        rows.append({"pattern": pattern, "context": e["T"], "ms_per_token": lat * 1e3,
+                     "state_bytes": e["state_bytes"], "state_bytes_after": e["state"].nbytes(),
+                     "prefill_s": e["prefill_s"]})
+    return rows
+
+
+def plot(rows, patterns, path, title):
+    def draw(fig):
+        ax1, ax2 = fig.add_subplot(1, 2, 1), fig.add_subplot(1, 2, 2)
+        for pat in patterns:
+            rs = [r for r in rows if r["pattern"] == pat]
+            ax1.plot([r["context"] for r in rs], [r["ms_per_token"] for r in rs], marker="o",
+                     label=pat)
+            ax2.plot([r["context"] for r in rs], [r["state_bytes"] / 2**20 for r in rs],
+                     marker="o", label=pat)
+        for ax, yl in ((ax1, "ms per decoded token"), (ax2, "decode state, MiB")):
+            ax.set_xscale("log", base=2)
+            ax.set_yscale("log")
+            ax.set_xlabel("context length (tokens)")
+            ax.set_ylabel(yl)
+            ax.grid(alpha=0.3)
+            ax.legend()
+
+    return save_png(path, draw, title)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--preset", default="tiny")
+    ap.add_argument("--patterns", nargs="+", default=["SX", "A"])
+    ap.add_argument("--contexts", type=int, nargs="+", default=DEFAULT_CONTEXTS)
+    ap.add_argument("--max-context-A", type=int, default=32768,
+                    help="skip contexts above this for patterns with full attention")
+    ap.add_argument("--steps", type=int, default=32, help="decode steps per round")
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--prefill-chunk", type=int, default=2048)
+    ap.add_argument("--threads", type=int, default=None)
+    ap.add_argument("--csv", default="benchmarks/results/decode.csv")
+    args = ap.parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    print(f"# {machine_line()}")
+    print(f"# preset {args.preset}, batch 1, random weights; prefill in chunks of "
+          f"{args.prefill_chunk}; per-token latency = median over {args.rounds} interleaved "
+          f"rounds of {args.steps} greedy decode steps")
+    rows, skipped = [], []
+    for pattern in args.patterns:
+        ctx = args.contexts
+        if "A" in pattern:
+            skipped += [(pattern, T) for T in ctx if T > args.max_context_A]
+            ctx = [T for T in ctx if T <= args.max_context_A]
+        rows += measure_pattern(pattern, ctx, args.preset, args.steps, args.rounds,
+                                args.prefill_chunk)
+    table = [{"pattern": r["pattern"], "context": f"{r['context']:,}",
+              "ms/token": f"{r['ms_per_token']:.2f}",
+              "state": f"{r['state_bytes'] / 2**20:.2f} MiB",
+              "state bytes": f"{r['state_bytes']:,}",
+              "prefill": f"{r['prefill_s']:.1f} s"} for r in rows]
+    print()
+    print_table(table, list(table[0]))
+    for pattern, T in skipped:
+        print(f"# {pattern} at {T:,}: skipped (above --max-context-A={args.max_context_A:,}; "
+              f"quadratic prefill, cache of O(T))")
+    for pattern in args.patterns:
+        rs = sorted((r for r in rows if r["pattern"] == pattern), key=lambda r: r["context"])
+        if len(rs) < 2:
+            continue
+        a, b = rs[0], rs[-1]
+        lat, mem = b["ms_per_token"] / a["ms_per_token"], b["state_bytes"] / a["state_bytes"]
+        line = (f"{pattern}: {b['context']:,} vs {a['context']:,} context: latency x{lat:.2f}, "
+                f"state bytes x{mem:.2f}")
+        if "A" not in pattern:
+            ok = abs(lat - 1) <= 0.10 and abs(mem - 1) <= 0.10
+            line += f" (acceptance, within 10%: {'yes' if ok else 'NO'})"
+        print(line)
+    out = Path(args.csv)
+    write_csv([{k: (f"{v:.4f}" if isinstance(v, float) else v) for k, v in r.items()}
+               for r in rows], out)
+    png = plot(rows, args.patterns, out.with_suffix(".png"),
+               f"decode, {args.preset} preset, batch 1, {torch.get_num_threads()} threads")
+    print(f"# wrote {out}" + (f" and {png}" if png else ""))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
