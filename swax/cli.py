@@ -226,6 +226,23 @@ def cmd_plot_run(args) -> int:
     return 0
 
 
+def cmd_sweep(args) -> int:
+    from .sweep import aggregate, load_sweep, run_sweep
+
+    cfg = load_sweep(args.config, quick=args.quick)
+    only = [x.strip() for x in args.only.split(",")] if args.only else None
+    agg = aggregate(run_sweep(cfg, only))
+    lengths = sorted({n for a in agg.values() for n in a.get("episodes_long", {})})
+    head = f"{'run':<22} {'val loss':>15}  " + "  ".join(f"{n:>11}" for n in lengths)
+    print(f"\nretrieval accuracy (%) with the long window, mean ± spread over seeds\n{head}")
+    for name, a in agg.items():
+        m, sp = a["val_loss"]
+        cells = "  ".join(f"{a['episodes_long'][n][0]:6.1f}±{a['episodes_long'][n][1]:<4.1f}"
+                          for n in lengths)
+        print(f"{name:<22} {m:8.4f}±{sp:<6.4f}  {cells}")
+    return 0
+
+
 def cmd_demo(args) -> int:
     """Train the tiny SWAX model on the embedded corpus (or reuse a finished demo run), show the
     loss it reached, generate a sample, and show that its decode state does not grow."""
@@ -537,6 +554,12 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("results", nargs="+", metavar="RESULTS")
     sp.add_argument("--out", default="results/compare")
     sp.set_defaults(fn=cmd_eval_compare)
+
+    sp = sub.add_parser("sweep", help="train and evaluate a family of runs (resumable)")
+    sp.add_argument("config", metavar="SWEEP.yaml")
+    sp.add_argument("--quick", action="store_true", help="the reduced version of the sweep")
+    sp.add_argument("--only", default=None, help="comma list of run names")
+    sp.set_defaults(fn=cmd_sweep)
 
     sp = sub.add_parser("demo", help="the default job: train the tiny model, then generate")
     sp.add_argument("--run-dir", default="runs/demo")

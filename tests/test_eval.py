@@ -162,3 +162,79 @@ def test_eval_ppl_cli(tmp_path, capsys):
     rows = list(csv.DictReader((tmp_path / "p" / "ppl.csv").open()))
     assert [int(r["bucket_end"]) for r in rows] == [256, 1024, 2048]
     assert (tmp_path / "p" / "ppl.png").is_file()
+
+
+def test_episode_accuracy_matches_a_full_forward():
+    """Chunked top-1 predictions at the answers vs one full forward, computed here."""
+    from swax.data import SyntheticConfig
+    from swax.data.synthetic import make_episode
+    from swax.eval.episodes import episode_accuracy
+
+    torch.manual_seed(0)
+    model = SwaxLM(SwaxConfig(d_model=32, n_layers=2, n_heads=2, window=16)).eval()
+    tok = ByteTokenizer()
+    hay = np.array(tok.encode("and the earth was without form, and void; " * 300))
+    cfg = SyntheticConfig(compact=True, num_needles=3, num_queries=2)
+    got = episode_accuracy(model, tok, hay, [300, 700], samples=3, cfg=cfg, seed=7, chunk=64,
+                           progress=False)
+    for length in (300, 700):
+        correct = total = 0
+        nll, n_tok = 0.0, 0
+        for s in range(3):
+            ep = make_episode(np.random.default_rng([7, length, s]), tok, hay, length, cfg,
+                              split="eval")
+            ids = torch.tensor([ep["tokens"]])
+            with torch.no_grad():
+                logits = model(ids)[0]
+            top = logits.argmax(-1)
+            logp = torch.log_softmax(logits.double(), -1)
+            for a0, a1 in ep["answer_spans"]:
+                correct += all(int(top[p - 1]) == ep["tokens"][p] for p in range(a0, a1))
+                total += 1
+                nll -= sum(float(logp[p - 1, ep["tokens"][p]]) for p in range(a0, a1))
+                n_tok += a1 - a0
+        assert got[length]["n"] == total
+        assert got[length]["nll"] == pytest.approx(nll / n_tok, rel=1e-4)
+        assert got[length]["acc"] == pytest.approx(100.0 * correct / total)
+        assert sum(t for _, t in got[length]["by_depth"].values()) == total
+
+
+class InductionStub:
+    """A stand-in model that predicts, at every position, the token that followed the most
+    recent earlier occurrence of the longest suffix (up to 8 tokens) of the context: perfect
+    retrieval for key-value episodes. Keeps the context as its state, like a real model."""
+
+    class config:  # noqa: N801
+        window = 16
+
+    embed = torch.nn.Embedding(1, 1)
+    V = 257
+
+    def __call__(self, x, window=None, state=None, return_state=False, logits_to_keep=None):
+        ctx = ([] if state is None else list(state)) + x[0].tolist()
+        start = len(ctx) - x.shape[1]
+        logits = torch.full((1, x.shape[1], self.V), -1e9)
+        for t in range(start, len(ctx)):
+            for n in range(8, 0, -1):
+                suffix = ctx[t - n + 1:t + 1]
+                hit = next((i for i in range(t - 1, n - 2, -1)
+                            if ctx[i - n + 1:i + 1] == suffix), None)
+                if hit is not None:
+                    logits[0, t - start, ctx[hit + 1]] = 0.0
+                    break
+        if logits_to_keep:
+            logits = logits[:, -logits_to_keep:]
+        return (logits, ctx) if return_state else logits
+
+
+def test_episode_accuracy_with_a_perfect_retriever():
+    from swax.data import SyntheticConfig
+    from swax.eval.episodes import episode_accuracy
+
+    tok = ByteTokenizer()
+    hay = np.array(tok.encode("and the earth was without form, and void; " * 300))
+    cfg = SyntheticConfig(compact=True, num_needles=3, num_queries=2)
+    got = episode_accuracy(InductionStub(), tok, hay, [300, 600], samples=2, cfg=cfg, seed=3,
+                           chunk=128, progress=False)
+    assert got[300]["acc"] == 100.0 and got[600]["acc"] == 100.0
+    assert got[300]["nll"] == pytest.approx(0.0, abs=1e-6)  # all mass on the right digit
