@@ -27,7 +27,7 @@ test-slow: $(STAMP)
 	$(BIN)/python -m pytest -q -m "slow" $(PYTEST_ARGS)
 
 lint: $(STAMP)
-	$(BIN)/ruff check swax tests benchmarks
+	$(BIN)/ruff check swax tests benchmarks experiments
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/ops.py

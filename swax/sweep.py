@@ -73,6 +73,8 @@ class SweepConfig:
     """Evaluation of every run."""
     roles: dict[str, str] = field(default_factory=dict)
     """Run names playing the roles `short`, `long` and `stochastic` in a report's claims."""
+    notes: str = ""
+    """Free text quoted in the report (what else was tried, caveats)."""
     quick: dict[str, Any] = field(default_factory=dict)
     """Overrides applied with --quick: `base` (merged into base), `seeds`, `runs` (a list of
     variant names to keep), `eval` (merged into eval)."""

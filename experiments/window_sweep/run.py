@@ -287,11 +287,56 @@ def write_report(cfg, cfg_path: Path, results: dict, out: Path, wall_s: float, q
     lines += ["## The paper's claims at this scale", ""]
     for claim, verdict, evidence in claims(agg, seq_len, roles):
         lines += [f"**{claim}** — **{verdict}**. {evidence}", ""]
+    if cfg.notes.strip():
+        lines += ["## Notes", "", "From the sweep config's `notes` (written by people, not "
+                  "generated):", "", cfg.notes.strip(), ""]
     lines += ["## Config", "", "```yaml", cfg_path.read_text().rstrip(), "```", ""]
     report = out / "REPORT.md"
     report.write_text("\n".join(lines))
     (out / "results.json").write_text(json.dumps({n: r for n, r in results.items()}, indent=1))
     return report
+
+
+README_BEGIN = "<!-- window-sweep:begin (written by experiments/window_sweep/run.py) -->"
+README_END = "<!-- window-sweep:end -->"
+
+
+def readme_block(cfg, results: dict) -> str:
+    """The summary the top-level README shows: accuracy at a few lengths and the verdicts."""
+    agg = aggregate(results)
+    seq_len = next(iter(results.values()))[0]["seq_len"]
+    lengths = sorted({n for a in agg.values() for n in a["episodes_long"]})
+    show = [n for n in lengths if n in (lengths[0], lengths[len(lengths) // 2], lengths[-1])]
+    roles = {"short": "swax-short", "long": "swax-long", "stochastic": "swax-stochastic-p0.5",
+             **cfg.roles}
+    lines = ["| run | pattern | windows (long / train) | val loss (nats/byte) | "
+             + " | ".join(f"recall at {n // seq_len}× ({n})" for n in show)
+             + f" | answer loss at {show[-1] // seq_len}× |",
+             "|---|---|---|---|" + "---|" * (len(show) + 1)]
+    for name, a in agg.items():
+        w = a["windows"]
+        nll = fmt(a["nll_long"][show[-1]], 2) if "nll_long" in a else "–"
+        lines.append(f"| {name} | {a['pattern'][:2]} | {w['long']} / {w.get('train', w['long'])}"
+                     f" | {fmt(a['val_loss'], 3)} | "
+                     + " | ".join(f"{fmt(a['episodes_long'][n])}%" for n in show)
+                     + f" | {nll} |")
+    lines.append("")
+    for claim, verdict, _ in claims(agg, seq_len, roles):
+        lines.append(f"- {claim.split('. ', 1)[1]} **{verdict}**")
+    return "\n".join(lines)
+
+
+def update_readme(readme: Path, block: str) -> bool:
+    """Replace the text between the README's window-sweep markers; False if it has none."""
+    if not readme.is_file():
+        return False
+    text = readme.read_text()
+    if README_BEGIN not in text or README_END not in text:
+        return False
+    head, rest = text.split(README_BEGIN, 1)
+    _, tail = rest.split(README_END, 1)
+    readme.write_text(f"{head}{README_BEGIN}\n{block}\n{README_END}{tail}")
+    return True
 
 
 def main(argv=None) -> int:
@@ -315,6 +360,10 @@ def main(argv=None) -> int:
     report = write_report(cfg, cfg_path, results, out, time.perf_counter() - t0, args.quick,
                           command)
     print(f"report: {report}")
+    if not args.quick and not args.only and args.report_dir is None \
+            and cfg_path == (HERE / "sweep.yaml"):
+        if update_readme(HERE.parents[1] / "README.md", readme_block(cfg, results)):
+            print("README.md: window-sweep summary updated")
     for name in results:
         for s in cfg.seeds:
             assert (run_dir(cfg, name, s) / "eval.json").is_file()
