@@ -17,22 +17,7 @@ def timeit(fn: Callable[[], object], repeat: int = 3, warmup: int = 1,
            budget_s: float = 20.0) -> float:
     """Median seconds of ``fn()`` over ``repeat`` runs after ``warmup`` runs; stops early once
     ``budget_s`` is spent (at least one timed run)."""
-    for _ in range(warmup):
-        fn()
-    times: list[float] = []
-    start = time.perf_counter()
-    for _ in range(repeat):
-        if torch.cuda.is_available():
-            torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        fn()
-        if torch.cuda.is_available():
-            torch.cuda.synchronize()
-        times.append(time.perf_counter() - t0)
-        if time.perf_counter() - start > budget_s:
-            break
-    times.sort()
-    return times[len(times) // 2]
+    return timeit_interleaved({"fn": fn}, repeat, warmup, budget_s)["fn"]
 
 
 def timeit_interleaved(fns: dict[str, Callable[[], object]], repeat: int = 3, warmup: int = 1,

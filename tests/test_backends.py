@@ -36,28 +36,7 @@ def _one_thread():
     torch.set_num_threads(n)
 
 
-def naive_mlstm(q, k, v, i, f, state=None, eps=EPS):
-    """float64 loop over time straight from the cell equations; returns h, (C, n, m)."""
-    q, k, v, i, f = (x.double() for x in (q, k, v, i, f))
-    B, H, T, D = q.shape
-    if state is None:
-        C = q.new_zeros(B, H, D, v.shape[-1])
-        n = q.new_zeros(B, H, D)
-        m = q.new_full((B, H), -math.inf)
-    else:
-        C, n, m = (x.double() for x in state)
-    hs = []
-    for t in range(T):
-        lf = F.logsigmoid(f[:, :, t])
-        m_new = torch.maximum(lf + m, i[:, :, t])
-        fa, ia = torch.exp(lf + m - m_new), torch.exp(i[:, :, t] - m_new)
-        C = fa[..., None, None] * C + ia[..., None, None] * k[:, :, t, :, None] * v[:, :, t, None]
-        n = fa[..., None] * n + ia[..., None] * k[:, :, t]
-        m = m_new
-        qt = q[:, :, t] * D**-0.5
-        den = torch.maximum((qt * n).sum(-1).abs(), torch.exp(-m)) + eps
-        hs.append((qt[..., :, None] * C).sum(-2) / den[..., None])
-    return torch.stack(hs, 2), (C, n, m)
+from test_mlstm_op import naive_mlstm  # noqa: E402  (the float64 loop over time)
 
 
 def inputs(T, B=2, H=2, D=8, Dv=12, seed=0, dtype=torch.float32, f_shift=2.0):
