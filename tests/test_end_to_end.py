@@ -34,6 +34,27 @@ def test_ops_benchmark_smoke(tmp_path):
     assert "x_vs_sdpa+mask" in text and "x_vs_native_custbw" in text
 
 
+def test_model_benchmark_smoke(tmp_path):
+    out = tmp_path / "model.csv"
+    r = run(["benchmarks/model.py", "--presets", "tiny", "--patterns", "SX", "A",
+             "--seq", "128", "256", "--tokens-per-step", "512", "--steps", "1", "--csv", str(out)])
+    assert r.returncode == 0, r.stderr
+    rows = out.read_text().splitlines()
+    assert len(rows) == 1 + 4, rows  # header + 2 patterns x 2 lengths
+    assert (tmp_path / "model.png").is_file()
+
+
+def test_decode_benchmark_smoke(tmp_path):
+    out = tmp_path / "decode.csv"
+    r = run(["benchmarks/decode.py", "--patterns", "SX", "A", "--contexts", "256", "1024",
+             "--steps", "4", "--rounds", "1", "--csv", str(out)])
+    assert r.returncode == 0, r.stderr
+    text = out.read_text()
+    assert text.count("\nSX,") == 2 and text.count("\nA,") == 2, text
+    # the SX state is the same size at both contexts; the attention cache is not
+    assert "state bytes x1.00" in r.stdout
+
+
 def test_generate_long_prompt_file(tmp_path):
     prompt = tmp_path / "prompt.txt"
     text = "And God said, Let there be light: and there was light. " * 400
