@@ -53,6 +53,9 @@ class EvalSpec:
     """Stretches of held-out text for the loss by position."""
     seed: int = 1234
     """Seed of the evaluation episodes (the same episodes for every run)."""
+    text_samples: int = 64
+    """Stretches of held-out text, each of the training length, for the text loss with each
+    evaluation window (the short-context quality)."""
 
 
 @dataclass
@@ -153,18 +156,19 @@ def _train_one(cfg: SweepConfig, name: str, seed: int) -> dict:
 
 
 def evaluate_run(cfg: SweepConfig, name: str, seed: int, progress: bool = False) -> dict:
-    """Episodes at every length (long window, and training window where different) and loss
-    by position; cached in the run's eval.json."""
+    """Episodes at every length (long window, and training window where different), loss by
+    position, and held-out text loss at the training length with each window; cached in the
+    run's eval.json (a cache from before the text loss existed is completed, not redone)."""
     from .data import DataConfig, build_datasets, load_model_tokenizer
-    from .eval.episodes import episode_accuracy
-    from .eval.ppl import bucketize, position_losses
+    from .eval.ppl import position_losses
     from .model import SwaxLM
 
     tcfg = train_config(cfg, name, seed)
     rd = Path(tcfg.run_dir)
     cache = rd / "eval.json"
-    if cache.is_file():
-        return json.loads(cache.read_text())
+    out = json.loads(cache.read_text()) if cache.is_file() else None
+    if out is not None and "text_loss" in out:
+        return out
     model = SwaxLM.from_pretrained(rd / "model")
     tok = load_model_tokenizer(rd / "model")
     _, val = build_datasets(DataConfig(source=tcfg.data.source, format=tcfg.data.format,
@@ -173,8 +177,6 @@ def evaluate_run(cfg: SweepConfig, name: str, seed: int, progress: bool = False)
                                        val_fraction=tcfg.data.val_fraction),
                             tok, seq_len=1, seed=0)
     ev = cfg.eval
-    ep_cfg = from_dict(SyntheticConfig, _merge(_as_dict(tcfg.data.synthetic), ev.episodes))
-    lengths = [m * tcfg.seq_len for m in ev.length_multiples]
     long_w = tcfg.window.long
     if tcfg.window.kind == "fixed":
         train_w = tcfg.window.fixed or tcfg.window.long
@@ -183,6 +185,28 @@ def evaluate_run(cfg: SweepConfig, name: str, seed: int, progress: bool = False)
     windows = {"long": long_w}
     if ev.train_window and train_w != long_w and "S" in model.config.layer_types:
         windows["train"] = train_w
+    t0 = time.perf_counter()
+    if out is None:
+        out = _evaluate_recall(cfg, tcfg, model, tok, val, windows, name, seed, progress)
+    # held-out text at the training length, with each evaluation window (added to older caches)
+    out["text_loss"] = {
+        label: float(position_losses(model, val.tokens, tcfg.seq_len + 1, ev.text_samples, w,
+                                     progress=False).mean())
+        for label, w in windows.items()}
+    out["eval_elapsed_s"] = out.get("eval_elapsed_s", 0.0) + time.perf_counter() - t0
+    cache.write_text(json.dumps(out, indent=1))
+    return json.loads(cache.read_text())  # the same form as a cached result (string keys)
+
+
+def _evaluate_recall(cfg, tcfg, model, tok, val, windows, name, seed, progress) -> dict:
+    from .eval.episodes import episode_accuracy
+    from .eval.ppl import bucketize, position_losses
+
+    ev = cfg.eval
+    ep_cfg = from_dict(SyntheticConfig, _merge(_as_dict(tcfg.data.synthetic), ev.episodes))
+    lengths = [m * tcfg.seq_len for m in ev.length_multiples]
+    long_w = windows["long"]
+    rd = Path(tcfg.run_dir)
     out: dict[str, Any] = {"name": name, "seed": seed, "windows": windows,
                            "pattern": model.config.layer_types, "seq_len": tcfg.seq_len}
     t0 = time.perf_counter()
@@ -199,8 +223,7 @@ def evaluate_run(cfg: SweepConfig, name: str, seed: int, progress: bool = False)
     out["val_loss"] = summary["final_val_loss"]
     out["train_elapsed_s"] = summary.get("elapsed")
     out["eval_elapsed_s"] = time.perf_counter() - t0
-    cache.write_text(json.dumps(out, indent=1))
-    return json.loads(cache.read_text())  # the same form as a cached result (string keys)
+    return out
 
 
 def run_sweep(cfg: SweepConfig, only: list[str] | None = None, progress: bool = True) -> dict:
@@ -250,6 +273,8 @@ def aggregate(results: dict[str, list[dict]]) -> dict[str, dict]:
                 if "nll" in next(iter(evs[0][key].values())):
                     a[f"nll_{label}"] = {int(n): mean_spread([e[key][n]["nll"] for e in evs])
                                          for n in evs[0][key]}
+        for label in evs[0].get("text_loss", {}):
+            a[f"text_loss_{label}"] = mean_spread([e["text_loss"][label] for e in evs])
         if "ppl" in evs[0]:
             a["ppl"] = [(r["bucket_end"], mean_spread([e["ppl"][i]["loss"] for e in evs]))
                         for i, r in enumerate(evs[0]["ppl"])]

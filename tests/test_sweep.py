@@ -85,6 +85,17 @@ def test_a_finished_run_is_neither_retrained_nor_reevaluated(tmp_path):
     again = run_sweep(cfg, progress=False)
     assert [f.stat().st_mtime_ns for f in files] == stamps
     assert again == first
+    assert set(first["w8"][0]["text_loss"]) == {"long", "train"}
+    assert 0 < first["x"][0]["text_loss"]["long"] < 10
+    # a cache from before the text loss existed is completed, not redone
+    cache = run_dir(cfg, "x", 0) / "eval.json"
+    old = json.loads(cache.read_text())
+    del old["text_loss"]
+    old["episodes_long"]["64"]["acc"] = 42.0  # a marker a re-evaluation would overwrite
+    cache.write_text(json.dumps(old))
+    done = run_sweep(cfg, only=["x"], progress=False)["x"][0]
+    assert done["episodes_long"]["64"]["acc"] == 42.0
+    assert done["text_loss"] == first["x"][0]["text_loss"]
     # an interrupted run (checkpoint, no summary) is resumed, not restarted
     rd = run_dir(cfg, "w8", 0)
     (rd / "summary.json").unlink()
@@ -99,16 +110,20 @@ def test_mean_spread_and_aggregate():
     assert mean_spread([1.0, 3.0]) == (2.0, 1.0)
     ev = lambda acc, nll, loss: {  # noqa: E731
         "val_loss": loss, "pattern": "SXSX", "windows": {"long": 32},
+        "text_loss": {"long": loss + 1},
         "episodes_long": {"32": {"acc": acc, "nll": nll}, "64": {"acc": acc / 2, "nll": nll}}}
     agg = aggregate({"r": [ev(50.0, 1.0, 2.0), ev(70.0, 2.0, 2.2)]})["r"]
     assert agg["episodes_long"][32] == (60.0, 10.0)
     assert agg["episodes_long"][64] == (30.0, 5.0)
     assert agg["nll_long"][32] == (1.5, 0.5)
     assert agg["val_loss"][0] == pytest.approx(2.1)
+    assert agg["text_loss_long"][0] == pytest.approx(3.1)
 
 
 def _agg(acc_by_mult, val, spread=0.0, seq=256):
-    return {"val_loss": (val, spread), "episodes_long": {
+    # the claims judge quality by the text loss with the long window; the training-window
+    # validation loss is set to something that would give other verdicts
+    return {"val_loss": (1.0, 0.0), "text_loss_long": (val, spread), "episodes_long": {
         m * seq: (a, 0.0) for m, a in acc_by_mult.items()},
         "nll_long": {m * seq: (1.0, 0.0) for m in acc_by_mult}}
 
@@ -149,10 +164,11 @@ def test_quick_sweep_writes_a_report_from_the_runs(tmp_path):
         assert (tmp_path / "report" / f).stat().st_size > 1000
     cfg = load_sweep(SWEEP, quick=True)
     for name in cfg.runs:
-        summary = json.loads((tmp_path / run_dir(cfg, name, 0) / "summary.json").read_text())
+        ev = json.loads((tmp_path / run_dir(cfg, name, 0) / "eval.json").read_text())
         row = next(ln for ln in text.splitlines() if ln.startswith(f"| {name} | SX"))
-        # the table's validation loss is the run's own, not typed
-        assert f"{summary['final_val_loss']:.4f} ± 0.0000" in row
+        # the table's numbers are the run's own, not typed
+        assert f"| {ev['text_loss']['long']:.4f} ± 0.0000 |" in row
+        assert f"{ev['episodes_long']['256']['acc']:.1f} ± 0.0" in row
     assert text.count("**1. ") == 1 and "## The paper's claims at this scale" in text
     # a second invocation reuses every run: nothing is retrained
     r2 = subprocess.run([sys.executable, str(ROOT / "experiments/window_sweep/run.py"), "--quick",
