@@ -61,6 +61,25 @@ def figures(agg: dict, out: Path, results: dict) -> dict[str, str]:
     plt.close(fig)
     paths["accuracy"] = "accuracy_vs_length.png"
 
+    if any("nll_long" in a for a in agg.values()):
+        fig, ax = plt.subplots(figsize=(7, 4.2))
+        for name, a in agg.items():
+            if "nll_long" in a:
+                xs = sorted(a["nll_long"])
+                ax.errorbar(xs, [a["nll_long"][x][0] for x in xs],
+                            yerr=[a["nll_long"][x][1] for x in xs], marker="o", capsize=2,
+                            label=name)
+        ax.axhline(UNIFORM_DIGIT_NLL, color="k", ls="--", lw=1, label="uniform digit (ln 10)")
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("context length (tokens)")
+        ax.set_ylabel("answer loss (nats/token), long window")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+        fig.tight_layout()
+        fig.savefig(out / "answer_loss_vs_length.png", dpi=110)
+        plt.close(fig)
+        paths["nll"] = "answer_loss_vs_length.png"
+
     names = list(results)
     cols = 4
     rows = (len(names) + cols - 1) // cols
@@ -288,8 +307,10 @@ def write_report(cfg, cfg_path: Path, results: dict, out: Path, wall_s: float, q
         for name in trained:
             a = agg[name]["episodes_train"]
             lines.append(f"| {name} | " + " | ".join(fmt(a[n]) for n in lengths) + " |")
-    lines += ["", f"![accuracy vs length]({paths['accuracy']})", "",
-              f"![heatmaps]({paths['heatmaps']})", ""]
+    lines += ["", f"![accuracy vs length]({paths['accuracy']})", ""]
+    if "nll" in paths:
+        lines += [f"![answer loss vs length]({paths['nll']})", ""]
+    lines += [f"![heatmaps]({paths['heatmaps']})", ""]
     if "ppl" in paths:
         lines += ["Loss by position on held-out text (long window):", "",
                   f"![loss by position]({paths['ppl']})", ""]
