@@ -19,12 +19,9 @@ Writes a CSV and a PNG.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import time
 from pathlib import Path
-
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # idle threads sleep on a shared machine
 
 import torch  # noqa: E402
 

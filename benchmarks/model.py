@@ -19,12 +19,9 @@ tokens/s(shortest) / tokens/s(longest) — the slowdown from 1k to 16k. Writes a
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import time
 from pathlib import Path
-
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # idle threads sleep on a shared machine
 
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402

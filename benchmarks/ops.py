@@ -24,11 +24,8 @@ GFLOP/s measured at the start of the same run. Writes a CSV and a PNG next to it
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from pathlib import Path
-
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # idle threads sleep on a shared machine
 
 import torch  # noqa: E402
 
