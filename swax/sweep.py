@@ -209,7 +209,6 @@ def _evaluate_recall(cfg, tcfg, model, tok, val, windows, name, seed, progress) 
     rd = Path(tcfg.run_dir)
     out: dict[str, Any] = {"name": name, "seed": seed, "windows": windows,
                            "pattern": model.config.layer_types, "seq_len": tcfg.seq_len}
-    t0 = time.perf_counter()
     for label, w in windows.items():
         res = episode_accuracy(model, tok, val.tokens, lengths, ev.samples, ep_cfg, window=w,
                                seed=ev.seed, progress=progress)
@@ -222,8 +221,7 @@ def _evaluate_recall(cfg, tcfg, model, tok, val, windows, name, seed, progress) 
     summary = json.loads((rd / "summary.json").read_text())
     out["val_loss"] = summary["final_val_loss"]
     out["train_elapsed_s"] = summary.get("elapsed")
-    out["eval_elapsed_s"] = time.perf_counter() - t0
-    return out
+    return out  # evaluate_run adds eval_elapsed_s, timed around all of the evaluation
 
 
 def run_sweep(cfg: SweepConfig, only: list[str] | None = None, progress: bool = True) -> dict:

@@ -21,6 +21,7 @@ import torch
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parents[1]))
 
+from swax.eval.plots import draw_curves, save_curves  # noqa: E402
 from swax.sweep import aggregate, load_sweep, run_dir, run_sweep  # noqa: E402
 
 
@@ -37,47 +38,31 @@ def figures(agg: dict, out: Path, results: dict) -> dict[str, str]:
     import numpy as np
 
     paths = {}
+
+    def curves(key: str) -> dict:  # {run: (lengths, means, half-ranges)} of agg[*][key]
+        return {name: (sorted(a[key]), [a[key][x][0] for x in sorted(a[key])],
+                       [a[key][x][1] for x in sorted(a[key])])
+                for name, a in agg.items() if key in a}
+
     fig, axes = plt.subplots(1, 2, figsize=(12, 4.4), sharey=True)
     for ax, label in zip(axes, ("long", "train")):
-        for name, a in agg.items():
-            key = f"episodes_{label}"
-            if key not in a and label == "train":
-                key = "episodes_long"  # no separate training window: same as long
-            if key not in a:
-                continue
-            xs = sorted(a[key])
-            ys = [a[key][x][0] for x in xs]
-            err = [a[key][x][1] for x in xs]
-            ax.errorbar(xs, ys, yerr=err, marker="o", capsize=2, label=name)
-        ax.set_xscale("log", base=2)
-        ax.set_ylim(-3, 103)
-        ax.grid(alpha=0.3)
-        ax.set_xlabel("context length (tokens)")
-        ax.set_title("evaluation window: " + ("long" if label == "long" else "training window"))
-    axes[0].set_ylabel("retrieval accuracy (%)")
-    axes[1].legend(fontsize=7, loc="upper right")
+        series = curves("episodes_long")
+        if label == "train":  # runs without a separate training window: same as long
+            series.update(curves("episodes_train"))
+        draw_curves(ax, series, "context length (tokens)",
+                    "retrieval accuracy (%)" if label == "long" else "", ylim=(-3, 103),
+                    legend_size=None if label == "long" else 7,
+                    title="evaluation window: " + ("long" if label == "long"
+                                                   else "training window"))
     fig.tight_layout()
     fig.savefig(out / "accuracy_vs_length.png", dpi=110)
     plt.close(fig)
     paths["accuracy"] = "accuracy_vs_length.png"
 
     if any("nll_long" in a for a in agg.values()):
-        fig, ax = plt.subplots(figsize=(7, 4.2))
-        for name, a in agg.items():
-            if "nll_long" in a:
-                xs = sorted(a["nll_long"])
-                ax.errorbar(xs, [a["nll_long"][x][0] for x in xs],
-                            yerr=[a["nll_long"][x][1] for x in xs], marker="o", capsize=2,
-                            label=name)
-        ax.axhline(UNIFORM_DIGIT_NLL, color="k", ls="--", lw=1, label="uniform digit (ln 10)")
-        ax.set_xscale("log", base=2)
-        ax.set_xlabel("context length (tokens)")
-        ax.set_ylabel("answer loss (nats/token), long window")
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=7)
-        fig.tight_layout()
-        fig.savefig(out / "answer_loss_vs_length.png", dpi=110)
-        plt.close(fig)
+        save_curves(out / "answer_loss_vs_length.png", curves("nll_long"),
+                    "context length (tokens)", "answer loss (nats/token), long window",
+                    hlines=[(UNIFORM_DIGIT_NLL, "uniform digit (ln 10)")], legend_size=7)
         paths["nll"] = "answer_loss_vs_length.png"
 
     names = list(results)
@@ -109,18 +94,10 @@ def figures(agg: dict, out: Path, results: dict) -> dict[str, str]:
     paths["heatmaps"] = "heatmaps.png"
 
     if any("ppl" in a for a in agg.values()):
-        fig, ax = plt.subplots(figsize=(7, 4.2))
-        for name, a in agg.items():
-            if "ppl" in a:
-                ax.plot([x for x, _ in a["ppl"]], [m for _, (m, _) in a["ppl"]], "o-", label=name)
-        ax.set_xscale("log", base=2)
-        ax.set_xlabel("position (end of bucket)")
-        ax.set_ylabel("loss (nats/byte)")
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=7)
-        fig.tight_layout()
-        fig.savefig(out / "ppl_by_position.png", dpi=110)
-        plt.close(fig)
+        save_curves(out / "ppl_by_position.png",
+                    {name: ([x for x, _ in a["ppl"]], [m for _, (m, _) in a["ppl"]])
+                     for name, a in agg.items() if "ppl" in a},
+                    "position (end of bucket)", "loss (nats/byte)", legend_size=7)
         paths["ppl"] = "ppl_by_position.png"
     return paths
 
@@ -249,14 +226,16 @@ def task_text(cfg) -> str:
             "the needle before answers become exact.")
 
 
-def write_report(cfg, cfg_path: Path, results: dict, out: Path, wall_s: float, quick: bool,
-                 command: str) -> Path:
-    agg = aggregate(results)
-    seq_len = next(iter(results.values()))[0]["seq_len"]
+def roles_of(cfg) -> dict[str, str]:
+    """The run names playing the short / long / stochastic roles in the claims."""
+    return {"short": "swax-short", "long": "swax-long", "stochastic": "swax-stochastic-p0.5",
+            **cfg.roles}
+
+
+def write_report(cfg, cfg_path: Path, results: dict, agg: dict, seq_len: int, out: Path,
+                 wall_s: float, quick: bool, command: str) -> Path:
     paths = figures(agg, out, results)
-    roles = cfg.roles
-    roles = {"short": roles.get("short", "swax-short"), "long": roles.get("long", "swax-long"),
-             "stochastic": roles.get("stochastic", "swax-stochastic-p0.5")}
+    roles = roles_of(cfg)
     lengths = sorted({n for a in agg.values() for n in a["episodes_long"]})
     lines = [f"# {cfg.name}: window size and long-range recall at CPU scale", ""]
     lines += [
@@ -331,14 +310,11 @@ README_BEGIN = "<!-- window-sweep:begin (written by experiments/window_sweep/run
 README_END = "<!-- window-sweep:end -->"
 
 
-def readme_block(cfg, results: dict) -> str:
+def readme_block(cfg, agg: dict, seq_len: int) -> str:
     """The summary the top-level README shows: accuracy at a few lengths and the verdicts."""
-    agg = aggregate(results)
-    seq_len = next(iter(results.values()))[0]["seq_len"]
     lengths = sorted({n for a in agg.values() for n in a["episodes_long"]})
     show = [n for n in lengths if n in (lengths[0], lengths[len(lengths) // 2], lengths[-1])]
-    roles = {"short": "swax-short", "long": "swax-long", "stochastic": "swax-stochastic-p0.5",
-             **cfg.roles}
+    roles = roles_of(cfg)
     lines = ["| run | pattern | windows (long / train) | text loss, long W (nats/byte) | "
              + " | ".join(f"recall at {n // seq_len}× ({n})" for n in show)
              + f" | answer loss at {show[-1] // seq_len}× |",
@@ -387,12 +363,14 @@ def main(argv=None) -> int:
         Path(cfg.out_dir) if args.quick else cfg_path.parent)
     out.mkdir(parents=True, exist_ok=True)
     command = "python experiments/window_sweep/run.py" + (" --quick" if args.quick else "")
-    report = write_report(cfg, cfg_path, results, out, time.perf_counter() - t0, args.quick,
-                          command)
+    agg = aggregate(results)
+    seq_len = next(iter(results.values()))[0]["seq_len"]
+    report = write_report(cfg, cfg_path, results, agg, seq_len, out, time.perf_counter() - t0,
+                          args.quick, command)
     print(f"report: {report}")
     if not args.quick and not args.only and args.report_dir is None \
             and cfg_path == (HERE / "sweep.yaml"):
-        if update_readme(HERE.parents[1] / "README.md", readme_block(cfg, results)):
+        if update_readme(HERE.parents[1] / "README.md", readme_block(cfg, agg, seq_len)):
             print("README.md: window-sweep summary updated")
     for name in results:
         for s in cfg.seeds:

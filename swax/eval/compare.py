@@ -36,10 +36,7 @@ def load_results(folders: list[str | Path]) -> tuple[dict, dict]:
 
 def compare(folders: list[str | Path], out_dir: str | Path) -> str:
     """Write compare.csv and compare.png (and compare-ppl.png); return the printed table."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from .plots import save_curves
 
     niah, ppl = load_results(folders)
     out = Path(out_dir)
@@ -60,31 +57,15 @@ def compare(folders: list[str | Path], out_dir: str | Path) -> str:
             lines.append("  ".join(c.ljust(widths[0]) if i == 0 else c.rjust(widths[i])
                                    for i, c in enumerate(r)))
         lines.insert(1, "-" * len(lines[0]))
-        fig, ax = plt.subplots(figsize=(7, 4.2))
-        for m, v in niah.items():
-            xs = sorted(v)
-            ax.plot(xs, [v[x] for x in xs], "o-", label=m)
-        ax.set_xscale("log", base=2)
-        ax.set_ylim(-3, 103)
-        ax.set_xlabel("context length (tokens)")
-        ax.set_ylabel("NIAH accuracy (average over tasks)")
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
-        fig.tight_layout()
-        fig.savefig(out / "compare.png", dpi=110)
-        plt.close(fig)
+        save_curves(out / "compare.png",
+                    {m: (sorted(v), [v[x] for x in sorted(v)]) for m, v in niah.items()},
+                    "context length (tokens)", "NIAH accuracy (average over tasks)",
+                    ylim=(-3, 103))
     if ppl:
-        fig, ax = plt.subplots(figsize=(7, 4.2))
-        for m, rows_ in ppl.items():
-            ax.plot([r["bucket_end"] for r in rows_], [r["loss"] for r in rows_], "o-", label=m)
-        ax.set_xscale("log", base=2)
-        ax.set_xlabel("position (tokens)")
-        ax.set_ylabel("loss (nats/token)")
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
-        fig.tight_layout()
-        fig.savefig(out / "compare-ppl.png", dpi=110)
-        plt.close(fig)
+        save_curves(out / "compare-ppl.png",
+                    {m: ([r["bucket_end"] for r in rows_], [r["loss"] for r in rows_])
+                     for m, rows_ in ppl.items()},
+                    "position (tokens)", "loss (nats/token)")
         if not lines:
             lines.append("perplexity curves: " + ", ".join(ppl))
     return "\n".join(lines)

@@ -72,10 +72,7 @@ def bucketize(losses: np.ndarray, edges: list[int]) -> list[dict]:
 
 def write_ppl(out_dir: str | Path, rows: list[dict], settings: dict,
               train_len: int | None = None) -> tuple[Path, Path]:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from .plots import save_curves
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -85,18 +82,11 @@ def write_ppl(out_dir: str | Path, rows: list[dict], settings: dict,
         w.writeheader()
         w.writerows(rows)
     (out / "ppl.json").write_text(json.dumps({"settings": settings, "buckets": rows}, indent=1))
-    fig, ax = plt.subplots(figsize=(7, 4))
-    ax.plot([r["bucket_end"] for r in rows], [r["loss"] for r in rows], "o-",
-            label=settings.get("label", "model"))
-    if train_len:
-        ax.axvline(train_len, ls="--", color="gray", label=f"training length {train_len}")
-    ax.set_xscale("log", base=2)
-    ax.set_xlabel("position (end of bucket, tokens)")
-    ax.set_ylabel("loss (nats/token)")
-    ax.grid(alpha=0.3)
-    ax.legend()
-    fig.tight_layout()
-    png = out / "ppl.png"
-    fig.savefig(png, dpi=110)
-    plt.close(fig)
+    png = save_curves(
+        out / "ppl.png",
+        {settings.get("label", "model"): ([r["bucket_end"] for r in rows],
+                                          [r["loss"] for r in rows])},
+        "position (end of bucket, tokens)", "loss (nats/token)", figsize=(7, 4),
+        vlines=[(train_len, f"training length {train_len}")] if train_len else (),
+        legend_size=10)
     return csv_path, png
