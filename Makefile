@@ -7,7 +7,7 @@ TORCH_SPEC ?= torch==2.13.0
 STAMP  := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: install demo test test-slow lint bench clean
+.PHONY: install demo test test-isa test-slow lint format bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -22,6 +22,17 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q -n 2 -m "not slow and not gpu" $(PYTEST_ARGS)
+
+# The op tests again under other CPU instruction sets than the machine's own: float32 rounding
+# differs between ATen's kernels, and the tolerances must hold on all of them.
+OP_TESTS := tests/test_mlstm_op.py tests/test_gated_delta_op.py tests/test_attention_op.py \
+	tests/test_backends.py
+test-isa: $(STAMP)
+	for isa in default avx2; do \
+		echo "op tests with ATEN_CPU_CAPABILITY=$$isa"; \
+		ATEN_CPU_CAPABILITY=$$isa $(BIN)/python -m pytest -q -n 2 $(OP_TESTS) \
+			$(PYTEST_ARGS) || exit 1; \
+	done
 
 test-slow: $(STAMP)
 	$(BIN)/python -m pytest -q -m "slow" $(PYTEST_ARGS)

@@ -12,6 +12,12 @@ divided by a denominator that can be small, so errors are measured normwise: ele
 (one more matmul/exp chain, and near-cancelling denominators amplify more; mlstm_kernels'
 own float32 result is off from float64 by up to ~1e-4 on these inputs). bfloat16 inputs:
 the result is rounded to bfloat16 (relative step 2^-8 = 4e-3), so ``tol = 2e-2``.
+
+Long or extreme-gate sequences are ill-conditioned: there the float32 error depends on the
+inputs and on the CPU's float32 kernels (AVX-512, AVX2, ``ATEN_CPU_CAPABILITY=default`` differ
+by 5x), so those tests bound the op's error by a multiple of the float32 noise floor measured on
+the same inputs (:func:`float32_noise_floor`) instead of a fixed constant. ``make test-isa`` runs
+these tests under the other instruction sets too.
 """
 
 from __future__ import annotations
@@ -36,9 +42,10 @@ GRAD_TOL = {torch.float32: 1e-4, torch.bfloat16: 2e-2}
 # --------------------------------------------------------------------------- references
 
 
-def naive_mlstm(q, k, v, i, f, state=None, eps=EPS):
-    """float64 loop over time, straight from the cell equations. Returns h, (C, n, m)."""
-    q, k, v, i, f = (x.double() for x in (q, k, v, i, f))
+def naive_mlstm(q, k, v, i, f, state=None, eps=EPS, dtype=torch.float64):
+    """Loop over time, straight from the cell equations, in ``dtype`` (float64: the reference;
+    float32: the rounding a plain float32 implementation makes). Returns h, (C, n, m)."""
+    q, k, v, i, f = (x.to(dtype) for x in (q, k, v, i, f))
     Bq, Hq, T, Dqk = q.shape
     Dv = v.shape[-1]
     if state is None:
@@ -46,7 +53,7 @@ def naive_mlstm(q, k, v, i, f, state=None, eps=EPS):
         n = q.new_zeros(Bq, Hq, Dqk)
         m = q.new_full((Bq, Hq), -math.inf)
     else:
-        C, n, m = (x.double() for x in state)
+        C, n, m = (x.to(dtype) for x in state)
     hs = []
     for t in range(T):
         logf = F.logsigmoid(f[:, :, t])
@@ -101,6 +108,50 @@ def assert_near(actual, expected, tol, what=""):
     err = (a - e).abs()
     worst = (err / bound).max().item() if err.numel() else 0.0
     assert worst <= 1.0, f"{what}: max err {err.max().item():.3e}, scale {scale.item():.3e}"
+
+
+def float32_noise_floor(inputs, draws=3, seed=0):
+    """Normwise error (max|x - ref| / max|ref|, per output: h, C, n, m) that float32 rounding
+    alone causes on these inputs: the larger of (a) the naive loop run in float32 and (b) the
+    float64 loop on inputs perturbed by one float32 rounding (relative 2^-24, ``draws`` times).
+    Long or near-cancelling sequences are ill-conditioned, so this floor depends on the inputs
+    and on the CPU's float32 kernels; a test bounds an op's error by a multiple of it instead
+    of a constant fitted to one machine."""
+    h64, s64 = naive_mlstm(*inputs)
+    refs = [h64, *s64]
+    runs = [[h, *s] for h, s in [naive_mlstm(*inputs, dtype=torch.float32)]]
+    g = torch.Generator().manual_seed(seed)
+    for _ in range(draws):
+        pert = [x.double() * (1 + 2.0**-24 * (2 * torch.rand(x.shape, generator=g,
+                                                              dtype=torch.float64) - 1))
+                for x in inputs]
+        h, s = naive_mlstm(*pert)
+        runs.append([h, *s])
+    return [max(normwise_err(r[j], refs[j]) for r in runs) for j in range(4)], refs
+
+
+def normwise_err(actual, expected):
+    """max|actual - expected| / max|expected| (0 for empty tensors)."""
+    if not expected.numel():
+        return 0.0
+    a, e = actual.double(), expected.double()
+    assert torch.isfinite(a).all(), "non-finite values"
+    return ((a - e).abs().max() / e.abs().max().clamp_min(1e-30)).item()
+
+
+NOISE_FACTOR = 8
+"""An op may be at most this many times worse than float32's own noise floor (float32 rounding
+of a chunkwise kernel compounds over more operations than the sequential loop; a real defect
+gives errors of order 1)."""
+FLOOR = 2.0**-24 * 16
+"""Absolute normwise floor for outputs the loop happens to compute exactly (e.g. m)."""
+
+
+def assert_within_noise(outputs, floors, refs, names="hCnm"):
+    for a, floor, e, name in zip(outputs, floors, refs, names):
+        err, bound = normwise_err(a, e), NOISE_FACTOR * floor + FLOOR
+        assert err <= bound, (f"{name}: normwise error {err:.3e} > {NOISE_FACTOR} x float32 "
+                              f"noise floor {floor:.3e} (+{FLOOR:.1e})")
 
 
 def run_chained(inputs, splits, mode, chunk_size, state=None):
@@ -313,10 +364,8 @@ def test_gate_extremes(mode, chunk_size, gates):
     assert torch.isfinite(h).all()
     assert all(torch.isfinite(s).all() for s in state)
     assert all(torch.isfinite(x.grad).all() for x in xs)
-    h_ref, s_ref = naive_mlstm(*inputs)
-    assert_near(h, h_ref, 1e-4, "h")
-    for a, e, name in zip(state, s_ref, "Cnm"):
-        assert_near(a, e, 1e-5, name)
+    floors, refs = float32_noise_floor(inputs)
+    assert_within_noise([h.detach(), *state], floors, refs)
 
 
 def test_long_sequence_state_passing_is_stable():
@@ -327,10 +376,11 @@ def test_long_sequence_state_passing_is_stable():
     inputs = [q, k, v, i, f]
     with torch.no_grad():
         h, state = run_chained(inputs, list(range(piece, T, piece)), "chunk", 64)
-    h_ref, s_ref = naive_mlstm(*inputs)
-    assert_near(h, h_ref, 1e-4, "h")
-    for a, e, name in zip(state, s_ref, "Cnm"):
-        assert_near(a, e, 1e-5, name)
+    # The sequence is ill-conditioned (i up to ±15, long runs of near-cancelling normaliser):
+    # the float32 noise floor of h is ~1e-4 and varies with the CPU's kernels (AVX2, AVX-512,
+    # ATEN_CPU_CAPABILITY=default), so the bound is derived from it rather than fixed.
+    floors, refs = float32_noise_floor(inputs)
+    assert_within_noise([h, *state], floors, refs)
 
 
 # --------------------------------------------------------------------------- bad input
