@@ -37,8 +37,14 @@ test-isa: $(STAMP)
 test-slow: $(STAMP)
 	$(BIN)/python -m pytest -q -m "slow" $(PYTEST_ARGS)
 
+LINT_PATHS := swax tests benchmarks experiments
 lint: $(STAMP)
-	$(BIN)/ruff check swax tests benchmarks experiments
+	$(BIN)/ruff check $(LINT_PATHS)
+	$(BIN)/ruff format --check $(LINT_PATHS)
+
+format: $(STAMP)
+	$(BIN)/ruff check --fix $(LINT_PATHS)
+	$(BIN)/ruff format $(LINT_PATHS)
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/ops.py

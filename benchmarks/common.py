@@ -13,15 +13,17 @@ from pathlib import Path
 import torch
 
 
-def timeit(fn: Callable[[], object], repeat: int = 3, warmup: int = 1,
-           budget_s: float = 20.0) -> float:
+def timeit(
+    fn: Callable[[], object], repeat: int = 3, warmup: int = 1, budget_s: float = 20.0
+) -> float:
     """Median seconds of ``fn()`` over ``repeat`` runs after ``warmup`` runs; stops early once
     ``budget_s`` is spent (at least one timed run)."""
     return timeit_interleaved({"fn": fn}, repeat, warmup, budget_s)["fn"]
 
 
-def timeit_interleaved(fns: dict[str, Callable[[], object]], repeat: int = 3, warmup: int = 1,
-                       budget_s: float = 60.0) -> dict[str, float]:
+def timeit_interleaved(
+    fns: dict[str, Callable[[], object]], repeat: int = 3, warmup: int = 1, budget_s: float = 60.0
+) -> dict[str, float]:
     """Median seconds of each ``fn()``, measured in rounds that run every function once, so a
     slow spell of a shared machine hits the swax op and its references alike. Stops early once
     ``budget_s`` is spent (at least one round)."""
@@ -58,8 +60,10 @@ def peak_rss_bytes() -> int:
 
 
 def machine_line() -> str:
-    return (f"{platform.machine()} · {os.cpu_count()} cores visible · torch {torch.__version__} · "
-            f"{torch.get_num_threads()} threads")
+    return (
+        f"{platform.machine()} · {os.cpu_count()} cores visible · torch {torch.__version__} · "
+        f"{torch.get_num_threads()} threads"
+    )
 
 
 def print_table(rows: list[dict], columns: list[str]) -> None:

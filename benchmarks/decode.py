@@ -35,8 +35,15 @@ DEFAULT_CONTEXTS = [1024, 4096, 16384, 32768, 65536, 131072]
 
 
 @torch.no_grad()
-def measure_pattern(pattern: str, contexts: list[int], preset: str, steps: int, rounds: int,
-                    chunk: int, seed: int = 0) -> list[dict]:
+def measure_pattern(
+    pattern: str,
+    contexts: list[int],
+    preset: str,
+    steps: int,
+    rounds: int,
+    chunk: int,
+    seed: int = 0,
+) -> list[dict]:
     torch.manual_seed(seed)
     model = SwaxLM(SwaxConfig.preset(preset, layer_pattern=pattern)).eval()
     W, V = model.config.window, model.config.vocab_size
@@ -46,8 +53,16 @@ def measure_pattern(pattern: str, contexts: list[int], preset: str, steps: int, 
         t0 = time.perf_counter()
         logits, state = prefill(model, ids, window=W, chunk_size=chunk)
         pre = time.perf_counter() - t0
-        live.append({"T": T, "state": state, "tok": logits.argmax(-1), "prefill_s": pre,
-                     "state_bytes": state.nbytes(), "times": []})
+        live.append(
+            {
+                "T": T,
+                "state": state,
+                "tok": logits.argmax(-1),
+                "prefill_s": pre,
+                "state_bytes": state.nbytes(),
+                "times": [],
+            }
+        )
         print(f"  {pattern} prefilled {T:,} tokens in {pre:.1f} s", file=sys.stderr, flush=True)
 
     def run(entry):
@@ -68,9 +83,16 @@ def measure_pattern(pattern: str, contexts: list[int], preset: str, steps: int, 
     rows = []
     for e in live:
         lat = sorted(e["times"])[len(e["times"]) // 2]
-        rows.append({"pattern": pattern, "context": e["T"], "ms_per_token": lat * 1e3,
-                     "state_bytes": e["state_bytes"], "state_bytes_after": e["state"].nbytes(),
-                     "prefill_s": e["prefill_s"]})
+        rows.append(
+            {
+                "pattern": pattern,
+                "context": e["T"],
+                "ms_per_token": lat * 1e3,
+                "state_bytes": e["state_bytes"],
+                "state_bytes_after": e["state"].nbytes(),
+                "prefill_s": e["prefill_s"],
+            }
+        )
     return rows
 
 
@@ -79,10 +101,15 @@ def plot(rows, patterns, path, title):
         ax1, ax2 = fig.add_subplot(1, 2, 1), fig.add_subplot(1, 2, 2)
         for pat in patterns:
             rs = [r for r in rows if r["pattern"] == pat]
-            ax1.plot([r["context"] for r in rs], [r["ms_per_token"] for r in rs], marker="o",
-                     label=pat)
-            ax2.plot([r["context"] for r in rs], [r["state_bytes"] / 2**20 for r in rs],
-                     marker="o", label=pat)
+            ax1.plot(
+                [r["context"] for r in rs], [r["ms_per_token"] for r in rs], marker="o", label=pat
+            )
+            ax2.plot(
+                [r["context"] for r in rs],
+                [r["state_bytes"] / 2**20 for r in rs],
+                marker="o",
+                label=pat,
+            )
         for ax, yl in ((ax1, "ms per decoded token"), (ax2, "decode state, MiB")):
             ax.set_xscale("log", base=2)
             ax.set_yscale("log")
@@ -99,8 +126,12 @@ def main(argv=None) -> int:
     ap.add_argument("--preset", default="tiny")
     ap.add_argument("--patterns", nargs="+", default=["SX", "A"])
     ap.add_argument("--contexts", type=int, nargs="+", default=DEFAULT_CONTEXTS)
-    ap.add_argument("--max-context-A", type=int, default=32768,
-                    help="skip contexts above this for patterns with full attention")
+    ap.add_argument(
+        "--max-context-A",
+        type=int,
+        default=32768,
+        help="skip contexts above this for patterns with full attention",
+    )
     ap.add_argument("--steps", type=int, default=32, help="decode steps per round")
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--prefill-chunk", type=int, default=2048)
@@ -110,44 +141,62 @@ def main(argv=None) -> int:
     if args.threads:
         torch.set_num_threads(args.threads)
     print(f"# {machine_line()}")
-    print(f"# preset {args.preset}, batch 1, random weights; prefill in chunks of "
-          f"{args.prefill_chunk}; per-token latency = median over {args.rounds} interleaved "
-          f"rounds of {args.steps} greedy decode steps")
+    print(
+        f"# preset {args.preset}, batch 1, random weights; prefill in chunks of "
+        f"{args.prefill_chunk}; per-token latency = median over {args.rounds} interleaved "
+        f"rounds of {args.steps} greedy decode steps"
+    )
     rows, skipped = [], []
     for pattern in args.patterns:
         ctx = args.contexts
         if "A" in pattern:
             skipped += [(pattern, T) for T in ctx if T > args.max_context_A]
             ctx = [T for T in ctx if T <= args.max_context_A]
-        rows += measure_pattern(pattern, ctx, args.preset, args.steps, args.rounds,
-                                args.prefill_chunk)
-    table = [{"pattern": r["pattern"], "context": f"{r['context']:,}",
-              "ms/token": f"{r['ms_per_token']:.2f}",
-              "state": f"{r['state_bytes'] / 2**20:.2f} MiB",
-              "state bytes": f"{r['state_bytes']:,}",
-              "prefill": f"{r['prefill_s']:.1f} s"} for r in rows]
+        rows += measure_pattern(
+            pattern, ctx, args.preset, args.steps, args.rounds, args.prefill_chunk
+        )
+    table = [
+        {
+            "pattern": r["pattern"],
+            "context": f"{r['context']:,}",
+            "ms/token": f"{r['ms_per_token']:.2f}",
+            "state": f"{r['state_bytes'] / 2**20:.2f} MiB",
+            "state bytes": f"{r['state_bytes']:,}",
+            "prefill": f"{r['prefill_s']:.1f} s",
+        }
+        for r in rows
+    ]
     print()
     print_table(table, list(table[0]))
     for pattern, T in skipped:
-        print(f"# {pattern} at {T:,}: skipped (above --max-context-A={args.max_context_A:,}; "
-              f"quadratic prefill, cache of O(T))")
+        print(
+            f"# {pattern} at {T:,}: skipped (above --max-context-A={args.max_context_A:,}; "
+            f"quadratic prefill, cache of O(T))"
+        )
     for pattern in args.patterns:
         rs = sorted((r for r in rows if r["pattern"] == pattern), key=lambda r: r["context"])
         if len(rs) < 2:
             continue
         a, b = rs[0], rs[-1]
         lat, mem = b["ms_per_token"] / a["ms_per_token"], b["state_bytes"] / a["state_bytes"]
-        line = (f"{pattern}: {b['context']:,} vs {a['context']:,} context: latency x{lat:.2f}, "
-                f"state bytes x{mem:.2f}")
+        line = (
+            f"{pattern}: {b['context']:,} vs {a['context']:,} context: latency x{lat:.2f}, "
+            f"state bytes x{mem:.2f}"
+        )
         if "A" not in pattern:
             ok = abs(lat - 1) <= 0.10 and abs(mem - 1) <= 0.10
             line += f" (acceptance, within 10%: {'yes' if ok else 'NO'})"
         print(line)
     out = Path(args.csv)
-    write_csv([{k: (f"{v:.4f}" if isinstance(v, float) else v) for k, v in r.items()}
-               for r in rows], out)
-    png = plot(rows, args.patterns, out.with_suffix(".png"),
-               f"decode, {args.preset} preset, batch 1, {torch.get_num_threads()} threads")
+    write_csv(
+        [{k: (f"{v:.4f}" if isinstance(v, float) else v) for k, v in r.items()} for r in rows], out
+    )
+    png = plot(
+        rows,
+        args.patterns,
+        out.with_suffix(".png"),
+        f"decode, {args.preset} preset, batch 1, {torch.get_num_threads()} threads",
+    )
     print(f"# wrote {out}" + (f" and {png}" if png else ""))
     return 0
 

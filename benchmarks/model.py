@@ -34,8 +34,15 @@ from swax import SwaxConfig, SwaxLM  # noqa: E402
 DEFAULT_SEQ = [1024, 2048, 4096, 8192, 16384]
 
 
-def pattern_tok_s(preset: str, pattern: str, seqs: list[int], tokens_per_step: int,
-                  steps: int, budget_s: float, seed: int = 0) -> dict[int, tuple[float, int]]:
+def pattern_tok_s(
+    preset: str,
+    pattern: str,
+    seqs: list[int],
+    tokens_per_step: int,
+    steps: int,
+    budget_s: float,
+    seed: int = 0,
+) -> dict[int, tuple[float, int]]:
     """{seq: (median tokens/s, batch)} for one pattern: a model and optimizer per sequence
     length, one warm-up step each, then ``steps`` rounds that time one step at every length
     (interleaved, so a slow spell of a shared machine hits all lengths alike)."""
@@ -79,8 +86,11 @@ def plot(rows, presets, patterns, path, title):
         for j, preset in enumerate(presets):
             ax = fig.add_subplot(1, len(presets), j + 1)
             for pat in patterns:
-                pts = [(r["seq"], r["tok_s"]) for r in rows
-                       if r["preset"] == preset and r["pattern"] == pat and r["tok_s"]]
+                pts = [
+                    (r["seq"], r["tok_s"])
+                    for r in rows
+                    if r["preset"] == preset and r["pattern"] == pat and r["tok_s"]
+                ]
                 if pts:
                     ax.plot(*zip(*pts), marker="o", label=pat)
             ax.set_xscale("log", base=2)
@@ -100,36 +110,60 @@ def main(argv=None) -> int:
     ap.add_argument("--patterns", nargs="+", default=["SX", "SD", "X", "A"])
     ap.add_argument("--seq", type=int, nargs="+", default=DEFAULT_SEQ)
     ap.add_argument("--tokens-per-step", type=int, default=16384)
-    ap.add_argument("--steps", type=int, default=3,
-                    help="timed rounds per pattern (one step at every length; median)")
-    ap.add_argument("--budget", type=float, default=300.0,
-                    help="seconds per pattern after which no further rounds are started")
+    ap.add_argument(
+        "--steps",
+        type=int,
+        default=3,
+        help="timed rounds per pattern (one step at every length; median)",
+    )
+    ap.add_argument(
+        "--budget",
+        type=float,
+        default=300.0,
+        help="seconds per pattern after which no further rounds are started",
+    )
     ap.add_argument("--threads", type=int, default=None)
     ap.add_argument("--csv", default="benchmarks/results/model.csv")
     args = ap.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
     print(f"# {machine_line()}")
-    print(f"# training step = forward + cross-entropy + backward + AdamW; "
-          f"{args.tokens_per_step:,} tokens per step (batch = tokens / seq); float32; "
-          f"median of up to {args.steps} interleaved rounds after 1 warm-up step")
+    print(
+        f"# training step = forward + cross-entropy + backward + AdamW; "
+        f"{args.tokens_per_step:,} tokens per step (batch = tokens / seq); float32; "
+        f"median of up to {args.steps} interleaved rounds after 1 warm-up step"
+    )
     rows = []
     for preset in args.presets:
         for pattern in args.patterns:
-            res = pattern_tok_s(preset, pattern, args.seq, args.tokens_per_step, args.steps,
-                                args.budget)
+            res = pattern_tok_s(
+                preset, pattern, args.seq, args.tokens_per_step, args.steps, args.budget
+            )
             for seq, (tok_s, batch) in res.items():
-                rows.append({"preset": preset, "pattern": pattern, "seq": seq, "batch": batch,
-                             "tok_s": tok_s})
-                print(f"  {preset} {pattern} seq={seq} batch={batch}: {tok_s:,.0f} tok/s",
-                      file=sys.stderr, flush=True)
+                rows.append(
+                    {
+                        "preset": preset,
+                        "pattern": pattern,
+                        "seq": seq,
+                        "batch": batch,
+                        "tok_s": tok_s,
+                    }
+                )
+                print(
+                    f"  {preset} {pattern} seq={seq} batch={batch}: {tok_s:,.0f} tok/s",
+                    file=sys.stderr,
+                    flush=True,
+                )
     lo, hi = min(args.seq), max(args.seq)
     for preset in args.presets:
         print(f"\n## {preset} preset: training tokens/s")
         table = []
         for pattern in args.patterns:
-            r = {x["seq"]: x["tok_s"] for x in rows
-                 if x["preset"] == preset and x["pattern"] == pattern}
+            r = {
+                x["seq"]: x["tok_s"]
+                for x in rows
+                if x["preset"] == preset and x["pattern"] == pattern
+            }
             row = {"pattern": pattern}
             row.update({f"{s}": f"{r[s]:,.0f}" for s in args.seq})
             row[f"slowdown {lo}->{hi}"] = f"{r[lo] / r[hi]:.2f}x"
@@ -138,14 +172,21 @@ def main(argv=None) -> int:
     if "tiny" in args.presets and {"SX", "A"} <= set(args.patterns):
         r = {(x["pattern"], x["seq"]): x["tok_s"] for x in rows if x["preset"] == "tiny"}
         sx, a = r["SX", lo] / r["SX", hi], r["A", lo] / r["A", hi]
-        print(f"\n## acceptance (issue 5): tiny SX slows down {sx:.2f}x from {lo} to {hi} "
-              f"(need <= 1.3: {'yes' if sx <= 1.3 else 'NO'}); A slows down {a:.2f}x "
-              f"({'more' if a > sx else 'NOT more'})")
+        print(
+            f"\n## acceptance (issue 5): tiny SX slows down {sx:.2f}x from {lo} to {hi} "
+            f"(need <= 1.3: {'yes' if sx <= 1.3 else 'NO'}); A slows down {a:.2f}x "
+            f"({'more' if a > sx else 'NOT more'})"
+        )
     out = Path(args.csv)
     write_csv([{**r, "tok_s": f"{r['tok_s']:.0f}"} for r in rows], out)
-    png = plot(rows, args.presets, args.patterns, out.with_suffix(".png"),
-               f"training tokens/s at {args.tokens_per_step:,} tokens per step, "
-               f"{torch.get_num_threads()} threads")
+    png = plot(
+        rows,
+        args.presets,
+        args.patterns,
+        out.with_suffix(".png"),
+        f"training tokens/s at {args.tokens_per_step:,} tokens per step, "
+        f"{torch.get_num_threads()} threads",
+    )
     print(f"# wrote {out}" + (f" and {png}" if png else ""))
     return 0
 

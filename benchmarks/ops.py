@@ -78,7 +78,8 @@ def cases_for(op, T, args, get_mlstm_kernel):
             idx = torch.arange(T)
             mask = (idx[None, :] <= idx[:, None]) & (idx[:, None] - idx[None, :] < W)
             refs["sdpa+mask"] = lambda q, k, v, m=mask: (
-                torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=m))
+                torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=m)
+            )
         ours = lambda q, k, v: sliding_window_attention(q, k, v, W)  # noqa: E731
         return ours, (q, k, v), swa_flops(B, H, T, D, W), refs
     if op == "mlstm":
@@ -90,13 +91,22 @@ def cases_for(op, T, args, get_mlstm_kernel):
                 if name.endswith("autograd") and T > args.max_autograd_T:
                     continue
                 kern = get_mlstm_kernel(name)
-                refs[name.split("--")[1]] = (
-                    lambda q, k, v, i, f, kern=kern: kern(q, k, v, i, f, chunk_size=L))
+                refs[name.split("--")[1]] = lambda q, k, v, i, f, kern=kern: kern(
+                    q, k, v, i, f, chunk_size=L
+                )
         if T <= args.max_autograd_T:
             refs["swax_autograd"] = lambda q, k, v, i, f: mlstm(
-                q, k, v, i, f, chunk_size=L, backend="autograd")[0]
-        ours = lambda q, k, v, i, f: mlstm(q, k, v, i, f, mode="chunk",  # noqa: E731
-                                           chunk_size=L)[0]
+                q, k, v, i, f, chunk_size=L, backend="autograd"
+            )[0]
+        ours = lambda q, k, v, i, f: mlstm(
+            q,
+            k,
+            v,
+            i,
+            f,
+            mode="chunk",  # noqa: E731
+            chunk_size=L,
+        )[0]
         return ours, (q, k, v, i, f), recurrent_flops(B, H, T, D, D, L), refs
     qn = torch.nn.functional.normalize(q, dim=-1)
     kn = torch.nn.functional.normalize(k, dim=-1)
@@ -104,10 +114,18 @@ def cases_for(op, T, args, get_mlstm_kernel):
     beta = torch.rand(B, H, T)
     refs = {}
     if T == min(args.T):
-        refs["recurrent"] = lambda q, k, v, g, b: gated_delta_rule(
-            q, k, v, g, b, mode="recurrent")[0]
-    ours = lambda q, k, v, g, b: gated_delta_rule(q, k, v, g, b, mode="chunk",  # noqa: E731
-                                                  chunk_size=L)[0]
+        refs["recurrent"] = lambda q, k, v, g, b: gated_delta_rule(q, k, v, g, b, mode="recurrent")[
+            0
+        ]
+    ours = lambda q, k, v, g, b: gated_delta_rule(
+        q,
+        k,
+        v,
+        g,
+        b,
+        mode="chunk",  # noqa: E731
+        chunk_size=L,
+    )[0]
     return ours, (qn, kn, v, g, beta), recurrent_flops(B, H, T, D, D, L) * 1.5, refs
 
 
@@ -117,11 +135,15 @@ def plot(rows, ops, path, title):
             ax = fig.add_subplot(1, len(ops), j + 1)
             for pas, style in (("fwd", "--"), ("fwd+bwd", "-")):
                 rs = [r for r in rows if r["op"] == op and r["pass"] == pas]
-                cols = ["swax"] + sorted({c[:-6] for r in rs for c in r
-                                          if c.endswith("_tok_s") and c != "swax_tok_s"})
+                cols = ["swax"] + sorted(
+                    {c[:-6] for r in rs for c in r if c.endswith("_tok_s") and c != "swax_tok_s"}
+                )
                 for c in cols:
-                    pts = [(r["T"], float(r[f"{c}_tok_s"].replace(",", ""))) for r in rs
-                           if r.get(f"{c}_tok_s")]
+                    pts = [
+                        (r["T"], float(r[f"{c}_tok_s"].replace(",", "")))
+                        for r in rs
+                        if r.get(f"{c}_tok_s")
+                    ]
                     if pts:
                         ax.plot(*zip(*pts), style, marker="o", ms=3, label=f"{c} {pas}")
             ax.set_xscale("log", base=2)
@@ -138,21 +160,34 @@ def plot(rows, ops, path, title):
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--T", type=int, nargs="+", default=DEFAULT_T)
-    ap.add_argument("--ops", nargs="+", default=["swa", "mlstm", "gdn"],
-                    choices=["swa", "mlstm", "gdn"])
+    ap.add_argument(
+        "--ops", nargs="+", default=["swa", "mlstm", "gdn"], choices=["swa", "mlstm", "gdn"]
+    )
     ap.add_argument("--B", type=int, default=1)
     ap.add_argument("--H", type=int, default=4)
     ap.add_argument("--D", type=int, default=64)
     ap.add_argument("--window", type=int, default=128)
     ap.add_argument("--chunk", type=int, default=64)
     ap.add_argument("--repeat", type=int, default=5)
-    ap.add_argument("--budget", type=float, default=60.0,
-                    help="seconds per case after which no further rounds are started")
+    ap.add_argument(
+        "--budget",
+        type=float,
+        default=60.0,
+        help="seconds per case after which no further rounds are started",
+    )
     ap.add_argument("--threads", type=int, default=None)
-    ap.add_argument("--max-mask-gb", type=float, default=6.0,
-                    help="skip masked SDPA when its T×T scores exceed this many GB")
-    ap.add_argument("--max-autograd-T", type=int, default=16384,
-                    help="skip the autograd references above this length (slow, memory)")
+    ap.add_argument(
+        "--max-mask-gb",
+        type=float,
+        default=6.0,
+        help="skip masked SDPA when its T×T scores exceed this many GB",
+    )
+    ap.add_argument(
+        "--max-autograd-T",
+        type=int,
+        default=16384,
+        help="skip the autograd references above this length (slow, memory)",
+    )
     ap.add_argument("--csv", default="benchmarks/results/ops.csv")
     args = ap.parse_args(argv)
     if args.threads:
@@ -161,8 +196,10 @@ def main(argv=None) -> int:
     ceiling = matmul_gflops()
     print(f"# {machine_line()}")
     print(f"# matmul ceiling: {ceiling:.1f} GFLOP/s (float32 2048³, this run)")
-    print(f"# B={args.B} H={args.H} D={args.D} window={args.window} chunk={args.chunk} float32; "
-          f"medians of up to {args.repeat} interleaved rounds\n")
+    print(
+        f"# B={args.B} H={args.H} D={args.D} window={args.window} chunk={args.chunk} float32; "
+        f"medians of up to {args.repeat} interleaved rounds\n"
+    )
 
     try:
         from mlstm_kernels.torch import get_mlstm_kernel
@@ -181,14 +218,23 @@ def main(argv=None) -> int:
                 try:
                     times = timeit_interleaved(fns, repeat=args.repeat, budget_s=args.budget)
                 except (RuntimeError, MemoryError) as e:  # a reference out of memory
-                    print(f"  {op} T={T} {pas}: failed ({str(e)[:60]}); measuring swax alone",
-                          file=sys.stderr)
-                    times = timeit_interleaved({"swax": fns["swax"]}, repeat=args.repeat,
-                                               budget_s=args.budget)
+                    print(
+                        f"  {op} T={T} {pas}: failed ({str(e)[:60]}); measuring swax alone",
+                        file=sys.stderr,
+                    )
+                    times = timeit_interleaved(
+                        {"swax": fns["swax"]}, repeat=args.repeat, budget_s=args.budget
+                    )
                 t = times["swax"]
                 gf = flops * (3.0 if backward else 1.0) / t / 1e9
-                row = {"op": op, "T": T, "pass": pas, "swax_tok_s": f"{args.B * T / t:,.0f}",
-                       "GFLOP/s": f"{gf:.1f}", "of_matmul": f"{gf / ceiling:.1%}"}
+                row = {
+                    "op": op,
+                    "T": T,
+                    "pass": pas,
+                    "swax_tok_s": f"{args.B * T / t:,.0f}",
+                    "GFLOP/s": f"{gf:.1f}",
+                    "of_matmul": f"{gf / ceiling:.1%}",
+                }
                 for name in refs:
                     if name in times:
                         row[f"{name}_tok_s"] = f"{args.B * T / times[name]:,.0f}"
@@ -202,20 +248,27 @@ def main(argv=None) -> int:
 
     print("\n## acceptance (issue 5)")
     for op, T, ref, need in (("mlstm", 4096, "native_custbw", 1.5), ("swa", 8192, "sdpa+mask", 3)):
-        r = next((r for r in rows if r["op"] == op and r["T"] == T and r["pass"] == "fwd+bwd"),
-                 None)
+        r = next(
+            (r for r in rows if r["op"] == op and r["T"] == T and r["pass"] == "fwd+bwd"), None
+        )
         if r is None or f"x_vs_{ref}" not in r:
             print(f"{op} T={T} fwd+bwd vs {ref}: not measured")
             continue
         x = float(r[f"x_vs_{ref}"])
-        print(f"{op} T={T} fwd+bwd: {x:.2f}x {ref} (need >= {need}: "
-              f"{'yes' if x >= need else 'NO'}); {r['GFLOP/s']} GFLOP/s = {r['of_matmul']} "
-              f"of the {ceiling:.1f} GFLOP/s matmul")
+        print(
+            f"{op} T={T} fwd+bwd: {x:.2f}x {ref} (need >= {need}: "
+            f"{'yes' if x >= need else 'NO'}); {r['GFLOP/s']} GFLOP/s = {r['of_matmul']} "
+            f"of the {ceiling:.1f} GFLOP/s matmul"
+        )
     out = Path(args.csv)
     write_csv(rows, out)
-    png = plot(rows, args.ops, out.with_suffix(".png"),
-               f"swax ops vs references, B={args.B} H={args.H} D={args.D} W={args.window} "
-               f"chunk={args.chunk}, {torch.get_num_threads()} threads")
+    png = plot(
+        rows,
+        args.ops,
+        out.with_suffix(".png"),
+        f"swax ops vs references, B={args.B} H={args.H} D={args.D} W={args.window} "
+        f"chunk={args.chunk}, {torch.get_num_threads()} threads",
+    )
     print(f"# wrote {out}" + (f" and {png}" if png else ""))
     return 0
 

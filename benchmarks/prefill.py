@@ -41,8 +41,15 @@ class LargestTensor(TorchDispatchMode):
         return out
 
 
-def measure(preset: str, pattern: str | None, tokens: int, chunk: int, window: int | None,
-            track: bool = True, seed: int = 0) -> dict:
+def measure(
+    preset: str,
+    pattern: str | None,
+    tokens: int,
+    chunk: int,
+    window: int | None,
+    track: bool = True,
+    seed: int = 0,
+) -> dict:
     torch.manual_seed(seed)
     overrides = {"layer_pattern": pattern} if pattern else {}
     model = SwaxLM(SwaxConfig.preset(preset, **overrides)).eval()
@@ -58,9 +65,15 @@ def measure(preset: str, pattern: str | None, tokens: int, chunk: int, window: i
         _, state = prefill(model, ids, window=w, chunk_size=chunk)
     dt = time.perf_counter() - t0
     return {
-        "tokens": tokens, "seconds": dt, "tok_s": tokens / dt, "peak_rss": peak_rss_bytes(),
-        "state_bytes": state.nbytes(), "max_numel": mode.max_numel if mode else None,
-        "max_op": mode.op if mode else None, "vocab": V, "pattern": model.config.layer_types,
+        "tokens": tokens,
+        "seconds": dt,
+        "tok_s": tokens / dt,
+        "peak_rss": peak_rss_bytes(),
+        "state_bytes": state.nbytes(),
+        "max_numel": mode.max_numel if mode else None,
+        "max_op": mode.op if mode else None,
+        "vocab": V,
+        "pattern": model.config.layer_types,
     }
 
 
@@ -71,15 +84,19 @@ def main(argv=None) -> int:
     ap.add_argument("--tokens", type=int, default=131072)
     ap.add_argument("--chunk", type=int, default=2048)
     ap.add_argument("--window", type=int, default=None)
-    ap.add_argument("--no-track", action="store_true",
-                    help="do not record tensor sizes (slightly faster)")
+    ap.add_argument(
+        "--no-track", action="store_true", help="do not record tensor sizes (slightly faster)"
+    )
     args = ap.parse_args(argv)
     print(f"# {machine_line()}")
-    r = measure(args.preset, args.pattern, args.tokens, args.chunk, args.window,
-                track=not args.no_track)
+    r = measure(
+        args.preset, args.pattern, args.tokens, args.chunk, args.window, track=not args.no_track
+    )
     T, V = r["tokens"], r["vocab"]
-    print(f"preset {args.preset} pattern {r['pattern']}: prefill of {T:,} tokens in chunks of "
-          f"{args.chunk}")
+    print(
+        f"preset {args.preset} pattern {r['pattern']}: prefill of {T:,} tokens in chunks of "
+        f"{args.chunk}"
+    )
     print(f"  time           {r['seconds']:.1f} s ({r['tok_s']:,.0f} tok/s)")
     print(f"  peak RSS       {r['peak_rss'] / 2**30:.2f} GiB")
     print(f"  decode state   {r['state_bytes'] / 2**20:.2f} MiB")

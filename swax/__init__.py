@@ -1,8 +1,8 @@
 """swax: hybrid sliding-window attention + linear recurrent language models.
 
-    from swax import SwaxConfig, SwaxLM
-    model = SwaxLM(SwaxConfig.preset("tiny"))
-    logits = model(input_ids, window=128)
+from swax import SwaxConfig, SwaxLM
+model = SwaxLM(SwaxConfig.preset("tiny"))
+logits = model(input_ids, window=128)
 """
 
 __version__ = "0.1.0"

@@ -37,7 +37,8 @@ def _window(text: str):
         v = int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(
-            f"window must be a positive integer or 'full', got {text!r}") from None
+            f"window must be a positive integer or 'full', got {text!r}"
+        ) from None
     if v < 1:
         raise argparse.ArgumentTypeError(f"window must be >= 1, got {v}")
     return v
@@ -58,8 +59,10 @@ def _device(name: str):
         if not torch.cuda.is_available():
             raise SwaxError(f"device {name!r} requested but CUDA is not available")
         if dev.index is not None and dev.index >= torch.cuda.device_count():
-            raise SwaxError(f"device {name!r} requested but only "
-                            f"{torch.cuda.device_count()} CUDA device(s) are visible")
+            raise SwaxError(
+                f"device {name!r} requested but only "
+                f"{torch.cuda.device_count()} CUDA device(s) are visible"
+            )
     return name
 
 
@@ -99,13 +102,13 @@ class _Streamer:
         text = self.tok.decode(self.ids)
         if text.endswith("\ufffd"):
             return
-        sys.stdout.write(text[self.printed:])
+        sys.stdout.write(text[self.printed :])
         sys.stdout.flush()
         self.printed = len(text)
 
     def finish(self) -> None:
         text = self.tok.decode(self.ids)
-        sys.stdout.write(text[self.printed:] + "\n")
+        sys.stdout.write(text[self.printed :] + "\n")
 
 
 def _fmt_bytes(n: float) -> str:
@@ -129,8 +132,10 @@ def cmd_info(args) -> int:
     cfg = model.config
     print(f"layers        {cfg.n_layers}  pattern {cfg.layer_types}")
     print(f"d_model       {cfg.d_model}  heads {cfg.n_heads}  window {cfg.window}")
-    print(f"parameters    {model.num_parameters():,} "
-          f"({model.num_parameters(exclude_embeddings=True):,} without embeddings)")
+    print(
+        f"parameters    {model.num_parameters():,} "
+        f"({model.num_parameters(exclude_embeddings=True):,} without embeddings)"
+    )
     for T in args.seq_len:
         f = model.flops_per_token(T)
         print(f"train FLOPs/token at T={T}: {f / 1e9:.3f} GFLOP")
@@ -159,8 +164,11 @@ def cmd_generate(args) -> int:
     check_generation_options(args.max_new_tokens, args.temperature, args.top_k, args.top_p)
     model, random_init = _load_model(args)
     if random_init:
-        print(f"note: --preset {args.preset} has random weights (no --model given); "
-              f"the text will be noise", file=sys.stderr)
+        print(
+            f"note: --preset {args.preset} has random weights (no --model given); "
+            f"the text will be noise",
+            file=sys.stderr,
+        )
     tok = _tokenizer_for(args)
     ids = torch.tensor([tok.encode(prompt)], dtype=torch.long)
     window = model.config.window if args.window == "default" else args.window
@@ -174,13 +182,23 @@ def cmd_generate(args) -> int:
         marks["prefill"] = time.perf_counter() - t0
 
     out = generate(
-        model, ids, max_new_tokens=args.max_new_tokens, window=window,
-        temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, seed=args.seed,
-        eos_token_id=tok.eot_id, stop_strings=args.stop or (), decode=tok.decode,
-        prefill_chunk_size=args.prefill_chunk, on_token=on_token, progress=progress,
+        model,
+        ids,
+        max_new_tokens=args.max_new_tokens,
+        window=window,
+        temperature=args.temperature,
+        top_k=args.top_k,
+        top_p=args.top_p,
+        seed=args.seed,
+        eos_token_id=tok.eot_id,
+        stop_strings=args.stop or (),
+        decode=tok.decode,
+        prefill_chunk_size=args.prefill_chunk,
+        on_token=on_token,
+        progress=progress,
     )
     elapsed = time.perf_counter() - t0
-    new = out[0, ids.shape[1]:].tolist()
+    new = out[0, ids.shape[1] :].tolist()
     text = truncate_at_stop(tok.decode(new), args.stop or ())
     if stream:
         on_token.finish()
@@ -188,8 +206,11 @@ def cmd_generate(args) -> int:
         print(text)
     pre = marks.get("prefill", elapsed)
     dec = max(elapsed - pre, 1e-9)
-    print(f"[{ids.shape[1]} prompt tokens in {pre:.2f}s, {len(new)} new tokens at "
-          f"{len(new) / dec:.1f} tok/s, window {window}]", file=sys.stderr)
+    print(
+        f"[{ids.shape[1]} prompt tokens in {pre:.2f}s, {len(new)} new tokens at "
+        f"{len(new) / dec:.1f} tok/s, window {window}]",
+        file=sys.stderr,
+    )
     return 0
 
 
@@ -201,8 +222,9 @@ def _split_train_args(items: list[str]) -> tuple[str | None, list[str]]:
         elif config is None:
             config = item
         else:
-            raise SwaxError(f"unexpected argument {item!r}: give one config file, then "
-                            f"key=value overrides")
+            raise SwaxError(
+                f"unexpected argument {item!r}: give one config file, then key=value overrides"
+            )
     return config, overrides
 
 
@@ -213,8 +235,10 @@ def cmd_train(args) -> int:
     cfg = load_train_config(config, overrides)
     summary = train(cfg)
     if int(os.environ.get("RANK", "0")) == 0:
-        print(f"validation loss: {summary.get('initial_val_loss', float('nan')):.4f} (untrained) "
-              f"-> {summary['final_val_loss']:.4f} (trained)")
+        print(
+            f"validation loss: {summary.get('initial_val_loss', float('nan')):.4f} (untrained) "
+            f"-> {summary['final_val_loss']:.4f} (trained)"
+        )
         print(f"throughput: {summary['tok_s']:,.0f} tokens/s | model: {summary['model_dir']}")
     return 0
 
@@ -237,8 +261,9 @@ def cmd_sweep(args) -> int:
     print(f"\nretrieval accuracy (%) with the long window, mean ± spread over seeds\n{head}")
     for name, a in agg.items():
         m, sp = a["val_loss"]
-        cells = "  ".join(f"{a['episodes_long'][n][0]:6.1f}±{a['episodes_long'][n][1]:<4.1f}"
-                          for n in lengths)
+        cells = "  ".join(
+            f"{a['episodes_long'][n][0]:6.1f}±{a['episodes_long'][n][1]:<4.1f}" for n in lengths
+        )
         print(f"{name:<22} {m:8.4f}±{sp:<6.4f}  {cells}")
     return 0
 
@@ -266,18 +291,24 @@ def cmd_demo(args) -> int:
         print(f"swax demo: reusing the finished run in {run_dir} (delete it to train again)")
     else:
         resume = latest_checkpoint(run_dir) is not None
-        print(f"swax demo: training the tiny SWAX model on the King James Bible "
-              f"({'resuming' if resume else 'a few minutes on a CPU'}) into {run_dir}")
+        print(
+            f"swax demo: training the tiny SWAX model on the King James Bible "
+            f"({'resuming' if resume else 'a few minutes on a CPU'}) into {run_dir}"
+        )
         summary = train(load_train_config(None, overrides + (["resume=true"] if resume else [])))
-    print(f"\nvalidation loss (nats/byte): untrained {summary['initial_val_loss']:.3f} -> "
-          f"trained {summary['final_val_loss']:.3f}")
+    print(
+        f"\nvalidation loss (nats/byte): untrained {summary['initial_val_loss']:.3f} -> "
+        f"trained {summary['final_val_loss']:.3f}"
+    )
     model = SwaxLM.from_pretrained(run_dir / "model")
     tok = load_model_tokenizer(run_dir / "model")
     prompt = "And God said unto Moses,"
     ids = torch.tensor([tok.encode(prompt)])
     out = generate(model, ids, max_new_tokens=200, temperature=0.7, top_k=40, seed=0)
-    print(f"\nsample (temperature 0.7, window {model.config.window}):\n{prompt}"
-          f"{tok.decode(out[0, ids.shape[1]:].tolist())}\n")
+    print(
+        f"\nsample (temperature 0.7, window {model.config.window}):\n{prompt}"
+        f"{tok.decode(out[0, ids.shape[1] :].tolist())}\n"
+    )
     text = "\n".join(kjv_documents()[-40:])  # Revelation and its neighbours: ~100k bytes
     ctx_ids = tok.encode(text)
     for n in (1024, args.context):
@@ -294,8 +325,9 @@ def _eval_model(args):
     model, random_init = _load_model(args)
     tok = _tokenizer_for(args)
     if random_init:
-        print(f"note: --preset {args.preset} has random weights (no --model given)",
-              file=sys.stderr)
+        print(
+            f"note: --preset {args.preset} has random weights (no --model given)", file=sys.stderr
+        )
     label = args.label or (Path(args.model).resolve().name if args.model else args.preset)
     if args.model and label == "model":  # runs/NAME/model -> NAME
         label = Path(args.model).resolve().parent.name
@@ -329,16 +361,18 @@ def cmd_eval_niah(args) -> int:
     tasks = list(TASKS) if args.tasks == "all" else [t.strip() for t in args.tasks.split(",")]
     unknown = [t for t in tasks if t not in TASKS]
     if unknown:
-        raise SwaxError(f"unknown NIAH task {unknown[0]!r}; expected 'all' or some of "
-                        f"{', '.join(TASKS)}")
+        raise SwaxError(
+            f"unknown NIAH task {unknown[0]!r}; expected 'all' or some of {', '.join(TASKS)}"
+        )
     key_split = "eval" if args.synthetic_keys else None
     haystack = _haystack(args.haystack)
     if args.dump:
         from .data import load_tokenizer
 
         tok = load_tokenizer(args.tokenizer)
-        paths = dump_records(args.dump, tok, tasks, lengths, args.samples, args.seed,
-                             haystack, key_split)
+        paths = dump_records(
+            args.dump, tok, tasks, lengths, args.samples, args.seed, haystack, key_split
+        )
         print(f"wrote {len(paths)} files to {args.dump} ({tok.name} tokenizer)")
         return 0
     if not args.model and not args.preset_given:
@@ -347,10 +381,24 @@ def cmd_eval_niah(args) -> int:
     window = model.config.window if args.window == "default" else args.window
     out = Path(args.out or f"results/niah-{label}")
     predict = SwaxPredictor(model, tok, window, args.prefill_chunk)
-    result = run_niah(predict, tok, tasks, lengths, args.samples, args.seed, out, haystack,
-                      key_split, args.records, settings={
-                          "label": label, "model": args.model or f"preset:{args.preset}",
-                          "window": window, "tokenizer": tok.name})
+    result = run_niah(
+        predict,
+        tok,
+        tasks,
+        lengths,
+        args.samples,
+        args.seed,
+        out,
+        haystack,
+        key_split,
+        args.records,
+        settings={
+            "label": label,
+            "model": args.model or f"preset:{args.preset}",
+            "window": window,
+            "tokenizer": tok.name,
+        },
+    )
     print(f"NIAH accuracy (%), {label}, window {window}, {args.samples} samples per cell")
     print(format_table(result, tasks, lengths))
     print(f"peak memory: {peak_rss_gib():.2f} GiB | results: {out}")
@@ -367,12 +415,28 @@ def cmd_eval_tasks(args) -> int:
         raise SwaxError("pass --model DIR (or --preset NAME for random weights)")
     model, tok, label = _eval_model(args)
     window = model.config.window if args.window == "default" else args.window
-    results = evaluate_tasks(model, tok, args.tasks, args.data_dir, num_fewshot=args.num_fewshot,
-                             limit=args.limit, batch_size=args.batch_size, window=window,
-                             code_timeout=args.code_timeout)
+    results = evaluate_tasks(
+        model,
+        tok,
+        args.tasks,
+        args.data_dir,
+        num_fewshot=args.num_fewshot,
+        limit=args.limit,
+        batch_size=args.batch_size,
+        window=window,
+        code_timeout=args.code_timeout,
+    )
     out = Path(args.out or f"results/tasks-{label}")
-    write_results(out, results, {"label": label, "model": args.model or f"preset:{args.preset}",
-                                 "window": window, "data_dir": args.data_dir})
+    write_results(
+        out,
+        results,
+        {
+            "label": label,
+            "model": args.model or f"preset:{args.preset}",
+            "window": window,
+            "data_dir": args.data_dir,
+        },
+    )
     print(f"short-context tasks, {label}, window {window}")
     print(format_table(results))
     print(f"results: {out}")
@@ -399,8 +463,9 @@ def cmd_eval_ppl(args) -> int:
     else:
         from .data import DataConfig, build_datasets
 
-        _, val = build_datasets(DataConfig(tokenizer="byte" if tok.name == "byte" else "gpt2"),
-                                tok, seq_len=1, seed=0)
+        _, val = build_datasets(
+            DataConfig(tokenizer="byte" if tok.name == "byte" else "gpt2"), tok, seq_len=1, seed=0
+        )
         tokens, source = np.asarray(val.tokens), "kjv (validation split)"
     losses = position_losses(model, tokens, edges[-1], args.samples, window, args.chunk)
     rows = bucketize(losses, edges)
@@ -412,14 +477,25 @@ def cmd_eval_ppl(args) -> int:
 
             train_len = (yaml.safe_load(cfg_file.read_text()) or {}).get("seq_len")
     out = Path(args.out or f"results/ppl-{label}")
-    write_ppl(out, rows, {"label": label, "model": args.model or f"preset:{args.preset}",
-                          "window": window, "data": source, "samples": args.samples,
-                          "train_len": train_len}, train_len)
+    write_ppl(
+        out,
+        rows,
+        {
+            "label": label,
+            "model": args.model or f"preset:{args.preset}",
+            "window": window,
+            "data": source,
+            "samples": args.samples,
+            "train_len": train_len,
+        },
+        train_len,
+    )
     print(f"loss by position, {label}, window {window}, {args.samples} samples of {source}")
     print(f"{'positions':>18}  {'loss':>7}  {'ppl':>9}")
     for r in rows:
-        print(f"{r['bucket_start'] + 1:>8,}-{r['bucket_end']:<9,}  {r['loss']:7.4f}  "
-              f"{r['ppl']:9.3f}")
+        print(
+            f"{r['bucket_start'] + 1:>8,}-{r['bucket_end']:<9,}  {r['loss']:7.4f}  {r['ppl']:9.3f}"
+        )
     print(f"results: {out}")
     return 0
 
@@ -443,16 +519,23 @@ class _Parser(argparse.ArgumentParser):
 def build_parser() -> argparse.ArgumentParser:
     from . import PRESETS, __version__
 
-    p = _Parser(prog="swax", description=__doc__.split("\n\n")[0],
-                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = _Parser(
+        prog="swax",
+        description=__doc__.split("\n\n")[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("--version", action="version", version=f"swax {__version__}")
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
 
     def model_args(sp):
         g = sp.add_mutually_exclusive_group()
         g.add_argument("--model", metavar="DIR", help="checkpoint directory (save_pretrained)")
-        g.add_argument("--preset", default="tiny", choices=list(PRESETS),
-                       help="random-weight preset when no --model is given (default: tiny)")
+        g.add_argument(
+            "--preset",
+            default="tiny",
+            choices=list(PRESETS),
+            help="random-weight preset when no --model is given (default: tiny)",
+        )
 
     sp = sub.add_parser("info", help="parameters and FLOPs of a preset or checkpoint")
     model_args(sp)
@@ -465,8 +548,12 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--prompt", default="In the beginning")
     g.add_argument("--prompt-file", metavar="PATH")
     sp.add_argument("--max-new-tokens", type=int, default=64)
-    sp.add_argument("--window", type=_window, default="default",
-                    help="attention window (default: the model's; 'full' = no window)")
+    sp.add_argument(
+        "--window",
+        type=_window,
+        default="default",
+        help="attention window (default: the model's; 'full' = no window)",
+    )
     sp.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
     sp.add_argument("--top-k", type=_positive_int, default=None)
     sp.add_argument("--top-p", type=float, default=None)
@@ -475,15 +562,26 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--prefill-chunk", type=_positive_int, default=2048)
     sp.add_argument("--device", default="cpu", help="cpu, cuda or auto (default: cpu)")
     sp.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
-    sp.add_argument("--no-stream", dest="stream", action="store_false",
-                    help="print the text at the end instead of token by token")
+    sp.add_argument(
+        "--no-stream",
+        dest="stream",
+        action="store_false",
+        help="print the text at the end instead of token by token",
+    )
     sp.set_defaults(fn=cmd_generate)
 
-    sp = sub.add_parser("train", help="train a model (default: the tiny preset on the KJV)",
-                        description="swax train [CONFIG.yaml] [key=value ...]; e.g. "
-                        "swax train configs/tiny.yaml optim.lr=3e-4 window.p_short=0.75")
-    sp.add_argument("args", nargs="*", metavar="CONFIG | key=value",
-                    help="an optional YAML config, then overrides of its keys")
+    sp = sub.add_parser(
+        "train",
+        help="train a model (default: the tiny preset on the KJV)",
+        description="swax train [CONFIG.yaml] [key=value ...]; e.g. "
+        "swax train configs/tiny.yaml optim.lr=3e-4 window.p_short=0.75",
+    )
+    sp.add_argument(
+        "args",
+        nargs="*",
+        metavar="CONFIG | key=value",
+        help="an optional YAML config, then overrides of its keys",
+    )
     sp.set_defaults(fn=cmd_train)
 
     sp = sub.add_parser("plot-run", help="draw a run's loss curves to a PNG")
@@ -497,10 +595,18 @@ def build_parser() -> argparse.ArgumentParser:
     def eval_model_args(sp):
         g = sp.add_mutually_exclusive_group()
         g.add_argument("--model", metavar="DIR", help="checkpoint directory (save_pretrained)")
-        g.add_argument("--preset", choices=list(PRESETS), default=None,
-                       help="random-weight preset instead of --model")
-        sp.add_argument("--window", type=_window, default="default",
-                        help="attention window (default: the model's, i.e. the long window)")
+        g.add_argument(
+            "--preset",
+            choices=list(PRESETS),
+            default=None,
+            help="random-weight preset instead of --model",
+        )
+        sp.add_argument(
+            "--window",
+            type=_window,
+            default="default",
+            help="attention window (default: the model's, i.e. the long window)",
+        )
         sp.add_argument("--label", default=None, help="name of the model in reports")
         sp.add_argument("--device", default="cpu")
         sp.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
@@ -512,31 +618,54 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--lengths", default="4k,8k,16k,32k,65k,131k")
     sp.add_argument("--tasks", default="all", help="'all' or a comma list of RULER NIAH tasks")
     sp.add_argument("--samples", type=_positive_int, default=10)
-    sp.add_argument("--synthetic-keys", action="store_true",
-                    help="keys from the evaluation key set (disjoint from training episodes)")
-    sp.add_argument("--haystack", metavar="PATH", default=None,
-                    help="text for the essay haystack (default: the embedded KJV)")
-    sp.add_argument("--records", metavar="DIR", default=None,
-                    help="read TASK-LENGTH.jsonl records written by --dump instead of generating")
-    sp.add_argument("--dump", metavar="DIR", default=None,
-                    help="only write the records (RULER's JSONL format) and exit; no model")
+    sp.add_argument(
+        "--synthetic-keys",
+        action="store_true",
+        help="keys from the evaluation key set (disjoint from training episodes)",
+    )
+    sp.add_argument(
+        "--haystack",
+        metavar="PATH",
+        default=None,
+        help="text for the essay haystack (default: the embedded KJV)",
+    )
+    sp.add_argument(
+        "--records",
+        metavar="DIR",
+        default=None,
+        help="read TASK-LENGTH.jsonl records written by --dump instead of generating",
+    )
+    sp.add_argument(
+        "--dump",
+        metavar="DIR",
+        default=None,
+        help="only write the records (RULER's JSONL format) and exit; no model",
+    )
     sp.add_argument("--tokenizer", default="byte", help="with --dump: byte, gpt2 or a path")
     sp.add_argument("--prefill-chunk", type=_positive_int, default=2048)
     sp.set_defaults(fn=cmd_eval_niah)
 
-    sp = esub.add_parser("tasks", help="short-context tasks: ARC, HellaSwag, PIQA, LAMBADA, "
-                         "HumanEval, MBPP")
+    sp = esub.add_parser(
+        "tasks", help="short-context tasks: ARC, HellaSwag, PIQA, LAMBADA, HumanEval, MBPP"
+    )
     eval_model_args(sp)
-    sp.add_argument("--tasks", default="arc_easy,arc_challenge,hellaswag,piqa,lambada",
-                    help="comma list or 'all': arc_easy, arc_challenge, hellaswag, piqa, lambada, "
-                    "humaneval, mbpp")
-    sp.add_argument("--data-dir", default="data/tasks",
-                    help="folder of {task}.jsonl files in the upstream schemas (see README)")
+    sp.add_argument(
+        "--tasks",
+        default="arc_easy,arc_challenge,hellaswag,piqa,lambada",
+        help="comma list or 'all': arc_easy, arc_challenge, hellaswag, piqa, lambada, "
+        "humaneval, mbpp",
+    )
+    sp.add_argument(
+        "--data-dir",
+        default="data/tasks",
+        help="folder of {task}.jsonl files in the upstream schemas (see README)",
+    )
     sp.add_argument("--num-fewshot", type=int, default=None)
     sp.add_argument("--limit", type=_positive_int, default=None, help="first N items per task")
     sp.add_argument("--batch-size", type=_positive_int, default=8)
-    sp.add_argument("--code-timeout", type=float, default=10.0,
-                    help="seconds per program of the code tasks")
+    sp.add_argument(
+        "--code-timeout", type=float, default=10.0, help="seconds per program of the code tasks"
+    )
     sp.set_defaults(fn=cmd_eval_tasks)
 
     sp = esub.add_parser("ppl", help="loss by position beyond the training length")
@@ -546,8 +675,12 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--lengths", default="512,1k,2k,4k,8k,16k")
     sp.add_argument("--samples", type=_positive_int, default=4)
     sp.add_argument("--chunk", type=_positive_int, default=2048)
-    sp.add_argument("--train-len", type=_positive_int, default=None,
-                    help="training length to mark (default: read from the run's config.yaml)")
+    sp.add_argument(
+        "--train-len",
+        type=_positive_int,
+        default=None,
+        help="training length to mark (default: read from the run's config.yaml)",
+    )
     sp.set_defaults(fn=cmd_eval_ppl)
 
     sp = esub.add_parser("compare", help="merge results folders into one table and figure")
@@ -563,10 +696,15 @@ def build_parser() -> argparse.ArgumentParser:
 
     sp = sub.add_parser("demo", help="the default job: train the tiny model, then generate")
     sp.add_argument("--run-dir", default="runs/demo")
-    sp.add_argument("--context", type=_positive_int, default=32768,
-                    help="long context for the constant-memory demonstration")
-    sp.add_argument("overrides", nargs="*", metavar="key=value",
-                    help="training overrides, e.g. steps=100")
+    sp.add_argument(
+        "--context",
+        type=_positive_int,
+        default=32768,
+        help="long context for the constant-memory demonstration",
+    )
+    sp.add_argument(
+        "overrides", nargs="*", metavar="key=value", help="training overrides, e.g. steps=100"
+    )
     sp.set_defaults(fn=cmd_demo)
     return p
 

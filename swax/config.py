@@ -95,8 +95,16 @@ class SwaxConfig:
     # ------------------------------------------------------------------ validation and derived
     def validate(self) -> None:
         """Raise ConfigError naming the first invalid field."""
-        for name in ("vocab_size", "d_model", "n_layers", "n_heads", "window", "chunk_size",
-                     "conv_size", "mlp_multiple_of"):
+        for name in (
+            "vocab_size",
+            "d_model",
+            "n_layers",
+            "n_heads",
+            "window",
+            "chunk_size",
+            "conv_size",
+            "mlp_multiple_of",
+        ):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise ConfigError(f"{name} must be a positive integer, got {v!r}")
@@ -122,11 +130,19 @@ class SwaxConfig:
                 raise ConfigError(f"{name} must be a positive integer or None, got {v!r}")
         for name in ("rope_base", "mlp_ratio", "qk_dim_factor", "v_dim_factor", "norm_eps"):
             v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) \
-                    or v <= 0:
+            if (
+                isinstance(v, bool)
+                or not isinstance(v, (int, float))
+                or not math.isfinite(v)
+                or v <= 0
+            ):
                 raise ConfigError(f"{name} must be a positive finite number, got {v!r}")
-        if (isinstance(self.init_std, bool) or not isinstance(self.init_std, (int, float))
-                or not math.isfinite(self.init_std) or self.init_std < 0):
+        if (
+            isinstance(self.init_std, bool)
+            or not isinstance(self.init_std, (int, float))
+            or not math.isfinite(self.init_std)
+            or self.init_std < 0
+        ):
             raise ConfigError(f"init_std must be a finite number >= 0, got {self.init_std!r}")
         if self.head_dim is None and self.d_model % self.n_heads:
             raise ConfigError(
@@ -137,8 +153,10 @@ class SwaxConfig:
         if self.n_heads % kv:
             raise ConfigError(f"n_heads={self.n_heads} must be a multiple of n_kv_heads={kv}")
         rh = self.recurrent_heads or self.n_heads
-        for name, factor in (("qk_dim_factor", self.qk_dim_factor),
-                             ("v_dim_factor", self.v_dim_factor)):
+        for name, factor in (
+            ("qk_dim_factor", self.qk_dim_factor),
+            ("v_dim_factor", self.v_dim_factor),
+        ):
             width = self.d_model * factor
             if factor <= 0 or width != int(width) or int(width) % rh:
                 raise ConfigError(
@@ -205,8 +223,9 @@ class SwaxConfig:
     def save(self, path: str | Path) -> None:
         from . import __version__
 
-        Path(path).write_text(json.dumps({**self.to_dict(), "swax_version": __version__},
-                                         indent=2) + "\n")
+        Path(path).write_text(
+            json.dumps({**self.to_dict(), "swax_version": __version__}, indent=2) + "\n"
+        )
 
 
 GPT2_VOCAB = 50304  # GPT-2's 50257 rounded up to a multiple of 128
@@ -219,8 +238,16 @@ PRESETS: dict[str, dict] = {
     "125m": dict(vocab_size=GPT2_VOCAB, d_model=768, n_layers=12, n_heads=12, window=2048),
     "350m": dict(vocab_size=GPT2_VOCAB, d_model=1024, n_layers=24, n_heads=16, window=2048),
     # the paper's two scales
-    "1.4b": dict(vocab_size=GPT2_VOCAB, d_model=2048, n_layers=24, n_heads=16,
-                 recurrent_heads=4, window=2048),
-    "7b": dict(vocab_size=GPT2_VOCAB, d_model=4096, n_layers=32, n_heads=32,
-               recurrent_heads=8, window=2048, tie_embeddings=False),
+    "1.4b": dict(
+        vocab_size=GPT2_VOCAB, d_model=2048, n_layers=24, n_heads=16, recurrent_heads=4, window=2048
+    ),
+    "7b": dict(
+        vocab_size=GPT2_VOCAB,
+        d_model=4096,
+        n_layers=32,
+        n_heads=32,
+        recurrent_heads=8,
+        window=2048,
+        tie_embeddings=False,
+    ),
 }

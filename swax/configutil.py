@@ -32,9 +32,13 @@ def field_docs(cls: type) -> dict[str, str]:
             continue
         body = tree.body[0].body  # type: ignore[attr-defined]
         for a, b in zip(body, body[1:]):
-            if (isinstance(a, ast.AnnAssign) and isinstance(a.target, ast.Name)
-                    and isinstance(b, ast.Expr) and isinstance(b.value, ast.Constant)
-                    and isinstance(b.value.value, str)):
+            if (
+                isinstance(a, ast.AnnAssign)
+                and isinstance(a.target, ast.Name)
+                and isinstance(b, ast.Expr)
+                and isinstance(b.value, ast.Constant)
+                and isinstance(b.value.value, str)
+            ):
                 docs[a.target.id] = inspect.cleandoc(b.value.value)
     return docs
 
@@ -124,6 +128,7 @@ def from_dict(cls: type, data: dict, prefix: str = "") -> Any:
 
 def to_dict(obj: Any) -> dict:
     """A dataclass as plain JSON-able data (tuples become lists)."""
+
     def conv(x):
         if dataclasses.is_dataclass(x):
             return {f.name: conv(getattr(x, f.name)) for f in dataclasses.fields(x)}
@@ -132,4 +137,5 @@ def to_dict(obj: Any) -> dict:
         if isinstance(x, dict):
             return {k: conv(v) for k, v in x.items()}
         return x
+
     return conv(obj)

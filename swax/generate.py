@@ -38,8 +38,13 @@ def prefill(
         raise ValueError("the prompt is empty: generation needs at least one token")
     logits = None
     for s in range(0, T, chunk_size):
-        logits, state = model(input_ids[:, s:s + chunk_size], window=window, state=state,
-                              return_state=True, logits_to_keep=1)
+        logits, state = model(
+            input_ids[:, s : s + chunk_size],
+            window=window,
+            state=state,
+            return_state=True,
+            logits_to_keep=1,
+        )
         if progress is not None:
             progress(min(T, s + chunk_size), T)
     return logits[:, -1].float(), state
@@ -156,7 +161,7 @@ def generate(
                 if done[b]:
                     continue
                 ids = gen_ids[b]
-                if any(ids[-len(s):] == s for s in stops) or (
+                if any(ids[-len(s) :] == s for s in stops) or (
                     stop_strings and any(s in decode(ids) for s in stop_strings)
                 ):
                     done[b] = True

@@ -79,27 +79,44 @@ class Block(nn.Module):
         if kind in ("S", "A"):
             cls = SlidingWindowAttention if kind == "S" else FullAttention
             self.mixer = cls(
-                cfg.d_model, cfg.n_heads, cfg.n_kv_heads, cfg.head_dim,
-                rope=kind == "S" or cfg.full_attn_rope, rope_base=cfg.rope_base,
-                qk_norm=cfg.qk_norm, norm_eps=cfg.norm_eps,
+                cfg.d_model,
+                cfg.n_heads,
+                cfg.n_kv_heads,
+                cfg.head_dim,
+                rope=kind == "S" or cfg.full_attn_rope,
+                rope_base=cfg.rope_base,
+                qk_norm=cfg.qk_norm,
+                norm_eps=cfg.norm_eps,
                 backend=None if cfg.attn_backend == "auto" else cfg.attn_backend,
             )
         elif kind == "X":
             self.mixer = MLSTMLayer(
-                cfg.d_model, rh, cfg.qk_dim_factor, cfg.v_dim_factor, cfg.gate_soft_cap,
-                cfg.chunk_size, cfg.norm_eps, cfg.mlstm_igate_bias_init,
+                cfg.d_model,
+                rh,
+                cfg.qk_dim_factor,
+                cfg.v_dim_factor,
+                cfg.gate_soft_cap,
+                cfg.chunk_size,
+                cfg.norm_eps,
+                cfg.mlstm_igate_bias_init,
                 tuple(cfg.mlstm_fgate_bias_init),
             )
         elif kind == "D":
             self.mixer = GatedDeltaNetLayer(
-                cfg.d_model, rh, cfg.qk_dim_factor, cfg.v_dim_factor, cfg.conv_size,
-                cfg.chunk_size, cfg.norm_eps,
+                cfg.d_model,
+                rh,
+                cfg.qk_dim_factor,
+                cfg.v_dim_factor,
+                cfg.conv_size,
+                cfg.chunk_size,
+                cfg.norm_eps,
             )
         else:  # validated by SwaxConfig
             raise ConfigError(f"unknown layer letter {kind!r}")
         self.mlp_norm = RMSNorm(cfg.d_model, cfg.norm_eps)
-        self.mlp = SwiGLU(cfg.d_model, swiglu_hidden_dim(cfg.d_model, cfg.mlp_ratio,
-                                                         cfg.mlp_multiple_of))
+        self.mlp = SwiGLU(
+            cfg.d_model, swiglu_hidden_dim(cfg.d_model, cfg.mlp_ratio, cfg.mlp_multiple_of)
+        )
 
     def forward(self, x, window, state=None, return_state=False):
         if return_state:
@@ -267,8 +284,9 @@ class SwaxLM(nn.Module):
             n -= self.embed.weight.numel()
         return n
 
-    def flops_per_token(self, seq_len: int, window: int | None | _Default = DEFAULT_WINDOW,
-                        training: bool = True) -> float:
+    def flops_per_token(
+        self, seq_len: int, window: int | None | _Default = DEFAULT_WINDOW, training: bool = True
+    ) -> float:
         """Estimated FLOPs per token for sequences of ``seq_len`` tokens.
 
         Counts 2 FLOPs per multiply-add of every weight matrix (the output head included, input
@@ -280,8 +298,10 @@ class SwaxLM(nn.Module):
         cfg = self.config
         window = self._check_window(window)
         T = max(1, int(seq_len))
-        flops = 2.0 * (self.num_parameters(exclude_embeddings=True)
-                       + cfg.vocab_size * cfg.d_model * (1 if self.head is None else 0))
+        flops = 2.0 * (
+            self.num_parameters(exclude_embeddings=True)
+            + cfg.vocab_size * cfg.d_model * (1 if self.head is None else 0)
+        )
         # norms and gates are negligible; count the mixing
         rh = cfg.recurrent_heads or cfg.n_heads
         dqk = cfg.d_model * cfg.qk_dim_factor / rh
@@ -316,8 +336,12 @@ class SwaxLM(nn.Module):
         return path
 
     @classmethod
-    def from_pretrained(cls, path: str | os.PathLike, device: str | torch.device = "cpu",
-                        dtype: torch.dtype | None = None) -> SwaxLM:
+    def from_pretrained(
+        cls,
+        path: str | os.PathLike,
+        device: str | torch.device = "cpu",
+        dtype: torch.dtype | None = None,
+    ) -> SwaxLM:
         """Load a directory written by :meth:`save_pretrained` (safetensors; never pickle).
 
         Raises CheckpointError naming the file when the directory or a file is missing, corrupt,
@@ -367,6 +391,7 @@ class SwaxLM(nn.Module):
 
     def extra_repr(self) -> str:
         c = self.config
-        return (f"pattern={c.layer_types!r}, d_model={c.d_model}, "
-                f"params={self.num_parameters() / 1e6:.2f}M")
-
+        return (
+            f"pattern={c.layer_types!r}, d_model={c.d_model}, "
+            f"params={self.num_parameters() / 1e6:.2f}M"
+        )

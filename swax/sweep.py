@@ -171,11 +171,19 @@ def evaluate_run(cfg: SweepConfig, name: str, seed: int, progress: bool = False)
         return out
     model = SwaxLM.from_pretrained(rd / "model")
     tok = load_model_tokenizer(rd / "model")
-    _, val = build_datasets(DataConfig(source=tcfg.data.source, format=tcfg.data.format,
-                                       field=tcfg.data.field, tokenizer=tcfg.data.tokenizer,
-                                       val_source=tcfg.data.val_source,
-                                       val_fraction=tcfg.data.val_fraction),
-                            tok, seq_len=1, seed=0)
+    _, val = build_datasets(
+        DataConfig(
+            source=tcfg.data.source,
+            format=tcfg.data.format,
+            field=tcfg.data.field,
+            tokenizer=tcfg.data.tokenizer,
+            val_source=tcfg.data.val_source,
+            val_fraction=tcfg.data.val_fraction,
+        ),
+        tok,
+        seq_len=1,
+        seed=0,
+    )
     ev = cfg.eval
     long_w = tcfg.window.long
     if tcfg.window.kind == "fixed":
@@ -190,9 +198,13 @@ def evaluate_run(cfg: SweepConfig, name: str, seed: int, progress: bool = False)
         out = _evaluate_recall(cfg, tcfg, model, tok, val, windows, name, seed, progress)
     # held-out text at the training length, with each evaluation window (added to older caches)
     out["text_loss"] = {
-        label: float(position_losses(model, val.tokens, tcfg.seq_len + 1, ev.text_samples, w,
-                                     progress=False).mean())
-        for label, w in windows.items()}
+        label: float(
+            position_losses(
+                model, val.tokens, tcfg.seq_len + 1, ev.text_samples, w, progress=False
+            ).mean()
+        )
+        for label, w in windows.items()
+    }
     out["eval_elapsed_s"] = out.get("eval_elapsed_s", 0.0) + time.perf_counter() - t0
     cache.write_text(json.dumps(out, indent=1))
     return json.loads(cache.read_text())  # the same form as a cached result (string keys)
@@ -207,16 +219,31 @@ def _evaluate_recall(cfg, tcfg, model, tok, val, windows, name, seed, progress) 
     lengths = [m * tcfg.seq_len for m in ev.length_multiples]
     long_w = windows["long"]
     rd = Path(tcfg.run_dir)
-    out: dict[str, Any] = {"name": name, "seed": seed, "windows": windows,
-                           "pattern": model.config.layer_types, "seq_len": tcfg.seq_len}
+    out: dict[str, Any] = {
+        "name": name,
+        "seed": seed,
+        "windows": windows,
+        "pattern": model.config.layer_types,
+        "seq_len": tcfg.seq_len,
+    }
     for label, w in windows.items():
-        res = episode_accuracy(model, tok, val.tokens, lengths, ev.samples, ep_cfg, window=w,
-                               seed=ev.seed, progress=progress)
+        res = episode_accuracy(
+            model,
+            tok,
+            val.tokens,
+            lengths,
+            ev.samples,
+            ep_cfg,
+            window=w,
+            seed=ev.seed,
+            progress=progress,
+        )
         out[f"episodes_{label}"] = {str(k): v for k, v in res.items()}
     edges = [m * tcfg.seq_len for m in ev.ppl_multiples]
     if len(val.tokens) >= edges[-1] and ev.ppl_samples:
-        losses = position_losses(model, val.tokens, edges[-1], ev.ppl_samples, long_w,
-                                 progress=progress)
+        losses = position_losses(
+            model, val.tokens, edges[-1], ev.ppl_samples, long_w, progress=progress
+        )
         out["ppl"] = bucketize(losses, edges)
     summary = json.loads((rd / "summary.json").read_text())
     out["val_loss"] = summary["final_val_loss"]
@@ -229,8 +256,7 @@ def run_sweep(cfg: SweepConfig, only: list[str] | None = None, progress: bool = 
     names = list(cfg.runs) if not only else only
     unknown = [n for n in names if n not in cfg.runs]
     if unknown:
-        raise ConfigError(f"unknown sweep run {unknown[0]!r}; the sweep has "
-                          f"{', '.join(cfg.runs)}")
+        raise ConfigError(f"unknown sweep run {unknown[0]!r}; the sweep has {', '.join(cfg.runs)}")
     results: dict[str, list[dict]] = {}
     jobs = [(n, s) for s in cfg.seeds for n in names]  # every variant once before seed 2
     t0 = time.perf_counter()
@@ -238,9 +264,12 @@ def run_sweep(cfg: SweepConfig, only: list[str] | None = None, progress: bool = 
         done = (run_dir(cfg, name, seed) / "eval.json").is_file()
         if progress:
             elapsed = time.perf_counter() - t0
-            print(f"[{i}/{len(jobs)}] {name} seed {seed}"
-                  + (" (cached)" if done else "")
-                  + (f" | {elapsed / 60:.1f} min so far" if i > 1 else ""), flush=True)
+            print(
+                f"[{i}/{len(jobs)}] {name} seed {seed}"
+                + (" (cached)" if done else "")
+                + (f" | {elapsed / 60:.1f} min so far" if i > 1 else ""),
+                flush=True,
+            )
         _train_one(cfg, name, seed)
         results.setdefault(name, []).append(evaluate_run(cfg, name, seed))
     return results
@@ -260,21 +289,26 @@ def aggregate(results: dict[str, list[dict]]) -> dict[str, dict]:
     """{name: {"val_loss": (m, s), "episodes_long": {length: (m, s)}, ...}}."""
     agg = {}
     for name, evs in results.items():
-        a: dict[str, Any] = {"val_loss": mean_spread([e["val_loss"] for e in evs]),
-                             "seeds": len(evs), "pattern": evs[0]["pattern"],
-                             "windows": evs[0]["windows"]}
+        a: dict[str, Any] = {
+            "val_loss": mean_spread([e["val_loss"] for e in evs]),
+            "seeds": len(evs),
+            "pattern": evs[0]["pattern"],
+            "windows": evs[0]["windows"],
+        }
         for label in ("long", "train"):
             key = f"episodes_{label}"
             if key in evs[0]:
-                a[key] = {int(n): mean_spread([e[key][n]["acc"] for e in evs])
-                          for n in evs[0][key]}
+                a[key] = {int(n): mean_spread([e[key][n]["acc"] for e in evs]) for n in evs[0][key]}
                 if "nll" in next(iter(evs[0][key].values())):
-                    a[f"nll_{label}"] = {int(n): mean_spread([e[key][n]["nll"] for e in evs])
-                                         for n in evs[0][key]}
+                    a[f"nll_{label}"] = {
+                        int(n): mean_spread([e[key][n]["nll"] for e in evs]) for n in evs[0][key]
+                    }
         for label in evs[0].get("text_loss", {}):
             a[f"text_loss_{label}"] = mean_spread([e["text_loss"][label] for e in evs])
         if "ppl" in evs[0]:
-            a["ppl"] = [(r["bucket_end"], mean_spread([e["ppl"][i]["loss"] for e in evs]))
-                        for i, r in enumerate(evs[0]["ppl"])]
+            a["ppl"] = [
+                (r["bucket_end"], mean_spread([e["ppl"][i]["loss"] for e in evs]))
+                for i, r in enumerate(evs[0]["ppl"])
+            ]
         agg[name] = a
     return agg

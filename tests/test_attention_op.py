@@ -15,7 +15,7 @@ def naive_swa(q, k, v, window, scale=None):
     B, Hq, Tq, D = q.shape
     Hkv, Tk = k.shape[1], k.shape[2]
     G = Hq // Hkv
-    scale = D ** -0.5 if scale is None else scale
+    scale = D**-0.5 if scale is None else scale
     q, k, v = q.double(), k.double(), v.double()
     k = k.repeat_interleave(G, dim=1)  # query head h reads key/value head h // G
     v = v.repeat_interleave(G, dim=1)
@@ -23,8 +23,8 @@ def naive_swa(q, k, v, window, scale=None):
     for t in range(Tq):
         p = t + Tk - Tq  # absolute position of query t
         lo = 0 if window is None else max(0, p - window + 1)
-        s = (k[:, :, lo:p + 1] @ q[:, :, t, :, None])[..., 0] * scale  # (B, Hq, n)
-        out[:, :, t] = (s.softmax(-1)[..., None] * v[:, :, lo:p + 1]).sum(2)
+        s = (k[:, :, lo : p + 1] @ q[:, :, t, :, None])[..., 0] * scale  # (B, Hq, n)
+        out[:, :, t] = (s.softmax(-1)[..., None] * v[:, :, lo : p + 1]).sum(2)
     return out
 
 
@@ -45,22 +45,23 @@ def _grads_reference(q, k, v, window, do):
 
 CASES = [  # (Tq, Tk, window)
     (1, 1, 1),
-    (7, 7, 3),        # T < block
-    (64, 64, 1),      # window 1: each query sees only itself
-    (100, 100, 16),   # T not a multiple of the block
-    (300, 300, 64),   # T > window, several blocks
+    (7, 7, 3),  # T < block
+    (64, 64, 1),  # window 1: each query sees only itself
+    (100, 100, 16),  # T not a multiple of the block
+    (300, 300, 64),  # T > window, several blocks
     (300, 300, 100),  # window not a power of two
-    (50, 50, 50),     # window == T: full causal
-    (40, 40, 1000),   # window > T: full causal
-    (33, 33, None),   # full causal
-    (1, 90, 20),      # decode: one query against a cache
-    (25, 90, 20),     # chunked prefill against a cache
+    (50, 50, 50),  # window == T: full causal
+    (40, 40, 1000),  # window > T: full causal
+    (33, 33, None),  # full causal
+    (1, 90, 20),  # decode: one query against a cache
+    (25, 90, 20),  # chunked prefill against a cache
     (25, 90, None),
 ]
 
 
-@pytest.mark.parametrize("backend", available_backends("swa", *_inputs(1, 2, 1, 4, 4, 8, 8,
-                                                                         torch.float32), 4))
+@pytest.mark.parametrize(
+    "backend", available_backends("swa", *_inputs(1, 2, 1, 4, 4, 8, 8, torch.float32), 4)
+)
 @pytest.mark.parametrize("tq,tk,window", CASES)
 @pytest.mark.parametrize("hq,hkv", [(4, 4), (4, 2), (4, 1)])
 def test_swa_matches_naive_float32(backend, tq, tk, window, hq, hkv):
@@ -173,9 +174,10 @@ def test_rope_matches_complex_rotation_and_offset():
     theta = [10000.0 ** (-2 * j / D) for j in range(D // 2)]
     for offset in (0, 5, 100_000):
         y = apply_rope(x, offset=offset)
-        z = torch.complex(x[..., : D // 2].double(), x[..., D // 2:].double())
-        ang = torch.tensor([[(offset + t) * th for th in theta] for t in range(20)],
-                           dtype=torch.float64)
+        z = torch.complex(x[..., : D // 2].double(), x[..., D // 2 :].double())
+        ang = torch.tensor(
+            [[(offset + t) * th for th in theta] for t in range(20)], dtype=torch.float64
+        )
         rot = z * torch.polar(torch.ones_like(ang), ang)
         ref = torch.cat([rot.real, rot.imag], dim=-1)
         assert (y.double() - ref).abs().max() < 1e-5, offset

@@ -50,9 +50,11 @@ def inputs(T, B=2, H=2, D=8, Dv=12, seed=0, dtype=torch.float32, f_shift=2.0):
 
 def state0(B=2, H=2, D=8, Dv=12, seed=1, dtype=torch.float32):
     g = torch.Generator().manual_seed(seed)
-    return [(0.3 * torch.randn(B, H, D, Dv, generator=g)).to(dtype),
-            (0.3 * torch.randn(B, H, D, generator=g)).to(dtype),
-            torch.randn(B, H, generator=g).to(dtype)]
+    return [
+        (0.3 * torch.randn(B, H, D, Dv, generator=g)).to(dtype),
+        (0.3 * torch.randn(B, H, D, generator=g)).to(dtype),
+        torch.randn(B, H, generator=g).to(dtype),
+    ]
 
 
 def rel(a, b):
@@ -73,10 +75,12 @@ def run_with_grads(fn, xs, st, weights):
 
 def loss_weights(T, B=2, H=2, D=8, Dv=12, seed=7):
     g = torch.Generator().manual_seed(seed)
-    return [torch.randn(B, H, T, Dv, generator=g, dtype=torch.float64),
-            torch.randn(B, H, D, Dv, generator=g, dtype=torch.float64),
-            torch.randn(B, H, D, generator=g, dtype=torch.float64),
-            torch.randn(B, H, generator=g, dtype=torch.float64)]
+    return [
+        torch.randn(B, H, T, Dv, generator=g, dtype=torch.float64),
+        torch.randn(B, H, D, Dv, generator=g, dtype=torch.float64),
+        torch.randn(B, H, D, generator=g, dtype=torch.float64),
+        torch.randn(B, H, generator=g, dtype=torch.float64),
+    ]
 
 
 # --------------------------------------------------------------------------- registry
@@ -88,7 +92,8 @@ def test_backend_names_and_priorities():
     assert list_backends("swa")[0] == "flash"
     q, k, v, i, f = inputs(20)
     assert select_backend("mlstm", None, q, k, v, i, f).name == (
-        "triton" if "triton" in available_backends("mlstm", q, k, v, i, f) else "native")
+        "triton" if "triton" in available_backends("mlstm", q, k, v, i, f) else "native"
+    )
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the CPU fallback")
@@ -104,8 +109,9 @@ def test_gpu_backends_fall_back_on_cpu_and_say_so(caplog):
     with caplog.at_level("WARNING", logger="swax"):
         o, _ = gated_delta_rule(qn, kn, v, g, beta, backend="fla")
     assert "fla" in caplog.text and "unavailable" in caplog.text
-    torch.testing.assert_close(o, gated_delta_rule(qn, kn, v, g, beta, backend="native")[0],
-                               rtol=0, atol=0)
+    torch.testing.assert_close(
+        o, gated_delta_rule(qn, kn, v, g, beta, backend="native")[0], rtol=0, atol=0
+    )
 
 
 def test_unknown_backend_is_an_error_naming_the_choices():
@@ -121,8 +127,7 @@ def test_unknown_backend_is_an_error_naming_the_choices():
 # --------------------------------------------------------------------------- native mLSTM
 
 
-@pytest.mark.parametrize("T,chunk", [(1, 64), (7, 64), (64, 16), (100, 16), (100, 64),
-                                     (200, 32)])
+@pytest.mark.parametrize("T,chunk", [(1, 64), (7, 64), (64, 16), (100, 16), (100, 64), (200, 32)])
 @pytest.mark.parametrize("with_state", [False, True], ids=["empty", "state"])
 def test_native_matches_autograd_path_and_float64_loop(T, chunk, with_state):
     """Forward, final state and every gradient (inputs, initial state) of the native kernel
@@ -132,8 +137,13 @@ def test_native_matches_autograd_path_and_float64_loop(T, chunk, with_state):
     W = loss_weights(T)
 
     def op(backend):
-        return lambda a, s: mlstm(*a, initial_state=None if s is None else tuple(s),
-                                  output_final_state=True, chunk_size=chunk, backend=backend)
+        return lambda a, s: mlstm(
+            *a,
+            initial_state=None if s is None else tuple(s),
+            output_final_state=True,
+            chunk_size=chunk,
+            backend=backend,
+        )
 
     out_n, g_n = run_with_grads(op("native"), xs, st, W)
     out_a, g_a = run_with_grads(op("autograd"), xs, st, W)
@@ -162,8 +172,11 @@ def test_kernel_gradcheck_float64(exact, with_state, monkeypatch):
         st = state0(B=1, H=2, D=3, Dv=2, dtype=torch.float64)
     else:
         f64 = torch.float64
-        st = [torch.zeros(1, 2, 3, 2, dtype=f64), torch.zeros(1, 2, 3, dtype=f64),
-              torch.full((1, 2), -math.inf, dtype=f64)]
+        st = [
+            torch.zeros(1, 2, 3, 2, dtype=f64),
+            torch.zeros(1, 2, 3, dtype=f64),
+            torch.full((1, 2), -math.inf, dtype=f64),
+        ]
     leaves = [x.requires_grad_() for x in xs + (st if with_state else [])]
 
     def fn(*a):
@@ -189,13 +202,20 @@ def test_native_extreme_gates(case):
         st = state0()
         st[2] = st[2] + 40.0
     W = loss_weights(T)
-    fn = lambda backend: lambda a, s: mlstm(  # noqa: E731
-        *a, initial_state=None if s is None else tuple(s), output_final_state=True,
-        chunk_size=32, backend=backend)
+    fn = lambda backend: (
+        lambda a, s: mlstm(  # noqa: E731
+            *a,
+            initial_state=None if s is None else tuple(s),
+            output_final_state=True,
+            chunk_size=32,
+            backend=backend,
+        )
+    )
     out_n, g_n = run_with_grads(fn("native"), [q, k, v, i, f], st, W)
     s64 = None if st is None else [s.double() for s in st]
-    out_r, g_r = run_with_grads(lambda a, s: naive_mlstm(*a, state=s),
-                                [x.double() for x in (q, k, v, i, f)], s64, W)
+    out_r, g_r = run_with_grads(
+        lambda a, s: naive_mlstm(*a, state=s), [x.double() for x in (q, k, v, i, f)], s64, W
+    )
     for name, a, r in zip("hCnm", out_n, out_r):
         assert rel(a, r) < 1e-4, (name, rel(a, r))
     for name, a, r in zip(["q", "k", "v", "i", "f", "C0", "n0", "m0"], g_n, g_r):
@@ -251,8 +271,9 @@ def test_compile_gated_delta_and_swa():
     qn, kn = F.normalize(q, dim=-1), F.normalize(k, dim=-1)
 
     def gdn(q, k, v, g, beta):
-        o, S = gated_delta_rule(q, k, v, -F.softplus(g), torch.sigmoid(beta), chunk_size=16,
-                                output_final_state=True)
+        o, S = gated_delta_rule(
+            q, k, v, -F.softplus(g), torch.sigmoid(beta), chunk_size=16, output_final_state=True
+        )
         return o.square().sum() + S.sum()
 
     _compiled_matches_eager(gdn, [qn, kn, v, i, f])
@@ -267,12 +288,34 @@ def test_compile_gated_delta_and_swa():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("script,args,expect", [
-    ("model.py", ["--presets", "tiny", "--patterns", "SX", "A", "--seq", "256", "512",
-                  "--tokens-per-step", "1024", "--steps", "1"], "acceptance (issue 5): tiny SX"),
-    ("decode.py", ["--patterns", "SX", "A", "--contexts", "256", "2048", "--steps", "4",
-                   "--rounds", "2"], "SX: 2,048 vs 256 context"),
-])
+@pytest.mark.parametrize(
+    "script,args,expect",
+    [
+        (
+            "model.py",
+            [
+                "--presets",
+                "tiny",
+                "--patterns",
+                "SX",
+                "A",
+                "--seq",
+                "256",
+                "512",
+                "--tokens-per-step",
+                "1024",
+                "--steps",
+                "1",
+            ],
+            "acceptance (issue 5): tiny SX",
+        ),
+        (
+            "decode.py",
+            ["--patterns", "SX", "A", "--contexts", "256", "2048", "--steps", "4", "--rounds", "2"],
+            "SX: 2,048 vs 256 context",
+        ),
+    ],
+)
 def test_benchmark_scripts_run(tmp_path, script, args, expect):
     import subprocess
     import sys
@@ -280,8 +323,13 @@ def test_benchmark_scripts_run(tmp_path, script, args, expect):
 
     root = Path(__file__).resolve().parents[1]
     out = tmp_path / "out.csv"
-    r = subprocess.run([sys.executable, f"benchmarks/{script}", *args, "--csv", str(out)],
-                       capture_output=True, text=True, cwd=root, timeout=600)
+    r = subprocess.run(
+        [sys.executable, f"benchmarks/{script}", *args, "--csv", str(out)],
+        capture_output=True,
+        text=True,
+        cwd=root,
+        timeout=600,
+    )
     assert r.returncode == 0, r.stderr[-3000:]
     assert expect in r.stdout, r.stdout
     assert out.exists() and out.with_suffix(".png").exists()

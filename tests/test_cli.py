@@ -10,8 +10,9 @@ from swax import SwaxConfig, SwaxLM
 
 
 def run(*args, timeout=120):
-    return subprocess.run([sys.executable, "-m", "swax", *args], capture_output=True, text=True,
-                          timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "swax", *args], capture_output=True, text=True, timeout=timeout
+    )
 
 
 def assert_one_line_error(r, *needles):
@@ -37,8 +38,9 @@ def test_window_zero(ckpt):
 
 
 def test_missing_checkpoint(tmp_path):
-    assert_one_line_error(run("generate", "--model", str(tmp_path / "nope")),
-                          "does not exist", "nope")
+    assert_one_line_error(
+        run("generate", "--model", str(tmp_path / "nope")), "does not exist", "nope"
+    )
 
 
 def test_corrupt_checkpoint(ckpt, tmp_path):
@@ -53,8 +55,9 @@ def test_corrupt_checkpoint(ckpt, tmp_path):
 
 
 def test_missing_prompt_file(ckpt, tmp_path):
-    assert_one_line_error(run("generate", "--model", str(ckpt), "--prompt-file",
-                              str(tmp_path / "p.txt")), "p.txt")
+    assert_one_line_error(
+        run("generate", "--model", str(ckpt), "--prompt-file", str(tmp_path / "p.txt")), "p.txt"
+    )
 
 
 def test_unknown_preset():
@@ -62,8 +65,9 @@ def test_unknown_preset():
 
 
 def test_generate_from_checkpoint(ckpt):
-    r = run("generate", "--model", str(ckpt), "--prompt", "abc", "--max-new-tokens", "8",
-            "--no-stream")
+    r = run(
+        "generate", "--model", str(ckpt), "--prompt", "abc", "--max-new-tokens", "8", "--no-stream"
+    )
     assert r.returncode == 0, r.stderr
     assert "3 prompt tokens" in r.stderr and "8 new tokens" in r.stderr
 
@@ -86,17 +90,20 @@ def run_inprocess(capsys, *args):
     return subprocess.CompletedProcess(args, rc, out, err)
 
 
-@pytest.mark.parametrize("args,needles", [
-    # an unknown or unusable device is a one-line error, not a torch traceback
-    (["--device", "foo"], ["'foo'", "cpu, cuda"]),
-    (["--device", "mps"], ["'mps'"]),
-    # a non-finite temperature used to reach torch.multinomial and crash
-    (["--temperature", "nan"], ["temperature", "nan"]),
-    # option errors come before the random-weights note, so the error is the only line
-    (["--max-new-tokens", "-3"], ["max_new_tokens", "-3"]),
-    (["--top-p", "1.5"], ["top_p", "1.5"]),
-    (["--top-k", "0"], ["--top-k", "0"]),
-])
+@pytest.mark.parametrize(
+    "args,needles",
+    [
+        # an unknown or unusable device is a one-line error, not a torch traceback
+        (["--device", "foo"], ["'foo'", "cpu, cuda"]),
+        (["--device", "mps"], ["'mps'"]),
+        # a non-finite temperature used to reach torch.multinomial and crash
+        (["--temperature", "nan"], ["temperature", "nan"]),
+        # option errors come before the random-weights note, so the error is the only line
+        (["--max-new-tokens", "-3"], ["max_new_tokens", "-3"]),
+        (["--top-p", "1.5"], ["top_p", "1.5"]),
+        (["--top-k", "0"], ["--top-k", "0"]),
+    ],
+)
 def test_bad_generate_options_one_line(capsys, args, needles):
     r = run_inprocess(capsys, "generate", "--preset", "tiny", "--max-new-tokens", "2", *args)
     assert_one_line_error(r, *needles)
@@ -104,7 +111,18 @@ def test_bad_generate_options_one_line(capsys, args, needles):
 
 
 def test_empty_stop_string_is_ignored(capsys):
-    r = run_inprocess(capsys, "generate", "--preset", "tiny", "--prompt", "abc",
-                      "--max-new-tokens", "6", "--stop", "", "--no-stream")
+    r = run_inprocess(
+        capsys,
+        "generate",
+        "--preset",
+        "tiny",
+        "--prompt",
+        "abc",
+        "--max-new-tokens",
+        "6",
+        "--stop",
+        "",
+        "--no-stream",
+    )
     assert r.returncode == 0, r.stderr
     assert "6 new tokens" in r.stderr

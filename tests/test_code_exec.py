@@ -92,8 +92,9 @@ def test_cannot_touch_files_outside_its_folder(tmp_path, landlock):
 def test_landlock_blocks_writes_from_c_code(tmp_path):
     """sqlite3 creates its file in C, below the Python guard: only the kernel rule stops it."""
     target = tmp_path / "evil.db"
-    res = run_program(f"import sqlite3\nsqlite3.connect({str(target)!r}).execute('create "
-                      "table t (x)')\n")
+    res = run_program(
+        f"import sqlite3\nsqlite3.connect({str(target)!r}).execute('create table t (x)')\n"
+    )
     assert not res.passed and res.landlock_abi == LANDLOCK
     assert not target.exists()
 

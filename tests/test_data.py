@@ -29,8 +29,10 @@ from swax.errors import ConfigError, SwaxError
 
 EOT = 256
 MAGIC = "One of the special magic numbers for {key} is: {value}."
-QUESTION = ("What is the special magic number for {key} mentioned in the provided text? "
-            "The special magic number for {key} mentioned in the provided text is")
+QUESTION = (
+    "What is the special magic number for {key} mentioned in the provided text? "
+    "The special magic number for {key} mentioned in the provided text is"
+)
 
 
 def byte_stream(docs: list[str]) -> list[int]:
@@ -44,8 +46,7 @@ def byte_stream(docs: list[str]) -> list[int]:
 def make_docs(n: int, seed: int = 0) -> list[str]:
     rng = np.random.default_rng(seed)
     words = ["alpha", "beta", "gamma", "delta", "épée", "naïve", "日本", "x"]
-    return [" ".join(rng.choice(words, size=int(rng.integers(1, 30)))) + f" #{i}"
-            for i in range(n)]
+    return [" ".join(rng.choice(words, size=int(rng.integers(1, 30)))) + f" #{i}" for i in range(n)]
 
 
 def write_folder(root: Path, docs: list[str]) -> None:
@@ -224,8 +225,9 @@ def write_hf_dataset(folder: Path, docs: list[str], field: str = "text") -> None
                     writer.write_batch(batch)
         names.append(name)
     (folder / "dataset_info.json").write_text(json.dumps({"features": {field: {}}}))
-    (folder / "state.json").write_text(json.dumps(
-        {"_data_files": [{"filename": n} for n in names], "_split": "train"}))
+    (folder / "state.json").write_text(
+        json.dumps({"_data_files": [{"filename": n} for n in names], "_split": "train"})
+    )
 
 
 def test_hf_save_to_disk(tmp_path):
@@ -372,8 +374,12 @@ def test_packing_drops_nothing(seq_len):
         assert torch.equal(y[r, :-1][v[:-1] & v[1:]], x[r, 1:][v[:-1] & v[1:]])
     # padding: only at the end, and its targets are -100
     n_pad = (~valid).sum().item()
-    assert n_pad == loader.corpus_sequences * seq_len - (len(tokens) - 1) + \
-        (x.shape[0] - loader.corpus_sequences) * seq_len
+    assert (
+        n_pad
+        == loader.corpus_sequences * seq_len
+        - (len(tokens) - 1)
+        + (x.shape[0] - loader.corpus_sequences) * seq_len
+    )
     assert valid.flatten().tolist() == sorted(valid.flatten().tolist(), reverse=True)
     assert loader.tokens_per_epoch == len(tokens) - 1
 
@@ -417,8 +423,19 @@ def test_two_ranks_equal_one_rank_double_batch(fraction):
     syn = SyntheticConfig(fraction=fraction, compact=True, min_distance=4)
     tok = ByteTokenizer()
     one = PackedLoader(tokens, seq_len=48, micro_batch=4, seed=5, synthetic=syn, tokenizer=tok)
-    ranks = [PackedLoader(tokens, seq_len=48, micro_batch=2, rank=r, world_size=2, seed=5,
-                          synthetic=syn, tokenizer=tok) for r in range(2)]
+    ranks = [
+        PackedLoader(
+            tokens,
+            seq_len=48,
+            micro_batch=2,
+            rank=r,
+            world_size=2,
+            seed=5,
+            synthetic=syn,
+            tokenizer=tok,
+        )
+        for r in range(2)
+    ]
     steps = one.sequences_per_epoch // 4 + 3  # crosses an epoch boundary
     for _ in range(steps):
         x, y = one.next_batch()
@@ -438,8 +455,9 @@ def test_two_ranks_equal_one_rank_double_batch(fraction):
 def test_resume_from_state_dict(fraction):
     _, tokens = stream_of(30)
     syn = SyntheticConfig(fraction=fraction, compact=True, min_distance=4)
-    make = lambda: PackedLoader(tokens, seq_len=40, micro_batch=3, seed=11, synthetic=syn,
-                                tokenizer=ByteTokenizer())
+    make = lambda: PackedLoader(
+        tokens, seq_len=40, micro_batch=3, seed=11, synthetic=syn, tokenizer=ByteTokenizer()
+    )
     a = make()
     k = a.sequences_per_epoch // 3 + 2
     for _ in range(k):
@@ -464,8 +482,13 @@ def test_loader_errors():
     with pytest.raises(SwaxError, match="tokenizer"):
         PackedLoader(tokens, seq_len=8, micro_batch=1, synthetic=SyntheticConfig(fraction=0.5))
     with pytest.raises(SwaxError, match="seq_len 8"):
-        PackedLoader(tokens, seq_len=8, micro_batch=1, synthetic=SyntheticConfig(fraction=0.5),
-                     tokenizer=ByteTokenizer())
+        PackedLoader(
+            tokens,
+            seq_len=8,
+            micro_batch=1,
+            synthetic=SyntheticConfig(fraction=0.5),
+            tokenizer=ByteTokenizer(),
+        )
 
 
 # ------------------------------------------------------------------------------------- episodes
@@ -515,7 +538,7 @@ def test_episode_layout(kjv_docs, num_needles):
         assert len(set(ep["keys"])) == num_needles and len(set(ep["values"])) == num_needles
         for pos, k, v in zip(ep["needle_positions"][1:], ep["keys"][1:], ep["values"][1:]):
             text = MAGIC.format(key=k, value=v)
-            assert tok.decode(t[pos:pos + len(text) + 1]).strip() == text
+            assert tok.decode(t[pos : pos + len(text) + 1]).strip() == text
         text = tok.decode(t)
         assert text.count("special magic numbers for") == num_needles
         assert chr(0) not in text  # end-of-text ids of the haystack became newlines
@@ -532,8 +555,9 @@ def test_episode_distance_uniform_and_bounded(kjv_docs):
         ep = make_episode(rng, tok, hay, 600, cfg)
         key, value = ep["key"], ep["value"]
         # the farthest the needle can be: at the very start of the episode
-        room = 600 - len(("\n" + MAGIC + "\n" + QUESTION + " " + value).format(key=key,
-                                                                             value=value))
+        room = 600 - len(
+            ("\n" + MAGIC + "\n" + QUESTION + " " + value).format(key=key, value=value)
+        )
         assert 10 <= ep["distance"] <= room
         frac.append((ep["distance"] - 10) / (room - 10))
     frac = np.array(frac)  # uniform over [min_distance, room]: check the spread
@@ -574,15 +598,14 @@ def test_episode_gpt2(kjv_docs, gpt2):
     assert len(t) == 256 and gpt2.eot_id not in t
     s, e = ep["needle_span"]
     assert gpt2.decode(t[s:e]).strip() == MAGIC.format(key=ep["key"], value=ep["value"])
-    assert gpt2.decode(t[ep["answer_span"][0]:]) == " " + ep["value"]
+    assert gpt2.decode(t[ep["answer_span"][0] :]) == " " + ep["value"]
 
 
 def test_synthetic_fraction_in_the_loader(kjv_docs):
     tok = ByteTokenizer()
     tokens = np.asarray(byte_stream(kjv_docs[:6]), dtype=np.int32)
     syn = SyntheticConfig(fraction=0.25, compact=False, min_distance=16)
-    loader = PackedLoader(tokens, seq_len=512, micro_batch=8, seed=0, synthetic=syn,
-                          tokenizer=tok)
+    loader = PackedLoader(tokens, seq_len=512, micro_batch=8, seed=0, synthetic=syn, tokenizer=tok)
     n = loader.sequences_per_epoch
     corpus = -(-(len(tokens) - 1) // 512)
     assert n - corpus == round(corpus * 0.25 / 0.75)
@@ -633,10 +656,16 @@ def test_answers_only_targets(tmp_path):
     from swax.data.loader import TokenDataset
 
     tok = ByteTokenizer()
-    ds = TokenDataset(np.array(tok.encode("and the earth was without form. " * 400), np.int32),
-                      tok.eot_id, 1, "t", tok)
-    cfg = SyntheticConfig(fraction=0.5, compact=True, num_needles=3, num_queries=2,
-                          answers_only=True)
+    ds = TokenDataset(
+        np.array(tok.encode("and the earth was without form. " * 400), np.int32),
+        tok.eot_id,
+        1,
+        "t",
+        tok,
+    )
+    cfg = SyntheticConfig(
+        fraction=0.5, compact=True, num_needles=3, num_queries=2, answers_only=True
+    )
     loader = PackedLoader(ds, 256, 8, seed=3, synthetic=cfg, tokenizer=tok)
     kinds = loader.item_kinds(0)
     x, y = loader.next_batch()

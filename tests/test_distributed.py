@@ -8,10 +8,22 @@ import pytest
 
 pytestmark = pytest.mark.slow
 
-ARGS = ["model.d_model=32", "model.n_layers=2", "model.n_heads=2", "seq_len=64",
-        "batch_size=4", "window.short=8", "window.long=32", "log.val_batches=2", "log.every=1",
-        "log.val_every=3", "optim.warmup_steps=2", "threads=1", "steps=6",
-        "checkpoint.every=3"]
+ARGS = [
+    "model.d_model=32",
+    "model.n_layers=2",
+    "model.n_heads=2",
+    "seq_len=64",
+    "batch_size=4",
+    "window.short=8",
+    "window.long=32",
+    "log.val_batches=2",
+    "log.every=1",
+    "log.val_every=3",
+    "optim.warmup_steps=2",
+    "threads=1",
+    "steps=6",
+    "checkpoint.every=3",
+]
 
 
 def metrics(run):
@@ -22,8 +34,9 @@ def run_swax(args, nproc=1):
     prefix = [sys.executable]
     if nproc > 1:
         prefix += ["-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}"]
-    r = subprocess.run([*prefix, "-m", "swax", "train", *args], capture_output=True, text=True,
-                       timeout=600)
+    r = subprocess.run(
+        [*prefix, "-m", "swax", "train", *args], capture_output=True, text=True, timeout=600
+    )
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-4000:]
     return r
 

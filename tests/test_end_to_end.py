@@ -11,8 +11,9 @@ pytestmark = pytest.mark.slow
 
 
 def run(args, timeout=900):
-    return subprocess.run([sys.executable, *args], capture_output=True, text=True, cwd=ROOT,
-                          timeout=timeout)
+    return subprocess.run(
+        [sys.executable, *args], capture_output=True, text=True, cwd=ROOT, timeout=timeout
+    )
 
 
 def test_prefill_131k_tokens_without_quadratic_tensors():
@@ -36,8 +37,25 @@ def test_ops_benchmark_smoke(tmp_path):
 
 def test_model_benchmark_smoke(tmp_path):
     out = tmp_path / "model.csv"
-    r = run(["benchmarks/model.py", "--presets", "tiny", "--patterns", "SX", "A",
-             "--seq", "128", "256", "--tokens-per-step", "512", "--steps", "1", "--csv", str(out)])
+    r = run(
+        [
+            "benchmarks/model.py",
+            "--presets",
+            "tiny",
+            "--patterns",
+            "SX",
+            "A",
+            "--seq",
+            "128",
+            "256",
+            "--tokens-per-step",
+            "512",
+            "--steps",
+            "1",
+            "--csv",
+            str(out),
+        ]
+    )
     assert r.returncode == 0, r.stderr
     rows = out.read_text().splitlines()
     assert len(rows) == 1 + 4, rows  # header + 2 patterns x 2 lengths
@@ -46,8 +64,23 @@ def test_model_benchmark_smoke(tmp_path):
 
 def test_decode_benchmark_smoke(tmp_path):
     out = tmp_path / "decode.csv"
-    r = run(["benchmarks/decode.py", "--patterns", "SX", "A", "--contexts", "256", "1024",
-             "--steps", "4", "--rounds", "1", "--csv", str(out)])
+    r = run(
+        [
+            "benchmarks/decode.py",
+            "--patterns",
+            "SX",
+            "A",
+            "--contexts",
+            "256",
+            "1024",
+            "--steps",
+            "4",
+            "--rounds",
+            "1",
+            "--csv",
+            str(out),
+        ]
+    )
     assert r.returncode == 0, r.stderr
     text = out.read_text()
     assert text.count("\nSX,") == 2 and text.count("\nA,") == 2, text
@@ -59,16 +92,42 @@ def test_generate_long_prompt_file(tmp_path):
     prompt = tmp_path / "prompt.txt"
     text = "And God said, Let there be light: and there was light. " * 400
     prompt.write_text(text)
-    r = run(["-m", "swax", "generate", "--prompt-file", str(prompt), "--max-new-tokens", "16",
-             "--prefill-chunk", "1000", "--stop", "zzz", "--dtype", "bfloat16"])
+    r = run(
+        [
+            "-m",
+            "swax",
+            "generate",
+            "--prompt-file",
+            str(prompt),
+            "--max-new-tokens",
+            "16",
+            "--prefill-chunk",
+            "1000",
+            "--stop",
+            "zzz",
+            "--dtype",
+            "bfloat16",
+        ]
+    )
     assert r.returncode == 0, r.stderr
     assert f"{len(text.encode())} prompt tokens" in r.stderr
 
 
 def test_train_then_generate_from_the_trained_model(tmp_path):
     run_dir = tmp_path / "demo"
-    r = run(["-m", "swax", "demo", "--run-dir", str(run_dir), "--context", "4096", "steps=60",
-             "log.val_every=0"])
+    r = run(
+        [
+            "-m",
+            "swax",
+            "demo",
+            "--run-dir",
+            str(run_dir),
+            "--context",
+            "4096",
+            "steps=60",
+            "log.val_every=0",
+        ]
+    )
     assert r.returncode == 0, r.stderr[-3000:]
     line = next(ln for ln in r.stdout.splitlines() if ln.startswith("validation loss"))
     untrained = float(line.split("untrained")[1].split("->")[0])
@@ -80,15 +139,43 @@ def test_train_then_generate_from_the_trained_model(tmp_path):
     r2 = run(["-m", "swax", "demo", "--run-dir", str(run_dir), "--context", "2048"])
     assert r2.returncode == 0 and "reusing the finished run" in r2.stdout
     assert (run_dir / "model" / "model.safetensors").read_bytes() == before
-    g = run(["-m", "swax", "generate", "--model", str(run_dir / "model"), "--prompt",
-             "And the LORD", "--max-new-tokens", "40", "--no-stream"])
+    g = run(
+        [
+            "-m",
+            "swax",
+            "generate",
+            "--model",
+            str(run_dir / "model"),
+            "--prompt",
+            "And the LORD",
+            "--max-new-tokens",
+            "40",
+            "--no-stream",
+        ]
+    )
     assert g.returncode == 0, g.stderr
     assert "40 new tokens" in g.stderr or "new tokens" in g.stderr
 
 
 def test_eval_niah_131k_random_tiny_model_under_4gib(tmp_path):
-    r = run(["-m", "swax", "eval", "niah", "--preset", "tiny", "--lengths", "131k", "--tasks",
-             "niah_single_1,niah_multikey_2", "--samples", "1", "--out", str(tmp_path / "r")])
+    r = run(
+        [
+            "-m",
+            "swax",
+            "eval",
+            "niah",
+            "--preset",
+            "tiny",
+            "--lengths",
+            "131k",
+            "--tasks",
+            "niah_single_1,niah_multikey_2",
+            "--samples",
+            "1",
+            "--out",
+            str(tmp_path / "r"),
+        ]
+    )
     assert r.returncode == 0, r.stderr[-3000:]
     print(r.stdout)
     peak = float(r.stdout.split("peak memory:")[1].split("GiB")[0])

@@ -20,7 +20,7 @@ NEEDLE = re.compile(r"One of the special magic \w+ for (.+?) is: (\S+?)\.(?:\s|$
 
 def echo_needle(prompt: str, max_new_tokens: int) -> str:
     """A stub model that reads the needles and answers with the values of the queried keys."""
-    question = prompt[prompt.rindex("What "):]
+    question = prompt[prompt.rindex("What ") :]
     found = []
     for key, value in NEEDLE.findall(prompt):
         if re.search(rf"(?<![\w-]){re.escape(key)}(?![\w-])", question):
@@ -35,8 +35,16 @@ def constant(prompt: str, max_new_tokens: int) -> str:
 @pytest.fixture(scope="module")
 def echo_results(tmp_path_factory):
     out = tmp_path_factory.mktemp("niah") / "echo"
-    res = run_niah(echo_needle, ByteTokenizer(), list(TASKS), [1024, 2048], samples=2, seed=1,
-                   out_dir=out, progress=False)
+    res = run_niah(
+        echo_needle,
+        ByteTokenizer(),
+        list(TASKS),
+        [1024, 2048],
+        samples=2,
+        seed=1,
+        out_dir=out,
+        progress=False,
+    )
     return out, res
 
 
@@ -44,8 +52,9 @@ def test_echo_model_scores_100_and_constant_scores_0(echo_results, tmp_path):
     out, res = echo_results
     for task in TASKS:
         assert res.scores[task] == {1024: 100.0, 2048: 100.0}, task
-    const = run_niah(constant, ByteTokenizer(), list(TASKS), [1024], samples=2, seed=1,
-                     progress=False)
+    const = run_niah(
+        constant, ByteTokenizer(), list(TASKS), [1024], samples=2, seed=1, progress=False
+    )
     assert all(const.scores[t][1024] == 0.0 for t in TASKS)
 
 
@@ -80,7 +89,7 @@ def test_position_losses_equal_a_full_forward():
     got = position_losses(model, tokens, length=100, samples=3, chunk=17, progress=False)
     starts = [0, 150, 300]
     for i, s in enumerate(starts):
-        ids = torch.as_tensor(tokens[s:s + 100])[None]
+        ids = torch.as_tensor(tokens[s : s + 100])[None]
         with torch.no_grad():
             logp = model(ids).log_softmax(-1)[0]
         ref = -logp[torch.arange(99), ids[0, 1:]].double().numpy()
@@ -97,8 +106,16 @@ def test_bucketize_hand_computed():
 def test_compare_merges_folders(tmp_path, echo_results):
     out, _ = echo_results
     other = tmp_path / "zero"
-    run_niah(constant, ByteTokenizer(), ["niah_single_1"], [1024, 2048], samples=1,
-             out_dir=other, progress=False, settings={"label": "const"})
+    run_niah(
+        constant,
+        ByteTokenizer(),
+        ["niah_single_1"],
+        [1024, 2048],
+        samples=1,
+        out_dir=other,
+        progress=False,
+        settings={"label": "const"},
+    )
     table = compare([out, other], tmp_path / "cmp")
     assert "echo" in table and "const" in table
     rows = list(csv.reader((tmp_path / "cmp" / "compare.csv").open()))
@@ -117,8 +134,20 @@ def cli(*args):
 
 
 def test_eval_niah_cli_random_model(tmp_path, capsys):
-    rc = cli("eval", "niah", "--preset", "tiny", "--lengths", "1k", "--tasks", "niah_single_1",
-             "--samples", "1", "--out", str(tmp_path / "r"))
+    rc = cli(
+        "eval",
+        "niah",
+        "--preset",
+        "tiny",
+        "--lengths",
+        "1k",
+        "--tasks",
+        "niah_single_1",
+        "--samples",
+        "1",
+        "--out",
+        str(tmp_path / "r"),
+    )
     out = capsys.readouterr().out
     assert rc == 0
     assert "niah_single_1" in out and "average" in out and "peak memory" in out
@@ -126,26 +155,58 @@ def test_eval_niah_cli_random_model(tmp_path, capsys):
 
 
 def test_eval_niah_dump_and_records(tmp_path, capsys):
-    assert cli("eval", "niah", "--dump", str(tmp_path / "d"), "--tokenizer", "byte",
-               "--lengths", "1k", "--tasks", "niah_single_1,niah_multivalue", "--samples",
-               "2") == 0
+    assert (
+        cli(
+            "eval",
+            "niah",
+            "--dump",
+            str(tmp_path / "d"),
+            "--tokenizer",
+            "byte",
+            "--lengths",
+            "1k",
+            "--tasks",
+            "niah_single_1,niah_multivalue",
+            "--samples",
+            "2",
+        )
+        == 0
+    )
     recs = [json.loads(ln) for ln in (tmp_path / "d" / "niah_single_1-1024.jsonl").open()]
     assert len(recs) == 2 and {"index", "input", "outputs", "length", "answer_prefix"} <= set(
-        recs[0])
+        recs[0]
+    )
     (tmp_path / "d" / "niah_single_1-1024.jsonl").write_text('{"index": 0, "input": \n')
-    rc = cli("eval", "niah", "--preset", "tiny", "--records", str(tmp_path / "d"), "--lengths",
-             "1k", "--tasks", "niah_single_1", "--samples", "1", "--out", str(tmp_path / "o"))
+    rc = cli(
+        "eval",
+        "niah",
+        "--preset",
+        "tiny",
+        "--records",
+        str(tmp_path / "d"),
+        "--lengths",
+        "1k",
+        "--tasks",
+        "niah_single_1",
+        "--samples",
+        "1",
+        "--out",
+        str(tmp_path / "o"),
+    )
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 2 and err[-1].startswith("swax: error:") and "niah_single_1-1024" in err[-1]
 
 
-@pytest.mark.parametrize("args,needle", [
-    (["niah", "--model", "/no/such/model"], "/no/such/model"),
-    (["niah", "--preset", "tiny", "--tasks", "niah_single_9"], "niah_single_9"),
-    (["niah"], "--model"),
-    (["ppl", "--model", "/no/such/model"], "/no/such/model"),
-    (["compare", "/no/such/results"], "/no/such/results"),
-])
+@pytest.mark.parametrize(
+    "args,needle",
+    [
+        (["niah", "--model", "/no/such/model"], "/no/such/model"),
+        (["niah", "--preset", "tiny", "--tasks", "niah_single_9"], "niah_single_9"),
+        (["niah"], "--model"),
+        (["ppl", "--model", "/no/such/model"], "/no/such/model"),
+        (["compare", "/no/such/results"], "/no/such/results"),
+    ],
+)
 def test_eval_cli_errors_one_line(args, needle, capsys):
     rc = cli("eval", *args)
     err = capsys.readouterr().err.strip().splitlines()
@@ -156,8 +217,20 @@ def test_eval_cli_errors_one_line(args, needle, capsys):
 def test_eval_ppl_cli(tmp_path, capsys):
     text = tmp_path / "held.txt"
     text.write_text("And it came to pass in those days. " * 200)
-    rc = cli("eval", "ppl", "--preset", "tiny", "--data", str(text), "--lengths", "256,1k,2k",
-             "--samples", "2", "--out", str(tmp_path / "p"))
+    rc = cli(
+        "eval",
+        "ppl",
+        "--preset",
+        "tiny",
+        "--data",
+        str(text),
+        "--lengths",
+        "256,1k,2k",
+        "--samples",
+        "2",
+        "--out",
+        str(tmp_path / "p"),
+    )
     assert rc == 0
     rows = list(csv.DictReader((tmp_path / "p" / "ppl.csv").open()))
     assert [int(r["bucket_end"]) for r in rows] == [256, 1024, 2048]
@@ -175,14 +248,16 @@ def test_episode_accuracy_matches_a_full_forward():
     tok = ByteTokenizer()
     hay = np.array(tok.encode("and the earth was without form, and void; " * 300))
     cfg = SyntheticConfig(compact=True, num_needles=3, num_queries=2)
-    got = episode_accuracy(model, tok, hay, [300, 700], samples=3, cfg=cfg, seed=7, chunk=64,
-                           progress=False)
+    got = episode_accuracy(
+        model, tok, hay, [300, 700], samples=3, cfg=cfg, seed=7, chunk=64, progress=False
+    )
     for length in (300, 700):
         correct = total = 0
         nll, n_tok = 0.0, 0
         for s in range(3):
-            ep = make_episode(np.random.default_rng([7, length, s]), tok, hay, length, cfg,
-                              split="eval")
+            ep = make_episode(
+                np.random.default_rng([7, length, s]), tok, hay, length, cfg, split="eval"
+            )
             ids = torch.tensor([ep["tokens"]])
             with torch.no_grad():
                 logits = model(ids)[0]
@@ -216,9 +291,10 @@ class InductionStub:
         logits = torch.full((1, x.shape[1], self.V), -1e9)
         for t in range(start, len(ctx)):
             for n in range(8, 0, -1):
-                suffix = ctx[t - n + 1:t + 1]
-                hit = next((i for i in range(t - 1, n - 2, -1)
-                            if ctx[i - n + 1:i + 1] == suffix), None)
+                suffix = ctx[t - n + 1 : t + 1]
+                hit = next(
+                    (i for i in range(t - 1, n - 2, -1) if ctx[i - n + 1 : i + 1] == suffix), None
+                )
                 if hit is not None:
                     logits[0, t - start, ctx[hit + 1]] = 0.0
                     break
@@ -234,7 +310,8 @@ def test_episode_accuracy_with_a_perfect_retriever():
     tok = ByteTokenizer()
     hay = np.array(tok.encode("and the earth was without form, and void; " * 300))
     cfg = SyntheticConfig(compact=True, num_needles=3, num_queries=2)
-    got = episode_accuracy(InductionStub(), tok, hay, [300, 600], samples=2, cfg=cfg, seed=3,
-                           chunk=128, progress=False)
+    got = episode_accuracy(
+        InductionStub(), tok, hay, [300, 600], samples=2, cfg=cfg, seed=3, chunk=128, progress=False
+    )
     assert got[300]["acc"] == 100.0 and got[600]["acc"] == 100.0
     assert got[300]["nll"] == pytest.approx(0.0, abs=1e-6)  # all mass on the right digit

@@ -10,8 +10,15 @@ from swax.generate import generate, prefill, sample_next, truncate_at_stop
 @pytest.fixture(scope="module")
 def model():
     torch.manual_seed(0)
-    cfg = SwaxConfig(vocab_size=61, d_model=32, n_layers=4, n_heads=4, window=8, chunk_size=16,
-                     layer_pattern="SX")
+    cfg = SwaxConfig(
+        vocab_size=61,
+        d_model=32,
+        n_layers=4,
+        n_heads=4,
+        window=8,
+        chunk_size=16,
+        layer_pattern="SX",
+    )
     return SwaxLM(cfg).eval()
 
 
@@ -77,7 +84,7 @@ def test_stop_sequences_and_eos(model):
     stop = free[3:5]
     out = generate(model, ids, 12, stop_sequences=[stop])[0, 10:].tolist()
     # stops right after the first occurrence of the stop sequence
-    first = next(i for i in range(len(free) - 1) if free[i:i + 2] == stop)
+    first = next(i for i in range(len(free) - 1) if free[i : i + 2] == stop)
     assert out == free[: first + 2]
     out = generate(model, ids, 12, eos_token_id=free[2])[0, 10:].tolist()
     assert out == free[: free.index(free[2]) + 1]
@@ -111,18 +118,21 @@ def test_batch_rows_stop_independently(model):
     out = generate(model, ids, 10, eos_token_id=eos, pad_token_id=0)
     row0 = out[0, 10:].tolist()
     cut = row0.index(eos)
-    assert all(t == 0 for t in row0[cut + 1:])
+    assert all(t == 0 for t in row0[cut + 1 :])
 
 
-@pytest.mark.parametrize("kw,match", [
-    (dict(max_new_tokens=-1), "max_new_tokens"),
-    (dict(temperature=-0.5), "temperature"),
-    (dict(temperature=float("nan")), "temperature"),
-    (dict(temperature=float("inf")), "temperature"),
-    (dict(top_k=0), "top_k"),
-    (dict(top_p=1.5), "top_p"),
-    (dict(prefill_chunk_size=0), "chunk size"),
-])
+@pytest.mark.parametrize(
+    "kw,match",
+    [
+        (dict(max_new_tokens=-1), "max_new_tokens"),
+        (dict(temperature=-0.5), "temperature"),
+        (dict(temperature=float("nan")), "temperature"),
+        (dict(temperature=float("inf")), "temperature"),
+        (dict(top_k=0), "top_k"),
+        (dict(top_p=1.5), "top_p"),
+        (dict(prefill_chunk_size=0), "chunk size"),
+    ],
+)
 def test_generate_errors(model, kw, match):
     ids = torch.randint(0, 61, (1, 5))
     kw = {"max_new_tokens": 3, **kw}

@@ -16,8 +16,9 @@ pytestmark = pytest.mark.gpu
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
-@pytest.mark.parametrize("tq,tk,window", [(1, 1, 1), (100, 100, 16), (300, 300, 64),
-                                          (256, 256, None), (40, 200, 32)])
+@pytest.mark.parametrize(
+    "tq,tk,window", [(1, 1, 1), (100, 100, 16), (300, 300, 64), (256, 256, None), (40, 200, 32)]
+)
 def test_swa_backends_match_cpu_reference(dtype, tq, tk, window):
     g = torch.Generator().manual_seed(0)
     q = torch.randn(2, 4, tq, 64, generator=g)
@@ -61,7 +62,7 @@ def test_model_on_cuda_prefill_decode(pattern):
         logits, state = model(ids[:, :250], window=64, return_state=True)
         outs = [logits]
         for t in range(250, 300):
-            lg, state = model(ids[:, t:t + 1], window=64, state=state, return_state=True)
+            lg, state = model(ids[:, t : t + 1], window=64, state=state, return_state=True)
             outs.append(lg)
     assert (torch.cat(outs, 1) - full).abs().max() <= 1e-3 * full.abs().max()
 
@@ -120,8 +121,11 @@ def test_mlstm_triton_is_chosen_and_keeps_state_gradients_exact():
     assert select_backend("mlstm", None, *xs).name == "triton"
     # gradients into an initial state's n and m: the Triton kernel drops them, so the
     # registry must pick native for that call
-    st = [torch.zeros(2, 2, 64, 64, device="cuda"), torch.zeros(2, 2, 64, device="cuda"),
-          torch.zeros(2, 2, device="cuda", requires_grad=True)]
+    st = [
+        torch.zeros(2, 2, 64, 64, device="cuda"),
+        torch.zeros(2, 2, 64, device="cuda"),
+        torch.zeros(2, 2, device="cuda", requires_grad=True),
+    ]
     assert select_backend("mlstm", None, *xs, st, False).name == "native"
 
 
@@ -142,16 +146,16 @@ def test_gated_delta_backends_match_cpu_reference(T):
     do = torch.randn(2, 2, T, 64, generator=g)
     dS = torch.randn(2, 2, 64, 64, generator=g)
     ref = [x.clone().requires_grad_() for x in xs + [S0]]
-    o_ref, S_ref = gated_delta_rule(*ref[:5], initial_state=ref[5], output_final_state=True,
-                                    backend="native")
+    o_ref, S_ref = gated_delta_rule(
+        *ref[:5], initial_state=ref[5], output_final_state=True, backend="native"
+    )
     ((o_ref * do).sum() + (S_ref * dS).sum()).backward()
     cx = [x.cuda().bfloat16() if j < 3 else x.cuda() for j, x in enumerate(xs)]
     names = available_backends("gated_delta", *cx)
     assert "native" in names
     for name in names:
         gx = [x.clone().requires_grad_() for x in cx + [S0.cuda()]]
-        o, S = gated_delta_rule(*gx[:5], initial_state=gx[5], output_final_state=True,
-                                backend=name)
+        o, S = gated_delta_rule(*gx[:5], initial_state=gx[5], output_final_state=True, backend=name)
         assert o.dtype == torch.bfloat16 and S.dtype == torch.float32
         assert _rel(o, o_ref) < 3e-2, (name, "o", _rel(o, o_ref))
         assert _rel(S, S_ref) < 3e-2, (name, "S", _rel(S, S_ref))

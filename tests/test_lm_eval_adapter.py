@@ -20,20 +20,37 @@ from swax.eval.lm_eval_adapter import SwaxEvalLM  # noqa: E402
 WINDOW = 16
 
 ARC = [
-    {"question": "Which gas do plants take in from the air?",
-     "choices": {"text": ["oxygen", "carbon dioxide", "helium", "neon"],
-                 "label": ["A", "B", "C", "D"]}, "answerKey": "B"},
-    {"question": "What is frozen water called?",
-     "choices": {"text": ["ice", "steam", "sand"], "label": ["1", "2", "3"]}, "answerKey": "1"},
-    {"question": "Which animal is a mammal?",
-     "choices": {"text": ["shark", "whale", "trout", "eel"], "label": ["A", "B", "C", "D"]},
-     "answerKey": "B"},
-    {"question": "What does a thermometer measure?",
-     "choices": {"text": ["mass", "temperature", "length", "speed"],
-                 "label": ["A", "B", "C", "D"]}, "answerKey": "B"},
-    {"question": "Which planet is closest to the Sun?",
-     "choices": {"text": ["Mercury", "Mars", "Jupiter"], "label": ["A", "B", "C"]},
-     "answerKey": "A"},
+    {
+        "question": "Which gas do plants take in from the air?",
+        "choices": {
+            "text": ["oxygen", "carbon dioxide", "helium", "neon"],
+            "label": ["A", "B", "C", "D"],
+        },
+        "answerKey": "B",
+    },
+    {
+        "question": "What is frozen water called?",
+        "choices": {"text": ["ice", "steam", "sand"], "label": ["1", "2", "3"]},
+        "answerKey": "1",
+    },
+    {
+        "question": "Which animal is a mammal?",
+        "choices": {"text": ["shark", "whale", "trout", "eel"], "label": ["A", "B", "C", "D"]},
+        "answerKey": "B",
+    },
+    {
+        "question": "What does a thermometer measure?",
+        "choices": {
+            "text": ["mass", "temperature", "length", "speed"],
+            "label": ["A", "B", "C", "D"],
+        },
+        "answerKey": "B",
+    },
+    {
+        "question": "Which planet is closest to the Sun?",
+        "choices": {"text": ["Mercury", "Mars", "Jupiter"], "label": ["A", "B", "C"]},
+        "answerKey": "A",
+    },
 ]
 LAMBADA = [
     {"text": "she opened the door and saw her old friend standing there"},
@@ -87,8 +104,7 @@ metadata:
 @pytest.fixture(scope="module")
 def model():
     torch.manual_seed(0)
-    return SwaxLM(SwaxConfig(d_model=32, n_layers=2, n_heads=2, init_std=0.2,
-                             window=WINDOW)).eval()
+    return SwaxLM(SwaxConfig(d_model=32, n_layers=2, n_heads=2, init_std=0.2, window=WINDOW)).eval()
 
 
 @pytest.fixture(scope="module")
@@ -111,24 +127,26 @@ def task_dir(tmp_path, model):
     tasks = tmp_path / "tasks"
     tasks.mkdir()
     cache = tmp_path / "hf_cache"
-    (tasks / "swax_test_arc.yaml").write_text(MC_YAML.format(data=data / "arc.jsonl",
-                                                             cache=cache))
+    (tasks / "swax_test_arc.yaml").write_text(MC_YAML.format(data=data / "arc.jsonl", cache=cache))
     (tasks / "swax_test_lambada.yaml").write_text(
-        LAMBADA_YAML.format(data=data / "lambada.jsonl", cache=cache))
+        LAMBADA_YAML.format(data=data / "lambada.jsonl", cache=cache)
+    )
     return tmp_path
 
 
 def ref_loglikelihood(model, context, continuation):
     """One forward pass per (context + continuation), byte tokens, summed log-softmax."""
     stripped = context.rstrip()
-    continuation = context[len(stripped):] + continuation
+    continuation = context[len(stripped) :] + continuation
     ctx = list(stripped.encode()) or [256]
     cont = list(continuation.encode())
     with torch.no_grad():
         logp = model(torch.tensor([ctx + cont]), window=WINDOW).double().log_softmax(-1)[0]
     rows = [logp[len(ctx) - 1 + j] for j in range(len(cont))]
-    return (sum(float(r[t]) for r, t in zip(rows, cont)),
-            all(int(r.argmax()) == t for r, t in zip(rows, cont)))
+    return (
+        sum(float(r[t]) for r, t in zip(rows, cont)),
+        all(int(r.argmax()) == t for r, t in zip(rows, cont)),
+    )
 
 
 def ref_arc_metrics(model):
@@ -159,8 +177,13 @@ def req(kind, *args):
 
 
 def test_loglikelihood_matches_independent_loop(lm, model):
-    pairs = [("Question: why?\nAnswer:", " because"), ("Question: why?\nAnswer: ", "no"),
-             ("", "hello"), ("a", "b"), ("The quick brown fox jumps over the", " lazy dog")]
+    pairs = [
+        ("Question: why?\nAnswer:", " because"),
+        ("Question: why?\nAnswer: ", "no"),
+        ("", "hello"),
+        ("a", "b"),
+        ("The quick brown fox jumps over the", " lazy dog"),
+    ]
     got = lm.loglikelihood([req("loglikelihood", c, x) for c, x in pairs], disable_tqdm=True)
     for (c, x), (ll, greedy) in zip(pairs, got):
         ref_ll, ref_greedy = ref_loglikelihood(model, c, x)
@@ -171,8 +194,9 @@ def test_loglikelihood_matches_independent_loop(lm, model):
 def test_loglikelihood_rolling_is_full_context(model, tok):
     lm = SwaxEvalLM(model=model, tokenizer=tok, batch_size=2, chunk_size=5)
     texts = ["In the beginning God created the heaven and the earth. " * 2, "Hi", "x y z"]
-    got = lm.loglikelihood_rolling([req("loglikelihood_rolling", t) for t in texts],
-                                   disable_tqdm=True)
+    got = lm.loglikelihood_rolling(
+        [req("loglikelihood_rolling", t) for t in texts], disable_tqdm=True
+    )
     for text, value in zip(texts, got):
         ids = [256] + list(text.encode())
         with torch.no_grad():
@@ -185,21 +209,32 @@ def test_generate_until_greedy_and_stops(lm, model):
     from swax.generate import generate
 
     prompts = ["abc", "xyz", "hello", "aaaa", "the"]
-    free = lm.generate_until([req("generate_until", p, {"max_gen_toks": 10}) for p in prompts],
-                             disable_tqdm=True)
+    free = lm.generate_until(
+        [req("generate_until", p, {"max_gen_toks": 10}) for p in prompts], disable_tqdm=True
+    )
     for p, text in zip(prompts, free):
-        ids = generate(model, torch.tensor([list(p.encode())]), max_new_tokens=10,
-                       window=WINDOW, eos_token_id=256)[0, len(p):].tolist()
-        ids = ids[:ids.index(256)] if 256 in ids else ids
+        ids = generate(
+            model,
+            torch.tensor([list(p.encode())]),
+            max_new_tokens=10,
+            window=WINDOW,
+            eos_token_id=256,
+        )[0, len(p) :].tolist()
+        ids = ids[: ids.index(256)] if 256 in ids else ids
         assert text == bytes(ids).decode("utf-8", errors="replace")
     # an ASCII stop string (bytes of a random model are mostly not text)
-    p, text, k = next((p, t, k) for p, t in zip(prompts, free) for k in range(1, len(t) - 1)
-                      if t[k:k + 2].isascii() and t[k:k + 2].isprintable())
-    stop = text[k:k + 2]
-    cut = lm.generate_until([req("generate_until", p, {"until": [stop], "max_gen_toks": 10,
-                                                       "do_sample": False})],
-                            disable_tqdm=True)
-    assert cut == [text[:text.find(stop)]]
+    p, text, k = next(
+        (p, t, k)
+        for p, t in zip(prompts, free)
+        for k in range(1, len(t) - 1)
+        if t[k : k + 2].isascii() and t[k : k + 2].isprintable()
+    )
+    stop = text[k : k + 2]
+    cut = lm.generate_until(
+        [req("generate_until", p, {"until": [stop], "max_gen_toks": 10, "do_sample": False})],
+        disable_tqdm=True,
+    )
+    assert cut == [text[: text.find(stop)]]
 
 
 def test_model_args_errors(tmp_path):
@@ -221,8 +256,11 @@ def test_simple_evaluate_on_local_json_task(task_dir, model, monkeypatch):
 
     tm = TaskManager(include_path=str(task_dir / "tasks"), include_defaults=False)
     out = lm_eval.simple_evaluate(
-        model="swax", model_args=f"pretrained={task_dir / 'model'},batch_size=3,device=cpu",
-        tasks=["swax_test_arc", "swax_test_lambada"], task_manager=tm)
+        model="swax",
+        model_args=f"pretrained={task_dir / 'model'},batch_size=3,device=cpu",
+        tasks=["swax_test_arc", "swax_test_lambada"],
+        task_manager=tm,
+    )
     res = out["results"]
     acc, acc_norm = ref_arc_metrics(model)
     assert res["swax_test_arc"]["acc,none"] == pytest.approx(acc)
@@ -234,10 +272,10 @@ def test_simple_evaluate_on_local_json_task(task_dir, model, monkeypatch):
     # the native evaluator on the same data gives the same numbers
     from swax.eval.tasks import evaluate_tasks
 
-    (task_dir / "data" / "arc_easy.jsonl").write_text(
-        (task_dir / "data" / "arc.jsonl").read_text())
-    native = evaluate_tasks(model, load_tokenizer("byte"), "arc_easy,lambada",
-                            task_dir / "data", progress=False)
+    (task_dir / "data" / "arc_easy.jsonl").write_text((task_dir / "data" / "arc.jsonl").read_text())
+    native = evaluate_tasks(
+        model, load_tokenizer("byte"), "arc_easy,lambada", task_dir / "data", progress=False
+    )
     assert native["arc_easy"]["metrics"]["acc"] == pytest.approx(acc)
     assert native["arc_easy"]["metrics"]["acc_norm"] == pytest.approx(acc_norm)
     assert native["lambada"]["metrics"]["perplexity"] == pytest.approx(lam_ppl, rel=1e-4)
@@ -249,11 +287,24 @@ def test_command_line_route(task_dir, model):
     env = dict(os.environ, HF_DATASETS_OFFLINE="1", HF_HUB_OFFLINE="1")
     out_dir = task_dir / "out"
     proc = subprocess.run(
-        [sys.executable, "-m", "swax.eval.lm_eval_adapter",
-         "--model_args", f"pretrained={task_dir / 'model'},batch_size=4",
-         "--tasks", "swax_test_arc", "--include_path", str(task_dir / "tasks"),
-         "--output_path", str(out_dir)],
-        capture_output=True, text=True, env=env, timeout=600)
+        [
+            sys.executable,
+            "-m",
+            "swax.eval.lm_eval_adapter",
+            "--model_args",
+            f"pretrained={task_dir / 'model'},batch_size=4",
+            "--tasks",
+            "swax_test_arc",
+            "--include_path",
+            str(task_dir / "tasks"),
+            "--output_path",
+            str(out_dir),
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "swax_test_arc" in proc.stdout
     files = list(out_dir.rglob("results_*.json"))

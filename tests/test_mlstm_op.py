@@ -88,8 +88,7 @@ def _one_thread():
     torch.set_num_threads(n)
 
 
-def make_inputs(T, dtype=torch.float32, seed=0, b=B, h=H, dqk=DQK, dv=DV, i_scale=2.0,
-                f_shift=2.0):
+def make_inputs(T, dtype=torch.float32, seed=0, b=B, h=H, dqk=DQK, dv=DV, i_scale=2.0, f_shift=2.0):
     g = torch.Generator().manual_seed(seed)
     q = torch.randn(b, h, T, dqk, generator=g)
     k = torch.randn(b, h, T, dqk, generator=g)
@@ -122,9 +121,11 @@ def float32_noise_floor(inputs, draws=3, seed=0):
     runs = [[h, *s] for h, s in [naive_mlstm(*inputs, dtype=torch.float32)]]
     g = torch.Generator().manual_seed(seed)
     for _ in range(draws):
-        pert = [x.double() * (1 + 2.0**-24 * (2 * torch.rand(x.shape, generator=g,
-                                                              dtype=torch.float64) - 1))
-                for x in inputs]
+        pert = [
+            x.double()
+            * (1 + 2.0**-24 * (2 * torch.rand(x.shape, generator=g, dtype=torch.float64) - 1))
+            for x in inputs
+        ]
         h, s = naive_mlstm(*pert)
         runs.append([h, *s])
     return [max(normwise_err(r[j], refs[j]) for r in runs) for j in range(4)], refs
@@ -150,8 +151,10 @@ FLOOR = 2.0**-24 * 16
 def assert_within_noise(outputs, floors, refs, names="hCnm"):
     for a, floor, e, name in zip(outputs, floors, refs, names):
         err, bound = normwise_err(a, e), NOISE_FACTOR * floor + FLOOR
-        assert err <= bound, (f"{name}: normwise error {err:.3e} > {NOISE_FACTOR} x float32 "
-                              f"noise floor {floor:.3e} (+{FLOOR:.1e})")
+        assert err <= bound, (
+            f"{name}: normwise error {err:.3e} > {NOISE_FACTOR} x float32 "
+            f"noise floor {floor:.3e} (+{FLOOR:.1e})"
+        )
 
 
 def run_chained(inputs, splits, mode, chunk_size, state=None):
@@ -161,8 +164,9 @@ def run_chained(inputs, splits, mode, chunk_size, state=None):
     hs = []
     for lo, hi in zip(bounds[:-1], bounds[1:]):
         piece = [x[:, :, lo:hi] for x in inputs]
-        h, state = mlstm(*piece, initial_state=state, output_final_state=True, mode=mode,
-                         chunk_size=chunk_size)
+        h, state = mlstm(
+            *piece, initial_state=state, output_final_state=True, mode=mode, chunk_size=chunk_size
+        )
         hs.append(h)
     return torch.cat(hs, 2), state
 
@@ -264,8 +268,7 @@ def test_state_passing_matches_one_pass(mode):
 
 def test_final_states_agree_across_modes():
     inputs = make_inputs(100, seed=12)
-    states = {m: mlstm(*inputs, mode=m, chunk_size=16, output_final_state=True)[1]
-              for m in MODES}
+    states = {m: mlstm(*inputs, mode=m, chunk_size=16, output_final_state=True)[1] for m in MODES}
     for m in ("parallel", "chunk"):
         for a, e, name in zip(states[m], states["recurrent"], "Cnm"):
             assert_near(a, e, 1e-5, f"{name} {m} vs recurrent")
@@ -277,8 +280,9 @@ def test_step_chain_matches_sequence():
     state = None
     hs = []
     for t in range(T):
-        h_t, new_state = mlstm_step(q[:, :, t], k[:, :, t], v[:, :, t], i[:, :, t], f[:, :, t],
-                                    state)
+        h_t, new_state = mlstm_step(
+            q[:, :, t], k[:, :, t], v[:, :, t], i[:, :, t], f[:, :, t], state
+        )
         assert h_t.shape == (B, H, DV) and new_state[0].dtype == torch.float32
         hs.append(h_t)
         state = new_state
@@ -294,12 +298,18 @@ def test_step_chain_matches_sequence():
 def test_prefill_then_decode():
     T, P = 50, 37
     q, k, v, i, f = make_inputs(T, seed=14)
-    h_pre, state = mlstm(q[:, :, :P], k[:, :, :P], v[:, :, :P], i[:, :, :P], f[:, :, :P],
-                         output_final_state=True, chunk_size=16)
+    h_pre, state = mlstm(
+        q[:, :, :P],
+        k[:, :, :P],
+        v[:, :, :P],
+        i[:, :, :P],
+        f[:, :, :P],
+        output_final_state=True,
+        chunk_size=16,
+    )
     hs = [h_pre]
     for t in range(P, T):
-        h_t, state = mlstm_step(q[:, :, t], k[:, :, t], v[:, :, t], i[:, :, t], f[:, :, t],
-                                state)
+        h_t, state = mlstm_step(q[:, :, t], k[:, :, t], v[:, :, t], i[:, :, t], f[:, :, t], state)
         hs.append(h_t[:, :, None])
     assert_near(torch.cat(hs, 2), naive_mlstm(q, k, v, i, f)[0], TOL[torch.float32], "h")
 
@@ -327,8 +337,13 @@ def test_gradients_with_initial_state(mode, chunk_size):
     xs = [x.clone().requires_grad_() for x in inputs]
     st = [s.clone().requires_grad_() for s in state0]
     st_before = [s.detach().clone() for s in st]
-    loss(lambda a, s: mlstm(*a, initial_state=tuple(s), output_final_state=True, mode=mode,
-                            chunk_size=chunk_size), xs, st).backward()
+    loss(
+        lambda a, s: mlstm(
+            *a, initial_state=tuple(s), output_final_state=True, mode=mode, chunk_size=chunk_size
+        ),
+        xs,
+        st,
+    ).backward()
     for s, s0 in zip(st, st_before):
         assert torch.equal(s.detach(), s0), "initial_state was modified in place"
 
@@ -434,8 +449,14 @@ def test_step_bad_inputs_raise():
     with pytest.raises(ValueError, match=r"\(2, 2, 2\)"):
         mlstm_step(q, k, v, i, f[..., None].expand(B, H, 2), None)
     with pytest.raises(ValueError, match=r"\(2, 2, 1\)"):
-        mlstm_step(q, k, v, i, f, (torch.zeros(B, H, DQK, DV), torch.zeros(B, H, DQK),
-                                   torch.zeros(B, H, 1)))
+        mlstm_step(
+            q,
+            k,
+            v,
+            i,
+            f,
+            (torch.zeros(B, H, DQK, DV), torch.zeros(B, H, DQK), torch.zeros(B, H, 1)),
+        )
 
 
 # --------------------------------------------------------------------------- memory

@@ -15,8 +15,15 @@ from swax.layers import (
 
 
 def small_cfg(pattern="SX", **kw):
-    base = dict(vocab_size=97, d_model=32, n_layers=2 * len(pattern), n_heads=4, window=16,
-                chunk_size=16, layer_pattern=pattern)
+    base = dict(
+        vocab_size=97,
+        d_model=32,
+        n_layers=2 * len(pattern),
+        n_heads=4,
+        window=16,
+        chunk_size=16,
+        layer_pattern=pattern,
+    )
     base.update(kw)
     return SwaxConfig(**base)
 
@@ -46,8 +53,9 @@ def test_prefill_then_decode_equals_full_forward(pattern):
     assert state.pos == 90
 
 
-@pytest.mark.parametrize("layer_cls", [SlidingWindowAttention, FullAttention, MLSTMLayer,
-                                       GatedDeltaNetLayer])
+@pytest.mark.parametrize(
+    "layer_cls", [SlidingWindowAttention, FullAttention, MLSTMLayer, GatedDeltaNetLayer]
+)
 def test_each_layer_prefill_then_decode(layer_cls):
     torch.manual_seed(1)
     if layer_cls in (SlidingWindowAttention, FullAttention):
@@ -86,8 +94,9 @@ def test_gradients_flow_to_every_parameter():
     torch.manual_seed(3)
     model = SwaxLM(small_cfg("SXDA"))
     ids = torch.randint(0, 97, (2, 33))
-    loss = torch.nn.functional.cross_entropy(model(ids, window=8)[:, :-1].reshape(-1, 97),
-                                             ids[:, 1:].reshape(-1))
+    loss = torch.nn.functional.cross_entropy(
+        model(ids, window=8)[:, :-1].reshape(-1, 97), ids[:, 1:].reshape(-1)
+    )
     loss.backward()
     missing = [n for n, p in model.named_parameters() if p.grad is None or p.grad.abs().sum() == 0]
     assert not missing, missing
@@ -103,8 +112,9 @@ def test_decode_state_is_constant_for_sx_and_grows_for_a():
             state = None
             with torch.no_grad():
                 for s in range(0, n, 4096):
-                    _, state = model(ids[:, s:s + 4096], state=state, return_state=True,
-                                     logits_to_keep=1)
+                    _, state = model(
+                        ids[:, s : s + 4096], state=state, return_state=True, logits_to_keep=1
+                    )
             sizes[pattern, n] = state.nbytes()
     print("state bytes:", sizes)
     assert sizes["SX", 1024] == sizes["SX", 32768]
@@ -129,8 +139,10 @@ def test_bfloat16_model_runs_and_tracks_float32():
 
 def test_presets_sizes():
     with torch.device("meta"):
-        n = {name: SwaxLM(SwaxConfig.preset(name)).num_parameters()
-             for name in ("tiny", "small", "1.4b", "7b")}
+        n = {
+            name: SwaxLM(SwaxConfig.preset(name)).num_parameters()
+            for name in ("tiny", "small", "1.4b", "7b")
+        }
     assert 0.3e6 < n["tiny"] < 5e6 and 1e6 < n["small"] < 10e6
     assert 1.2e9 < n["1.4b"] < 1.6e9
     assert 6.3e9 < n["7b"] < 7.5e9
@@ -178,8 +190,14 @@ def test_config_errors(kw, match):
 
 def test_odd_head_width_is_fine_without_rope():
     # no rotary layer: an odd attention head width is allowed
-    SwaxConfig(d_model=36, n_heads=4, recurrent_heads=2, layer_pattern="A", full_attn_rope=False,
-               n_layers=2)
+    SwaxConfig(
+        d_model=36,
+        n_heads=4,
+        recurrent_heads=2,
+        layer_pattern="A",
+        full_attn_rope=False,
+        n_layers=2,
+    )
     SwaxConfig(d_model=64, n_heads=4, head_dim=9, layer_pattern="X", n_layers=2)
 
 
@@ -194,8 +212,16 @@ def test_config_from_dict_rejects_unknown_keys_and_types():
 
 def test_flops_per_token_hand_computed():
     # pattern "A", no tied head difference: count by hand
-    cfg = SwaxConfig(vocab_size=100, d_model=32, n_layers=2, n_heads=4, layer_pattern="A",
-                     mlp_ratio=2.0, mlp_multiple_of=8, tie_embeddings=True)
+    cfg = SwaxConfig(
+        vocab_size=100,
+        d_model=32,
+        n_layers=2,
+        n_heads=4,
+        layer_pattern="A",
+        mlp_ratio=2.0,
+        mlp_multiple_of=8,
+        tie_embeddings=True,
+    )
     model = SwaxLM(cfg)
     d, hidden, T = 32, 64, 10
     per_layer_weights = 4 * d * d + 3 * d * hidden
@@ -237,8 +263,10 @@ def test_save_and_load_roundtrip(tmp_path, tie):
     torch.manual_seed(6)
     model = SwaxLM(small_cfg("SD", tie_embeddings=tie)).eval()
     model.save_pretrained(tmp_path / "ckpt")
-    assert sorted(p.name for p in (tmp_path / "ckpt").iterdir()) == ["config.json",
-                                                                    "model.safetensors"]
+    assert sorted(p.name for p in (tmp_path / "ckpt").iterdir()) == [
+        "config.json",
+        "model.safetensors",
+    ]
     loaded = SwaxLM.from_pretrained(tmp_path / "ckpt")
     assert loaded.config == model.config
     ids = torch.randint(0, 97, (2, 30))

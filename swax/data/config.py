@@ -37,23 +37,31 @@ class SyntheticConfig:
 
     def __post_init__(self):
         if not 0.0 <= self.fraction < 1.0:
-            raise ConfigError(f"data.synthetic.fraction: expected a number in [0, 1), "
-                              f"got {self.fraction!r}")
+            raise ConfigError(
+                f"data.synthetic.fraction: expected a number in [0, 1), got {self.fraction!r}"
+            )
         if self.num_needles < 1:
-            raise ConfigError(f"data.synthetic.num_needles: expected >= 1, "
-                              f"got {self.num_needles!r}")
+            raise ConfigError(
+                f"data.synthetic.num_needles: expected >= 1, got {self.num_needles!r}"
+            )
         if not 1 <= self.num_queries <= self.num_needles:
-            raise ConfigError(f"data.synthetic.num_queries: expected 1 to num_needles "
-                              f"({self.num_needles}), got {self.num_queries!r}")
+            raise ConfigError(
+                f"data.synthetic.num_queries: expected 1 to num_needles "
+                f"({self.num_needles}), got {self.num_queries!r}"
+            )
         if self.min_distance < 0:
-            raise ConfigError(f"data.synthetic.min_distance: expected >= 0, "
-                              f"got {self.min_distance!r}")
+            raise ConfigError(
+                f"data.synthetic.min_distance: expected >= 0, got {self.min_distance!r}"
+            )
         if self.max_distance is not None and self.max_distance < self.min_distance:
-            raise ConfigError(f"data.synthetic.max_distance: expected >= min_distance "
-                              f"({self.min_distance}), got {self.max_distance!r}")
+            raise ConfigError(
+                f"data.synthetic.max_distance: expected >= min_distance "
+                f"({self.min_distance}), got {self.max_distance!r}"
+            )
         if self.value_digits is not None and not 1 <= self.value_digits <= 18:
-            raise ConfigError(f"data.synthetic.value_digits: expected 1 to 18, "
-                              f"got {self.value_digits!r}")
+            raise ConfigError(
+                f"data.synthetic.value_digits: expected 1 to 18, got {self.value_digits!r}"
+            )
 
     @property
     def digits(self) -> int:
@@ -91,8 +99,9 @@ class DataConfig:
 
     def __post_init__(self):
         if not 0.0 <= self.val_fraction < 1.0:
-            raise ConfigError(f"data.val_fraction: expected a number in [0, 1), "
-                              f"got {self.val_fraction!r}")
+            raise ConfigError(
+                f"data.val_fraction: expected a number in [0, 1), got {self.val_fraction!r}"
+            )
         if isinstance(self.synthetic, dict):
             from ..configutil import from_dict
 

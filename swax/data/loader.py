@@ -63,8 +63,10 @@ class TokenDataset:
         return len(self.tokens)
 
     def __repr__(self) -> str:
-        return (f"TokenDataset(name={self.name!r}, documents={self.num_documents}, "
-                f"tokens={len(self.tokens)})")
+        return (
+            f"TokenDataset(name={self.name!r}, documents={self.num_documents}, "
+            f"tokens={len(self.tokens)})"
+        )
 
 
 def tokenize_documents(docs: Sequence[str], tokenizer, batch_size: int = 512) -> np.ndarray:
@@ -78,7 +80,7 @@ def tokenize_documents(docs: Sequence[str], tokenizer, batch_size: int = 512) ->
     else:
         encode_batch = getattr(tokenizer, "encode_batch", None)
         for i in range(0, len(docs), batch_size):
-            chunk = list(docs[i:i + batch_size])
+            chunk = list(docs[i : i + batch_size])
             ids = encode_batch(chunk) if encode_batch else [tokenizer.encode(d) for d in chunk]
             for x in ids:
                 parts.append(np.asarray(x, dtype=np.int32))
@@ -93,8 +95,9 @@ def _is_val(doc: str, fraction: float, split_seed: int) -> bool:
     return int.from_bytes(h.digest(), "little") / 2.0**64 < fraction
 
 
-def build_datasets(cfg: DataConfig, tokenizer, seq_len: int,
-                   seed: int = 0) -> tuple[TokenDataset, TokenDataset | None]:
+def build_datasets(
+    cfg: DataConfig, tokenizer, seq_len: int, seed: int = 0
+) -> tuple[TokenDataset, TokenDataset | None]:
     """(train, val) token datasets for ``cfg``.
 
     Validation is ``cfg.val_source`` when set, else the documents whose hash (with
@@ -117,8 +120,13 @@ def build_datasets(cfg: DataConfig, tokenizer, seq_len: int,
     if cfg.val_source is not None:
         val_docs = list(iter_documents(cfg.val_source, cfg.format, cfg.field))
         train_tokens = tokenize_documents(docs, tokenizer)
-        val = TokenDataset(tokenize_documents(val_docs, tokenizer), tokenizer.eot_id,
-                           len(val_docs), cfg.val_source, tokenizer)
+        val = TokenDataset(
+            tokenize_documents(val_docs, tokenizer),
+            tokenizer.eot_id,
+            len(val_docs),
+            cfg.val_source,
+            tokenizer,
+        )
         how = f"validation from {cfg.val_source}"
         train_docs = n_docs
     elif cfg.val_fraction > 0:
@@ -129,8 +137,9 @@ def build_datasets(cfg: DataConfig, tokenizer, seq_len: int,
         if val_docs and tr_docs and len(val_tokens) >= need:
             train_tokens = tokenize_documents(tr_docs, tokenizer)
             train_docs = len(tr_docs)
-            val = TokenDataset(val_tokens, tokenizer.eot_id, len(val_docs),
-                               f"{cfg.source} (val)", tokenizer)
+            val = TokenDataset(
+                val_tokens, tokenizer.eot_id, len(val_docs), f"{cfg.source} (val)", tokenizer
+            )
             how = f"{len(val_docs)} documents held out by hash"
         else:  # too few documents for a document-level split: hold out the stream's tail
             everything = tokenize_documents(docs, tokenizer)
@@ -153,13 +162,24 @@ def build_datasets(cfg: DataConfig, tokenizer, seq_len: int,
     train = TokenDataset(train_tokens, tokenizer.eot_id, train_docs, cfg.source, tokenizer)
     for name, ds in (("training", train), ("validation", val)):
         if ds is not None and len(ds) < need:
-            raise SwaxError(f"{name} data has {len(ds)} tokens, fewer than seq_len + 1 = {need} "
-                            f"(source {ds.name}); use a shorter seq_len or more data")
+            raise SwaxError(
+                f"{name} data has {len(ds)} tokens, fewer than seq_len + 1 = {need} "
+                f"(source {ds.name}); use a shorter seq_len or more data"
+            )
     n_seq = math.ceil((len(train) - 1) / seq_len)
-    log.info("data: %s, %d documents, %s training tokens (%d sequences of %d), %s validation "
-             "tokens; %s; tokenizer %s; %.1fs", cfg.source, n_docs, f"{len(train):,}", n_seq,
-             seq_len, f"{len(val):,}" if val is not None else "no", how, tokenizer.name,
-             time.perf_counter() - t0)
+    log.info(
+        "data: %s, %d documents, %s training tokens (%d sequences of %d), %s validation "
+        "tokens; %s; tokenizer %s; %.1fs",
+        cfg.source,
+        n_docs,
+        f"{len(train):,}",
+        n_seq,
+        seq_len,
+        f"{len(val):,}" if val is not None else "no",
+        how,
+        tokenizer.name,
+        time.perf_counter() - t0,
+    )
     return train, val
 
 
@@ -173,24 +193,36 @@ class PackedLoader:
     reads the dataset in fixed order (no shuffle, no episodes): make one loader per split.
     """
 
-    def __init__(self, dataset, seq_len: int, micro_batch: int, rank: int = 0,
-                 world_size: int = 1, seed: int = 0, synthetic: SyntheticConfig | None = None,
-                 tokenizer=None):
+    def __init__(
+        self,
+        dataset,
+        seq_len: int,
+        micro_batch: int,
+        rank: int = 0,
+        world_size: int = 1,
+        seed: int = 0,
+        synthetic: SyntheticConfig | None = None,
+        tokenizer=None,
+    ):
         if dataset is None:
-            raise SwaxError("PackedLoader needs a dataset, got None (build_datasets returns no "
-                            "validation set when val_fraction is 0 and val_source is unset)")
+            raise SwaxError(
+                "PackedLoader needs a dataset, got None (build_datasets returns no "
+                "validation set when val_fraction is 0 and val_source is unset)"
+            )
         tokens = dataset.tokens if hasattr(dataset, "tokens") else dataset
         self.tokens = np.asarray(tokens)
         if self.tokens.ndim != 1:
             raise SwaxError(f"expected a 1-D token stream, got shape {self.tokens.shape}")
         if seq_len < 1 or micro_batch < 1:
-            raise SwaxError(f"seq_len and micro_batch must be >= 1, got {seq_len} and "
-                            f"{micro_batch}")
+            raise SwaxError(
+                f"seq_len and micro_batch must be >= 1, got {seq_len} and {micro_batch}"
+            )
         if world_size < 1 or not 0 <= rank < world_size:
             raise SwaxError(f"rank {rank} is not in [0, world_size={world_size})")
         if len(self.tokens) < 2:
-            raise SwaxError(f"the token stream has {len(self.tokens)} tokens; packing needs "
-                            "at least 2")
+            raise SwaxError(
+                f"the token stream has {len(self.tokens)} tokens; packing needs at least 2"
+            )
         if seed < 0:
             raise SwaxError(f"loader seed must be >= 0, got {seed}")
         self.seq_len = seq_len
@@ -198,8 +230,7 @@ class PackedLoader:
         self.rank = rank
         self.world_size = world_size
         self.seed = seed
-        self.tokenizer = tokenizer if tokenizer is not None else getattr(dataset, "tokenizer",
-                                                                          None)
+        self.tokenizer = tokenizer if tokenizer is not None else getattr(dataset, "tokenizer", None)
         eot = getattr(dataset, "eot_id", None)
         if eot is None:
             eot = self.tokenizer.eot_id if self.tokenizer is not None else 0
@@ -209,14 +240,18 @@ class PackedLoader:
         self.synthetic_sequences = 0
         if self.synthetic is not None:
             if self.tokenizer is None:
-                raise SwaxError("synthetic episodes need a tokenizer: pass tokenizer= to "
-                                "PackedLoader or use a dataset from build_datasets")
+                raise SwaxError(
+                    "synthetic episodes need a tokenizer: pass tokenizer= to "
+                    "PackedLoader or use a dataset from build_datasets"
+                )
             f = self.synthetic.fraction
             self.synthetic_sequences = max(1, round(self.corpus_sequences * f / (1 - f)))
             need = episode_overhead(self.tokenizer, self.synthetic)
             if need > seq_len + 1:
-                raise SwaxError(f"seq_len {seq_len} is too short for synthetic episodes: they "
-                                f"need about {need} tokens (needles, question, min_distance)")
+                raise SwaxError(
+                    f"seq_len {seq_len} is too short for synthetic episodes: they "
+                    f"need about {need} tokens (needles, question, min_distance)"
+                )
         self.consumed = 0
         self._perms: dict[int, np.ndarray] = {}
 
@@ -262,7 +297,7 @@ class PackedLoader:
         return perm
 
     def _corpus_row(self, i: int) -> tuple[np.ndarray, np.ndarray]:
-        chunk = self.tokens[i * self.seq_len: i * self.seq_len + self.seq_len + 1]
+        chunk = self.tokens[i * self.seq_len : i * self.seq_len + self.seq_len + 1]
         x = np.full(self.seq_len, self.pad_id, dtype=np.int64)
         y = np.full(self.seq_len, IGNORE_INDEX, dtype=np.int64)
         n = len(chunk) - 1
@@ -274,8 +309,9 @@ class PackedLoader:
         """Synthetic episode ``index`` of ``epoch`` (seq_len + 1 tokens): a pure function of
         (seed, epoch, index)."""
         rng = np.random.default_rng([self.seed, epoch, index, _EPISODE_STREAM])
-        return make_episode(rng, self.tokenizer, self.tokens, self.seq_len + 1, self.synthetic,
-                            split="train")
+        return make_episode(
+            rng, self.tokenizer, self.tokens, self.seq_len + 1, self.synthetic, split="train"
+        )
 
     def _item(self, g: int) -> tuple[np.ndarray, np.ndarray]:
         epoch, pos = divmod(g, self.sequences_per_epoch)
@@ -315,8 +351,9 @@ class PackedLoader:
         while True:
             yield self.next_batch()
 
-    def eval_batches(self, max_batches: int | None = None
-                     ) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    def eval_batches(
+        self, max_batches: int | None = None
+    ) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         """This rank's rows of the dataset's sequences in order (no shuffle, no episodes).
 
         Every rank yields the same number of batches of shape (micro_batch, seq_len); rows
@@ -327,12 +364,16 @@ class PackedLoader:
         total = math.ceil(n / self.global_batch)
         if max_batches is not None:
             total = min(total, max_batches)
-        empty = (np.full(self.seq_len, self.pad_id, np.int64),
-                 np.full(self.seq_len, IGNORE_INDEX, np.int64))
+        empty = (
+            np.full(self.seq_len, self.pad_id, np.int64),
+            np.full(self.seq_len, IGNORE_INDEX, np.int64),
+        )
         for b in range(total):
             start = b * self.global_batch + self.rank * self.micro_batch
-            rows = [self._corpus_row(i) if i < n else empty
-                    for i in range(start, start + self.micro_batch)]
+            rows = [
+                self._corpus_row(i) if i < n else empty
+                for i in range(start, start + self.micro_batch)
+            ]
             yield self._stack(rows)
 
     # ---------------------------------------------------------------------------- state
@@ -353,11 +394,15 @@ class PackedLoader:
     def load_state_dict(self, state: dict) -> None:
         """Continue where the loader that wrote ``state`` stopped (same data and seq_len)."""
         for k in ("seq_len", "sequences_per_epoch", "num_tokens"):
-            now = {"seq_len": self.seq_len, "sequences_per_epoch": self.sequences_per_epoch,
-                   "num_tokens": len(self.tokens)}[k]
+            now = {
+                "seq_len": self.seq_len,
+                "sequences_per_epoch": self.sequences_per_epoch,
+                "num_tokens": len(self.tokens),
+            }[k]
             if k in state and int(state[k]) != now:
-                raise SwaxError(f"data loader state does not match the data: saved {k}="
-                                f"{state[k]}, now {now}")
+                raise SwaxError(
+                    f"data loader state does not match the data: saved {k}={state[k]}, now {now}"
+                )
         self.seed = int(state["seed"])
         self._perms = {}
         self.consumed = int(state["epoch"]) * self.sequences_per_epoch + int(state["position"])

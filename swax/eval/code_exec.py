@@ -89,7 +89,7 @@ class ExecResult:
 
 # The child process: set limits, read the program, apply Landlock, install the guard, run it.
 # Written as a standalone script (run with `python -I -B -c`), so it imports nothing from swax.
-_RUNNER = r'''
+_RUNNER = r"""
 import json, os, sys
 cfg = json.loads(sys.argv[1])
 _write, _exit = os.write, os._exit
@@ -364,7 +364,7 @@ except BaseException:
     pass
 report("passed " + NONCE)
 _exit(0)
-'''
+"""
 
 
 def _read_available(fd: int) -> bytes:
@@ -438,19 +438,32 @@ def run_program(
         "RLIMIT_CORE": 0,
     }
     start = time.perf_counter()
-    with tempfile.TemporaryDirectory(prefix="swax-exec-", ignore_cleanup_errors=True) as tmp, \
-            tempfile.TemporaryFile() as out:
+    with (
+        tempfile.TemporaryDirectory(prefix="swax-exec-", ignore_cleanup_errors=True) as tmp,
+        tempfile.TemporaryFile() as out,
+    ):
         prog_path = os.path.join(tmp, "program.py")
         with open(prog_path, "w", encoding="utf-8") as f:
             f.write(program)
         r_fd, w_fd = os.pipe()
-        cfg = {"result_fd": w_fd, "limits": limits, "program": prog_path, "tmp": tmp,
-               "landlock": bool(landlock), "nonce": nonce}
+        cfg = {
+            "result_fd": w_fd,
+            "limits": limits,
+            "program": prog_path,
+            "tmp": tmp,
+            "landlock": bool(landlock),
+            "nonce": nonce,
+        }
         try:
             proc = subprocess.Popen(
                 [python or sys.executable, "-I", "-B", "-c", _RUNNER, json.dumps(cfg)],
-                cwd=tmp, env=_clean_env(tmp), stdin=subprocess.DEVNULL, stdout=out,
-                stderr=subprocess.STDOUT, pass_fds=(w_fd,), start_new_session=True,
+                cwd=tmp,
+                env=_clean_env(tmp),
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                pass_fds=(w_fd,),
+                start_new_session=True,
             )
         finally:
             os.close(w_fd)
@@ -478,12 +491,13 @@ def run_program(
             verdict = line
     rc = proc.returncode
     if timed_out:
-        return ExecResult(False, "timeout", f"timed out after {timeout:g} s", rc, seconds, abi,
-                          output)
+        return ExecResult(
+            False, "timeout", f"timed out after {timeout:g} s", rc, seconds, abi, output
+        )
     if rc == 0 and verdict == f"passed {nonce}":
         return ExecResult(True, "passed", "", rc, seconds, abi, output)
     if verdict.startswith("failed: "):
-        detail = verdict[len("failed: "):]
+        detail = verdict[len("failed: ") :]
     elif rc is not None and rc < 0:
         detail = f"killed by {_signal_name(-rc)}"
     else:
@@ -507,8 +521,13 @@ def run_programs(
     results: list[ExecResult | None] = [None] * len(programs)
 
     def one(i: int) -> None:
-        res = run_program(programs[i], timeout=timeout, memory_mb=memory_mb,
-                          max_file_mb=max_file_mb, landlock=landlock)
+        res = run_program(
+            programs[i],
+            timeout=timeout,
+            memory_mb=memory_mb,
+            max_file_mb=max_file_mb,
+            landlock=landlock,
+        )
         results[i] = res
         if on_done is not None:
             on_done(i, res)

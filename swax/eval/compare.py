@@ -24,13 +24,15 @@ def load_results(folders: list[str | Path]) -> tuple[dict, dict]:
         if (f / "results.json").is_file():
             data = json.loads((f / "results.json").read_text())
             niah[_label(f, data.get("settings", {}))] = {
-                int(k): v for k, v in data["average"].items()}
+                int(k): v for k, v in data["average"].items()
+            }
         elif (f / "ppl.json").is_file():
             data = json.loads((f / "ppl.json").read_text())
             ppl[_label(f, data.get("settings", {}))] = data["buckets"]
         else:
-            raise SwaxError(f"{f} holds neither results.json (swax eval niah) nor ppl.json "
-                            f"(swax eval ppl)")
+            raise SwaxError(
+                f"{f} holds neither results.json (swax eval niah) nor ppl.json (swax eval ppl)"
+            )
     return niah, ppl
 
 
@@ -45,8 +47,7 @@ def compare(folders: list[str | Path], out_dir: str | Path) -> str:
     if niah:
         lengths = sorted({n for v in niah.values() for n in v})
         head = ["model", *[f"{n // 1024}k" if n % 1024 == 0 else str(n) for n in lengths]]
-        rows = [[m, *[f"{v[n]:.1f}" if n in v else "-" for n in lengths]]
-                for m, v in niah.items()]
+        rows = [[m, *[f"{v[n]:.1f}" if n in v else "-" for n in lengths]] for m, v in niah.items()]
         with (out / "compare.csv").open("w", newline="") as fh:
             w = csv.writer(fh)
             w.writerow(["model", *lengths])
@@ -54,18 +55,29 @@ def compare(folders: list[str | Path], out_dir: str | Path) -> str:
                 w.writerow([m, *[v.get(n, "") for n in lengths]])
         widths = [max(len(r[i]) for r in [head, *rows]) for i in range(len(head))]
         for r in [head, *rows]:
-            lines.append("  ".join(c.ljust(widths[0]) if i == 0 else c.rjust(widths[i])
-                                   for i, c in enumerate(r)))
+            lines.append(
+                "  ".join(
+                    c.ljust(widths[0]) if i == 0 else c.rjust(widths[i]) for i, c in enumerate(r)
+                )
+            )
         lines.insert(1, "-" * len(lines[0]))
-        save_curves(out / "compare.png",
-                    {m: (sorted(v), [v[x] for x in sorted(v)]) for m, v in niah.items()},
-                    "context length (tokens)", "NIAH accuracy (average over tasks)",
-                    ylim=(-3, 103))
+        save_curves(
+            out / "compare.png",
+            {m: (sorted(v), [v[x] for x in sorted(v)]) for m, v in niah.items()},
+            "context length (tokens)",
+            "NIAH accuracy (average over tasks)",
+            ylim=(-3, 103),
+        )
     if ppl:
-        save_curves(out / "compare-ppl.png",
-                    {m: ([r["bucket_end"] for r in rows_], [r["loss"] for r in rows_])
-                     for m, rows_ in ppl.items()},
-                    "position (tokens)", "loss (nats/token)")
+        save_curves(
+            out / "compare-ppl.png",
+            {
+                m: ([r["bucket_end"] for r in rows_], [r["loss"] for r in rows_])
+                for m, rows_ in ppl.items()
+            },
+            "position (tokens)",
+            "loss (nats/token)",
+        )
         if not lines:
             lines.append("perplexity curves: " + ", ".join(ppl))
     return "\n".join(lines)

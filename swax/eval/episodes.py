@@ -31,35 +31,48 @@ DEPTH_BINS = 10
 
 
 @torch.no_grad()
-def _top1(model, ids: torch.Tensor, window, positions: list[int], chunk: int
-          ) -> dict[int, tuple[int, float]]:
+def _top1(
+    model, ids: torch.Tensor, window, positions: list[int], chunk: int
+) -> dict[int, tuple[int, float]]:
     """The model's top prediction at the given positions of ``ids`` (1, T) and the
     log-probability there of the next true token, chunk by chunk."""
     want = sorted(set(positions))
     out, state, j = {}, None, 0
     for c in range(0, ids.shape[1], chunk):
-        x = ids[:, c:c + chunk]
+        x = ids[:, c : c + chunk]
         hi = c + x.shape[1]
         mine = []
         while j < len(want) and want[j] < hi:
             mine.append(want[j])
             j += 1
         if not mine and hi < ids.shape[1]:
-            _, state = model(x, window=window, state=state, return_state=True,
-                             logits_to_keep=1)
+            _, state = model(x, window=window, state=state, return_state=True, logits_to_keep=1)
             continue
         logits, state = model(x, window=window, state=state, return_state=True)
         for p in mine:
             row = logits[0, p - c].float()
-            lp = float(torch.log_softmax(row, -1)[ids[0, p + 1]]) if p + 1 < ids.shape[1] \
+            lp = (
+                float(torch.log_softmax(row, -1)[ids[0, p + 1]])
+                if p + 1 < ids.shape[1]
                 else float("nan")
+            )
             out[p] = (int(row.argmax()), lp)
     return out
 
 
-def episode_accuracy(model, tokenizer, haystack_tokens, lengths, samples: int,
-                     cfg: SyntheticConfig, window=None, seed: int = 1234, chunk: int = 2048,
-                     split: str = "eval", progress: bool = True) -> dict[int, dict]:
+def episode_accuracy(
+    model,
+    tokenizer,
+    haystack_tokens,
+    lengths,
+    samples: int,
+    cfg: SyntheticConfig,
+    window=None,
+    seed: int = 1234,
+    chunk: int = 2048,
+    split: str = "eval",
+    progress: bool = True,
+) -> dict[int, dict]:
     """Accuracy (0–100) of exact answers for each length, with counts by needle depth and by
     distance between needle and question.
 
@@ -72,8 +85,13 @@ def episode_accuracy(model, tokenizer, haystack_tokens, lengths, samples: int,
     device = model.embed.weight.device
     hay = np.asarray(haystack_tokens)
     results = {}
-    bar = tqdm(total=len(lengths) * samples, desc="episodes", unit="episode",
-               disable=not progress, dynamic_ncols=True)
+    bar = tqdm(
+        total=len(lengths) * samples,
+        desc="episodes",
+        unit="episode",
+        disable=not progress,
+        dynamic_ncols=True,
+    )
     for length in lengths:
         correct = total = 0
         nll_sum, nll_n = 0.0, 0
@@ -100,9 +118,12 @@ def episode_accuracy(model, tokenizer, haystack_tokens, lengths, samples: int,
                 correct += ok
                 total += 1
             bar.update(1)
-        results[length] = {"acc": 100.0 * correct / max(total, 1), "n": total,
-                           "nll": nll_sum / max(nll_n, 1),
-                           "by_depth": dict(by_depth), "by_distance": dict(sorted(
-                               by_dist.items()))}
+        results[length] = {
+            "acc": 100.0 * correct / max(total, 1),
+            "n": total,
+            "nll": nll_sum / max(nll_n, 1),
+            "by_depth": dict(by_depth),
+            "by_distance": dict(sorted(by_dist.items())),
+        }
     bar.close()
     return results

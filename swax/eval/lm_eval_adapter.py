@@ -53,8 +53,10 @@ try:
     from lm_eval.api.model import TemplateLM
     from lm_eval.api.registry import register_model
 except ImportError as e:  # pragma: no cover - exercised only without the extra
-    raise SwaxError("the lm-evaluation-harness adapter needs lm-eval: "
-                    "pip install 'swax[eval]' (or pip install lm-eval)") from e
+    raise SwaxError(
+        "the lm-evaluation-harness adapter needs lm-eval: "
+        "pip install 'swax[eval]' (or pip install lm-eval)"
+    ) from e
 
 from .tasks import (
     generate_texts,
@@ -67,8 +69,14 @@ __all__ = ["SwaxEvalLM", "main"]
 
 log = logging.getLogger(__name__)
 
-_DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16,
-           "bf16": torch.bfloat16, "float16": torch.float16, "fp16": torch.float16}
+_DTYPES = {
+    "float32": torch.float32,
+    "fp32": torch.float32,
+    "bfloat16": torch.bfloat16,
+    "bf16": torch.bfloat16,
+    "float16": torch.float16,
+    "fp16": torch.float16,
+}
 
 
 def _parse_window(window, default):
@@ -139,10 +147,12 @@ class SwaxEvalLM(TemplateLM):
             torch_dtype = _DTYPES[str(dtype)]
         if model is None:
             if not pretrained:
-                raise SwaxError("--model_args needs pretrained=DIR (a folder written by "
-                                "SwaxLM.save_pretrained)")
-            model, tok = load_model_and_tokenizer(pretrained, device=self._device,
-                                                  dtype=torch_dtype)
+                raise SwaxError(
+                    "--model_args needs pretrained=DIR (a folder written by SwaxLM.save_pretrained)"
+                )
+            model, tok = load_model_and_tokenizer(
+                pretrained, device=self._device, dtype=torch_dtype
+            )
             tokenizer = tokenizer or tok
         else:
             model = model.to(self._device)
@@ -197,9 +207,15 @@ class SwaxEvalLM(TemplateLM):
 
     def _loglikelihood_tokens(self, requests, disable_tqdm: bool = False, **kwargs):
         pairs = [(list(ctx) or [self.eot_token_id], list(cont)) for _, ctx, cont in requests]
-        out = score_continuations(self.model, pairs, window=self.window,
-                                  batch_size=self.batch_size, pad_id=self.eot_token_id,
-                                  progress=not disable_tqdm, desc="swax loglikelihood")
+        out = score_continuations(
+            self.model,
+            pairs,
+            window=self.window,
+            batch_size=self.batch_size,
+            pad_id=self.eot_token_id,
+            progress=not disable_tqdm,
+            desc="swax loglikelihood",
+        )
         for (key, _, _), res in zip(requests, out):
             if key is not None:
                 self.cache_hook.add_partial("loglikelihood", key, res)
@@ -207,11 +223,17 @@ class SwaxEvalLM(TemplateLM):
 
     def loglikelihood_rolling(self, requests, disable_tqdm: bool = False) -> list[float]:
         texts = [req.args[0] for req in requests]
-        out = rolling_loglikelihood(self.model, [self.tok_encode(t) for t in texts],
-                                    prefix_id=self.eot_token_id, window=self.window,
-                                    chunk_size=self.chunk_size, batch_size=self.batch_size,
-                                    pad_id=self.eot_token_id, progress=not disable_tqdm,
-                                    desc="swax loglikelihood_rolling")
+        out = rolling_loglikelihood(
+            self.model,
+            [self.tok_encode(t) for t in texts],
+            prefix_id=self.eot_token_id,
+            window=self.window,
+            chunk_size=self.chunk_size,
+            batch_size=self.batch_size,
+            pad_id=self.eot_token_id,
+            progress=not disable_tqdm,
+            desc="swax loglikelihood_rolling",
+        )
         for t, res in zip(texts, out):
             self.cache_hook.add_partial("loglikelihood_rolling", (t,), res)
         return out
@@ -223,18 +245,31 @@ class SwaxEvalLM(TemplateLM):
             context, gen_kwargs = req.args
             opts = self._gen_options(gen_kwargs)
             parsed.append((context, opts))
-            key = (opts["stop"], opts["max_new_tokens"], opts["temperature"], opts["top_k"],
-                   opts["top_p"])
+            key = (
+                opts["stop"],
+                opts["max_new_tokens"],
+                opts["temperature"],
+                opts["top_k"],
+                opts["top_p"],
+            )
             groups.setdefault(key, []).append(i)
         out = [""] * len(requests)
         for _, idx in groups.items():
             opts = parsed[idx[0]][1]
             texts = generate_texts(
-                self.model, self.tok, [parsed[i][0] for i in idx], stop=opts["stop"],
-                max_new_tokens=opts["max_new_tokens"], window=self.window,
-                batch_size=self.batch_size, progress=not disable_tqdm,
-                desc="swax generate_until", prefill_chunk_size=self.chunk_size,
-                temperature=opts["temperature"], top_k=opts["top_k"], top_p=opts["top_p"],
+                self.model,
+                self.tok,
+                [parsed[i][0] for i in idx],
+                stop=opts["stop"],
+                max_new_tokens=opts["max_new_tokens"],
+                window=self.window,
+                batch_size=self.batch_size,
+                progress=not disable_tqdm,
+                desc="swax generate_until",
+                prefill_chunk_size=self.chunk_size,
+                temperature=opts["temperature"],
+                top_k=opts["top_k"],
+                top_p=opts["top_p"],
                 seed=self.seed if opts["temperature"] > 0 else None,
             )
             for i, text in zip(idx, texts):
@@ -259,9 +294,13 @@ class SwaxEvalLM(TemplateLM):
             temperature = 0.0
         top_k = kw.pop("top_k", None)
         top_p = kw.pop("top_p", None)
-        return {"stop": tuple(u for u in until if u), "max_new_tokens": max_new,
-                "temperature": temperature, "top_k": None if top_k is None else int(top_k),
-                "top_p": None if top_p is None else float(top_p)}
+        return {
+            "stop": tuple(u for u in until if u),
+            "max_new_tokens": max_new,
+            "temperature": temperature,
+            "top_k": None if top_k is None else int(top_k),
+            "top_p": None if top_p is None else float(top_p),
+        }
 
 
 if __name__ != "__main__":  # under `python -m`, main() imports and registers the real module
@@ -279,11 +318,17 @@ def main(argv: Sequence[str] | None = None) -> None:
 
     args = list(sys.argv[1:] if argv is None else argv)
     subcommands = ("run", "ls", "validate")
-    if (args and args[0] not in subcommands + ("-h", "--help")
-            and not any(a == "--model" or a.startswith("--model=") for a in args)):
+    if (
+        args
+        and args[0] not in subcommands + ("-h", "--help")
+        and not any(a == "--model" or a.startswith("--model=") for a in args)
+    ):
         args = ["--model", "swax", *args]
-    elif args and args[0] == "run" and not any(
-            a == "--model" or a.startswith("--model=") for a in args):
+    elif (
+        args
+        and args[0] == "run"
+        and not any(a == "--model" or a.startswith("--model=") for a in args)
+    ):
         args = ["run", "--model", "swax", *args[1:]]
     sys.argv = ["swax-lm-eval", *args]
     cli_evaluate()

@@ -74,9 +74,15 @@ class SwaxPredictor:
         from ..generate import generate
 
         ids = torch.tensor([self.tok.encode(prompt)], dtype=torch.long)
-        out = generate(self.model, ids, max_new_tokens=max_new_tokens, window=self.window,
-                       eos_token_id=self.tok.eot_id, prefill_chunk_size=self.prefill_chunk)
-        return self.tok.decode(out[0, ids.shape[1]:].tolist())
+        out = generate(
+            self.model,
+            ids,
+            max_new_tokens=max_new_tokens,
+            window=self.window,
+            eos_token_id=self.tok.eot_id,
+            prefill_chunk_size=self.prefill_chunk,
+        )
+        return self.tok.decode(out[0, ids.shape[1] :].tolist())
 
 
 @dataclass
@@ -107,10 +113,20 @@ def load_dumped(folder: Path, task: str, length: int) -> list[dict]:
     return read_jsonl(folder / f"{task}-{length}.jsonl")
 
 
-def run_niah(predict, tokenizer, tasks: Sequence[str], lengths: Sequence[int], samples: int,
-             seed: int = 42, out_dir: str | Path | None = None, haystack_text: str | None = None,
-             key_split: str | None = None, records_dir: str | Path | None = None,
-             settings: dict | None = None, progress: bool = True) -> NiahResult:
+def run_niah(
+    predict,
+    tokenizer,
+    tasks: Sequence[str],
+    lengths: Sequence[int],
+    samples: int,
+    seed: int = 42,
+    out_dir: str | Path | None = None,
+    haystack_text: str | None = None,
+    key_split: str | None = None,
+    records_dir: str | Path | None = None,
+    settings: dict | None = None,
+    progress: bool = True,
+) -> NiahResult:
     """Generate (or read) the records, predict, score, and write the results folder.
 
     ``predict(prompt: str, max_new_tokens: int) -> str`` is the model (see
@@ -122,8 +138,9 @@ def run_niah(predict, tokenizer, tasks: Sequence[str], lengths: Sequence[int], s
 
     unknown = [t for t in tasks if t not in TASKS]
     if unknown:
-        raise SwaxError(f"unknown NIAH task {unknown[0]!r}; expected one of {', '.join(TASKS)} "
-                        f"or 'all'")
+        raise SwaxError(
+            f"unknown NIAH task {unknown[0]!r}; expected one of {', '.join(TASKS)} or 'all'"
+        )
     out = Path(out_dir) if out_dir else None
     if out:
         (out / "pred").mkdir(parents=True, exist_ok=True)
@@ -137,8 +154,14 @@ def run_niah(predict, tokenizer, tasks: Sequence[str], lengths: Sequence[int], s
                 all_records[task, length] = load_dumped(Path(records_dir), task, length)[:samples]
             else:
                 all_records[task, length] = generate_niah(
-                    task, length, samples, tokenizer, seed=seed, haystack_text=haystack_text,
-                    key_split=key_split)
+                    task,
+                    length,
+                    samples,
+                    tokenizer,
+                    seed=seed,
+                    haystack_text=haystack_text,
+                    key_split=key_split,
+                )
     total = sum(len(r) for r in all_records.values())
     bar = tqdm(total=total, desc="niah", unit="sample", disable=not progress, dynamic_ncols=True)
     timings: dict[str, float] = {}
@@ -149,18 +172,30 @@ def run_niah(predict, tokenizer, tasks: Sequence[str], lengths: Sequence[int], s
             ts = time.perf_counter()
             for rec in records:
                 bar.set_postfix_str(f"{task} @ {length:,}")
-                pred = postprocess(predict(rec["input"] + rec.get("answer_prefix", ""),
-                                           int(rec.get("tokens_to_generate", 128))))
+                pred = postprocess(
+                    predict(
+                        rec["input"] + rec.get("answer_prefix", ""),
+                        int(rec.get("tokens_to_generate", 128)),
+                    )
+                )
                 score = string_match_all([pred], [rec["outputs"]])
                 preds.append(pred)
                 refs.append(rec["outputs"])
-                rows.append({"index": rec["index"], "pred": pred, "outputs": rec["outputs"],
-                             "depth": rec.get("depth"), "score": score,
-                             "length": rec.get("length")})
+                rows.append(
+                    {
+                        "index": rec["index"],
+                        "pred": pred,
+                        "outputs": rec["outputs"],
+                        "depth": rec.get("depth"),
+                        "score": score,
+                        "length": rec.get("length"),
+                    }
+                )
                 if rec.get("depth") is not None:
                     b = _depth_bin(rec["depth"])
                     result.by_depth.setdefault(task, {}).setdefault(length, {}).setdefault(
-                        b, []).append(score)
+                        b, []
+                    ).append(score)
                 bar.update(1)
             timings[f"{task}-{length}"] = time.perf_counter() - ts
             result.scores.setdefault(task, {})[length] = string_match_all(preds, refs)
@@ -171,11 +206,23 @@ def run_niah(predict, tokenizer, tasks: Sequence[str], lengths: Sequence[int], s
                         fh.write(json.dumps(r) + "\n")
     bar.close()
     if out:
-        _write_outputs(out, result, tasks, lengths, {
-            **(settings or {}), "tasks": list(tasks), "lengths": list(lengths),
-            "samples": samples, "seed": seed, "key_split": key_split,
-            "elapsed_s": time.perf_counter() - t0, "peak_rss_gib": peak_rss_gib(),
-            "seconds_by_task_length": timings})
+        _write_outputs(
+            out,
+            result,
+            tasks,
+            lengths,
+            {
+                **(settings or {}),
+                "tasks": list(tasks),
+                "lengths": list(lengths),
+                "samples": samples,
+                "seed": seed,
+                "key_split": key_split,
+                "elapsed_s": time.perf_counter() - t0,
+                "peak_rss_gib": peak_rss_gib(),
+                "seconds_by_task_length": timings,
+            },
+        )
     return result
 
 
@@ -185,9 +232,13 @@ def _write_outputs(out: Path, r: NiahResult, tasks, lengths, settings: dict) -> 
         "scores": {t: {str(n): s for n, s in v.items()} for t, v in r.scores.items()},
         "average": {str(n): r.average(n) for n in lengths},
         "nulls": {t: {str(n): s for n, s in v.items()} for t, v in r.nulls.items()},
-        "by_depth": {t: {str(n): {str(b * 100 // DEPTH_BINS): sum(x) / len(x)
-                                  for b, x in sorted(d.items())}
-                         for n, d in v.items()} for t, v in r.by_depth.items()},
+        "by_depth": {
+            t: {
+                str(n): {str(b * 100 // DEPTH_BINS): sum(x) / len(x) for b, x in sorted(d.items())}
+                for n, d in v.items()
+            }
+            for t, v in r.by_depth.items()
+        },
     }
     (out / "results.json").write_text(json.dumps(data, indent=1))
     with (out / "summary.csv").open("w", newline="") as fh:
@@ -211,8 +262,10 @@ def format_table(r: NiahResult, tasks, lengths) -> str:
     rows = [[t, *[f"{r.scores[t][n]:.1f}" for n in lengths]] for t in tasks]
     rows.append(["average", *[f"{r.average(n):.1f}" for n in lengths]])
     widths = [max(len(x[i]) for x in [head, *rows]) for i in range(len(head))]
-    lines = ["  ".join(c.ljust(widths[0]) if i == 0 else c.rjust(widths[i])
-                       for i, c in enumerate(row)) for row in [head, *rows]]
+    lines = [
+        "  ".join(c.ljust(widths[0]) if i == 0 else c.rjust(widths[i]) for i, c in enumerate(row))
+        for row in [head, *rows]
+    ]
     lines.insert(1, "-" * len(lines[0]))
     lines.insert(len(lines) - 1, "-" * len(lines[0]))
     return "\n".join(lines)
@@ -252,8 +305,16 @@ def heatmaps(out: Path, r: NiahResult, tasks, lengths) -> list[Path]:
     return paths
 
 
-def dump_records(out_dir: str | Path, tokenizer, tasks, lengths, samples: int, seed: int,
-                 haystack_text: str | None = None, key_split: str | None = None) -> list[Path]:
+def dump_records(
+    out_dir: str | Path,
+    tokenizer,
+    tasks,
+    lengths,
+    samples: int,
+    seed: int,
+    haystack_text: str | None = None,
+    key_split: str | None = None,
+) -> list[Path]:
     """Write ``TASK-LENGTH.jsonl`` (RULER's format) for every task and length; no model."""
     from .ruler import generate_niah, write_jsonl
 
@@ -262,8 +323,15 @@ def dump_records(out_dir: str | Path, tokenizer, tasks, lengths, samples: int, s
     paths = []
     for task in tasks:
         for n in lengths:
-            recs = generate_niah(task, n, samples, tokenizer, seed=seed,
-                                 haystack_text=haystack_text, key_split=key_split)
+            recs = generate_niah(
+                task,
+                n,
+                samples,
+                tokenizer,
+                seed=seed,
+                haystack_text=haystack_text,
+                key_split=key_split,
+            )
             p = out / f"{task}-{n}.jsonl"
             write_jsonl(recs, p)
             paths.append(p)

@@ -10,11 +10,18 @@ Series = dict[str, tuple]
 """{label: (xs, ys)} or {label: (xs, ys, errors)}; errors are drawn as error bars."""
 
 
-def draw_curves(ax, series: Series, xlabel: str, ylabel: str, *,
-                ylim: tuple[float, float] | None = None,
-                hlines: Sequence[tuple[float, str]] = (),
-                vlines: Sequence[tuple[float, str]] = (),
-                legend_size: float | None = 8, title: str | None = None) -> None:
+def draw_curves(
+    ax,
+    series: Series,
+    xlabel: str,
+    ylabel: str,
+    *,
+    ylim: tuple[float, float] | None = None,
+    hlines: Sequence[tuple[float, str]] = (),
+    vlines: Sequence[tuple[float, str]] = (),
+    legend_size: float | None = 8,
+    title: str | None = None,
+) -> None:
     """Draw ``series`` on ``ax`` with a log₂ x axis, a grid and (unless ``legend_size`` is
     None) a legend; ``hlines`` / ``vlines`` are dashed reference lines (value, label)."""
     for label, s in series.items():
@@ -39,8 +46,15 @@ def draw_curves(ax, series: Series, xlabel: str, ylabel: str, *,
         ax.legend(fontsize=legend_size)
 
 
-def save_curves(path: str | Path, series: Series, xlabel: str, ylabel: str, *,
-                figsize: tuple[float, float] = (7, 4.2), **kwargs) -> Path:
+def save_curves(
+    path: str | Path,
+    series: Series,
+    xlabel: str,
+    ylabel: str,
+    *,
+    figsize: tuple[float, float] = (7, 4.2),
+    **kwargs,
+) -> Path:
     """One chart of ``series`` (see :func:`draw_curves` for ``kwargs``) saved as a PNG."""
     import matplotlib
 

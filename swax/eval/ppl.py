@@ -24,34 +24,44 @@ from ..errors import SwaxError
 
 
 @torch.no_grad()
-def position_losses(model, tokens: np.ndarray, length: int, samples: int, window=None,
-                    chunk: int = 2048, progress: bool = True) -> np.ndarray:
+def position_losses(
+    model,
+    tokens: np.ndarray,
+    length: int,
+    samples: int,
+    window=None,
+    chunk: int = 2048,
+    progress: bool = True,
+) -> np.ndarray:
     """(samples, length - 1) NLL of token t+1 given tokens ≤ t, for ``samples`` stretches of
     ``length`` tokens spread evenly over ``tokens``."""
     from tqdm import tqdm
 
     if len(tokens) < length:
-        raise SwaxError(f"the held-out text has {len(tokens):,} tokens, fewer than the longest "
-                        f"length {length:,}; pass longer --data or shorter --lengths")
+        raise SwaxError(
+            f"the held-out text has {len(tokens):,} tokens, fewer than the longest "
+            f"length {length:,}; pass longer --data or shorter --lengths"
+        )
     span = len(tokens) - length
-    starts = [int(round(i * span / max(1, samples - 1))) if samples > 1 else 0
-              for i in range(samples)]
+    starts = [
+        int(round(i * span / max(1, samples - 1))) if samples > 1 else 0 for i in range(samples)
+    ]
     w = model.config.window if window is None else window
     out = np.zeros((samples, length - 1), dtype=np.float64)
     steps = samples * math.ceil(length / chunk)
     bar = tqdm(total=steps, desc="ppl", unit="chunk", disable=not progress, dynamic_ncols=True)
     device = model.embed.weight.device
     for i, s in enumerate(starts):
-        ids = torch.as_tensor(np.asarray(tokens[s:s + length], dtype=np.int64))[None].to(device)
+        ids = torch.as_tensor(np.asarray(tokens[s : s + length], dtype=np.int64))[None].to(device)
         state = None
         for c in range(0, length, chunk):
-            x = ids[:, c:c + chunk]
+            x = ids[:, c : c + chunk]
             logits, state = model(x, window=w, state=state, return_state=True)
             # targets: the next token; the chunk's last position predicts the next chunk's first
-            tgt = ids[:, c + 1:c + 1 + x.shape[1]]
+            tgt = ids[:, c + 1 : c + 1 + x.shape[1]]
             n = tgt.shape[1]
             nll = F.cross_entropy(logits[0, :n].float(), tgt[0], reduction="none")
-            out[i, c:c + n] = nll.double().cpu().numpy()
+            out[i, c : c + n] = nll.double().cpu().numpy()
             bar.update(1)
     bar.close()
     return out
@@ -61,17 +71,25 @@ def bucketize(losses: np.ndarray, edges: list[int]) -> list[dict]:
     """Mean loss in the position buckets (0, e1], (e1, e2], … (positions are 1-based targets)."""
     rows, lo = [], 0
     for hi in edges:
-        seg = losses[:, lo:min(hi, losses.shape[1])]  # predictions with lo+1 … hi tokens seen
+        seg = losses[:, lo : min(hi, losses.shape[1])]  # predictions with lo+1 … hi tokens seen
         if seg.size:
             m = float(seg.mean())
-            rows.append({"bucket_start": lo, "bucket_end": hi, "loss": m, "ppl": math.exp(m),
-                         "tokens": int(seg.size)})
+            rows.append(
+                {
+                    "bucket_start": lo,
+                    "bucket_end": hi,
+                    "loss": m,
+                    "ppl": math.exp(m),
+                    "tokens": int(seg.size),
+                }
+            )
         lo = hi
     return rows
 
 
-def write_ppl(out_dir: str | Path, rows: list[dict], settings: dict,
-              train_len: int | None = None) -> tuple[Path, Path]:
+def write_ppl(
+    out_dir: str | Path, rows: list[dict], settings: dict, train_len: int | None = None
+) -> tuple[Path, Path]:
     from .plots import save_curves
 
     out = Path(out_dir)
@@ -84,9 +102,16 @@ def write_ppl(out_dir: str | Path, rows: list[dict], settings: dict,
     (out / "ppl.json").write_text(json.dumps({"settings": settings, "buckets": rows}, indent=1))
     png = save_curves(
         out / "ppl.png",
-        {settings.get("label", "model"): ([r["bucket_end"] for r in rows],
-                                          [r["loss"] for r in rows])},
-        "position (end of bucket, tokens)", "loss (nats/token)", figsize=(7, 4),
+        {
+            settings.get("label", "model"): (
+                [r["bucket_end"] for r in rows],
+                [r["loss"] for r in rows],
+            )
+        },
+        "position (end of bucket, tokens)",
+        "loss (nats/token)",
+        figsize=(7, 4),
         vlines=[(train_len, f"training length {train_len}")] if train_len else (),
-        legend_size=10)
+        legend_size=10,
+    )
     return csv_path, png

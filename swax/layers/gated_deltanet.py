@@ -61,11 +61,13 @@ class GatedDeltaNetLayer(nn.Module):
     @torch.no_grad()
     def reset_special(self) -> None:
         """fla/Mamba-2 initialisation of the convolution, decay rate A and time-step bias."""
-        nn.init.uniform_(self.conv_weight, -1 / math.sqrt(self.conv_size),
-                         1 / math.sqrt(self.conv_size))
+        nn.init.uniform_(
+            self.conv_weight, -1 / math.sqrt(self.conv_size), 1 / math.sqrt(self.conv_size)
+        )
         self.A_log.copy_(torch.empty(self.n_heads).uniform_(1, 16).log())
-        dt = torch.exp(torch.rand(self.n_heads) * (math.log(0.1) - math.log(0.001))
-                       + math.log(0.001)).clamp(min=1e-4)
+        dt = torch.exp(
+            torch.rand(self.n_heads) * (math.log(0.1) - math.log(0.001)) + math.log(0.001)
+        ).clamp(min=1e-4)
         self.dt_bias.copy_(dt + torch.log(-torch.expm1(-dt)))  # inverse softplus
 
     def forward(self, x: torch.Tensor, window=None, state=None, return_state: bool = False):
@@ -78,7 +80,7 @@ class GatedDeltaNetLayer(nn.Module):
             conv0 = u.new_zeros(B, u.shape[1], K - 1)
         uc = torch.cat([conv0.to(u.dtype), u], dim=2)  # (B, C, K - 1 + T)
         u = F.silu(F.conv1d(uc, self.conv_weight[:, None, :].to(u.dtype), groups=u.shape[1]))
-        new_conv = uc[:, :, uc.shape[2] - (K - 1):]
+        new_conv = uc[:, :, uc.shape[2] - (K - 1) :]
         q, k, v = u.transpose(1, 2).split([self.qk_dim, self.qk_dim, self.v_dim], dim=-1)
         q = F.normalize(q.float().view(B, T, H, -1), dim=-1, eps=1e-6).to(x.dtype)
         k = F.normalize(k.float().view(B, T, H, -1), dim=-1, eps=1e-6).to(x.dtype)
@@ -90,10 +92,15 @@ class GatedDeltaNetLayer(nn.Module):
             o = o[:, None]
         else:
             o, S = gated_delta_rule(
-                q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
-                g.transpose(1, 2), beta.transpose(1, 2),
-                initial_state=S0, output_final_state=return_state,
-                mode="chunk", chunk_size=self.chunk_size,
+                q.transpose(1, 2),
+                k.transpose(1, 2),
+                v.transpose(1, 2),
+                g.transpose(1, 2),
+                beta.transpose(1, 2),
+                initial_state=S0,
+                output_final_state=return_state,
+                mode="chunk",
+                chunk_size=self.chunk_size,
             )
             o = o.transpose(1, 2)  # (B, T, H, Dv)
         y = self.o_proj(self.norm(o) * F.silu(self.g_proj(x)))

@@ -86,10 +86,16 @@ class MLSTMLayer(nn.Module):
             h = h[:, None]  # (B, 1, H, Dv)
         else:
             h, new_state = mlstm(
-                q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
-                i.transpose(1, 2), f.transpose(1, 2),
-                initial_state=state, output_final_state=return_state,
-                mode="chunk", chunk_size=self.chunk_size, eps=self.eps,
+                q.transpose(1, 2),
+                k.transpose(1, 2),
+                v.transpose(1, 2),
+                i.transpose(1, 2),
+                f.transpose(1, 2),
+                initial_state=state,
+                output_final_state=return_state,
+                mode="chunk",
+                chunk_size=self.chunk_size,
+                eps=self.eps,
             )
             h = h.transpose(1, 2)  # (B, T, H, Dv)
         o = torch.sigmoid(self.ogate(x))

@@ -77,8 +77,7 @@ def _gates(i: torch.Tensor, f: torch.Tensor, m_init: torch.Tensor, N: int, L: in
     r = torch.maximum(M[..., :N, None], cmw)  # (B, H, N, L); m_t = b_t + r_t
     # r is nondecreasing in t, so the largest c - r_t of a chunk is at t = 0
     exact = bool((c - r[..., 0] > _SPREAD).any())
-    return dict(b=b, g=g, w=w, c=c, c_idx=c_idx, M=M, cmw=cmw,
-                cmw_idx=cmw_idx, r=r, exact=exact)
+    return dict(b=b, g=g, w=w, c=c, c_idx=c_idx, M=M, cmw=cmw, cmw_idx=cmw_idx, r=r, exact=exact)
 
 
 def _bmm(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
@@ -111,8 +110,9 @@ class _Dot:
 
 def _baddbmm_(out: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """out += a @ b in place (out contiguous)."""
-    out.view(-1, *out.shape[-2:]).baddbmm_(a.reshape(-1, *a.shape[-2:]),
-                                           b.reshape(-1, *b.shape[-2:]))
+    out.view(-1, *out.shape[-2:]).baddbmm_(
+        a.reshape(-1, *a.shape[-2:]), b.reshape(-1, *b.shape[-2:])
+    )
     return out
 
 
@@ -179,12 +179,39 @@ def _fwd_impl(q, k, v, i, f, C0, n0, m0, chunk_size: int, scale: float, eps: flo
     den = Y[..., Dv]
     Qd = torch.maximum(den.abs(), _exp(-(gt["b"] + gt["r"]), cd)) + eps
     h = (Y[..., :Dv] / Qd[..., None]).reshape(B, H, T, Dv)
-    return (h, C_end[..., :Dv].contiguous(), C_end[..., Dv].contiguous(), gt["M"][..., N].to(cd),
-            den.reshape(B, H, T).contiguous(), Cs, C_end, vx)
+    return (
+        h,
+        C_end[..., :Dv].contiguous(),
+        C_end[..., Dv].contiguous(),
+        gt["M"][..., N].to(cd),
+        den.reshape(B, H, T).contiguous(),
+        Cs,
+        C_end,
+        vx,
+    )
 
 
-def _bwd_impl(dh, dC_N, dn_N, dm_N, q, k, vx, i, f, C0, n0, m0, h, den, Cs, C_end,
-              chunk_size: int, scale: float, eps: float):
+def _bwd_impl(
+    dh,
+    dC_N,
+    dn_N,
+    dm_N,
+    q,
+    k,
+    vx,
+    i,
+    f,
+    C0,
+    n0,
+    m0,
+    h,
+    den,
+    Cs,
+    C_end,
+    chunk_size: int,
+    scale: float,
+    eps: float,
+):
     B, H, T, D = q.shape
     Dv = vx.shape[-1] - 1
     L = chunk_size
@@ -305,11 +332,28 @@ def _bwd_impl(dh, dC_N, dn_N, dm_N, q, k, vx, i, f, C0, n0, m0, h, den, Cs, C_en
 
 
 @torch.library.custom_op("swax::mlstm_chunk_fwd", mutates_args=())
-def _fwd_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, i: torch.Tensor,
-            f: torch.Tensor, C0: torch.Tensor, n0: torch.Tensor, m0: torch.Tensor,
-            chunk_size: int, scale: float, eps: float
-            ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor,
-                       torch.Tensor, torch.Tensor, torch.Tensor]:
+def _fwd_op(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    i: torch.Tensor,
+    f: torch.Tensor,
+    C0: torch.Tensor,
+    n0: torch.Tensor,
+    m0: torch.Tensor,
+    chunk_size: int,
+    scale: float,
+    eps: float,
+) -> tuple[
+    torch.Tensor,
+    torch.Tensor,
+    torch.Tensor,
+    torch.Tensor,
+    torch.Tensor,
+    torch.Tensor,
+    torch.Tensor,
+    torch.Tensor,
+]:
     with torch.no_grad():
         return _fwd_impl(q, k, v, i, f, C0, n0, m0, chunk_size, scale, eps)
 
@@ -319,30 +363,85 @@ def _(q, k, v, i, f, C0, n0, m0, chunk_size, scale, eps):
     B, H, T, D = q.shape
     Dv = v.shape[-1]
     N = T // chunk_size
-    return (q.new_empty(B, H, T, Dv), q.new_empty(B, H, D, Dv), q.new_empty(B, H, D),
-            q.new_empty(B, H), q.new_empty(B, H, T), q.new_empty(B, H, N, D, Dv + 1),
-            q.new_empty(B, H, D, Dv + 1), q.new_empty(B, H, N, chunk_size, Dv + 1))
+    return (
+        q.new_empty(B, H, T, Dv),
+        q.new_empty(B, H, D, Dv),
+        q.new_empty(B, H, D),
+        q.new_empty(B, H),
+        q.new_empty(B, H, T),
+        q.new_empty(B, H, N, D, Dv + 1),
+        q.new_empty(B, H, D, Dv + 1),
+        q.new_empty(B, H, N, chunk_size, Dv + 1),
+    )
 
 
 @torch.library.custom_op("swax::mlstm_chunk_bwd", mutates_args=())
-def _bwd_op(dh: torch.Tensor, dC_N: torch.Tensor, dn_N: torch.Tensor, dm_N: torch.Tensor,
-            q: torch.Tensor, k: torch.Tensor, vx: torch.Tensor, i: torch.Tensor,
-            f: torch.Tensor, C0: torch.Tensor, n0: torch.Tensor, m0: torch.Tensor,
-            h: torch.Tensor, den: torch.Tensor, Cs: torch.Tensor, C_end: torch.Tensor,
-            chunk_size: int, scale: float, eps: float
-            ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor,
-                       torch.Tensor, torch.Tensor, torch.Tensor]:
+def _bwd_op(
+    dh: torch.Tensor,
+    dC_N: torch.Tensor,
+    dn_N: torch.Tensor,
+    dm_N: torch.Tensor,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    vx: torch.Tensor,
+    i: torch.Tensor,
+    f: torch.Tensor,
+    C0: torch.Tensor,
+    n0: torch.Tensor,
+    m0: torch.Tensor,
+    h: torch.Tensor,
+    den: torch.Tensor,
+    Cs: torch.Tensor,
+    C_end: torch.Tensor,
+    chunk_size: int,
+    scale: float,
+    eps: float,
+) -> tuple[
+    torch.Tensor,
+    torch.Tensor,
+    torch.Tensor,
+    torch.Tensor,
+    torch.Tensor,
+    torch.Tensor,
+    torch.Tensor,
+    torch.Tensor,
+]:
     with torch.no_grad():
-        return _bwd_impl(dh, dC_N, dn_N, dm_N, q, k, vx, i, f, C0, n0, m0, h, den, Cs, C_end,
-                         chunk_size, scale, eps)
+        return _bwd_impl(
+            dh,
+            dC_N,
+            dn_N,
+            dm_N,
+            q,
+            k,
+            vx,
+            i,
+            f,
+            C0,
+            n0,
+            m0,
+            h,
+            den,
+            Cs,
+            C_end,
+            chunk_size,
+            scale,
+            eps,
+        )
 
 
 @_bwd_op.register_fake
-def _(dh, dC_N, dn_N, dm_N, q, k, vx, i, f, C0, n0, m0, h, den, Cs, C_end, chunk_size, scale,
-      eps):
-    return (torch.empty_like(q), torch.empty_like(k), torch.empty_like(h), torch.empty_like(i),
-            torch.empty_like(f), torch.empty_like(C0), torch.empty_like(n0),
-            torch.empty_like(m0))
+def _(dh, dC_N, dn_N, dm_N, q, k, vx, i, f, C0, n0, m0, h, den, Cs, C_end, chunk_size, scale, eps):
+    return (
+        torch.empty_like(q),
+        torch.empty_like(k),
+        torch.empty_like(h),
+        torch.empty_like(i),
+        torch.empty_like(f),
+        torch.empty_like(C0),
+        torch.empty_like(n0),
+        torch.empty_like(m0),
+    )
 
 
 def _setup_context(ctx, inputs, output):
@@ -359,8 +458,25 @@ def _backward(ctx, dh, dC, dn, dm, _dden, _dCs, _dC_end, _dvx):
     dC = torch.zeros_like(C0) if dC is None else dC
     dn = torch.zeros_like(n0) if dn is None else dn
     dm = torch.zeros_like(m0) if dm is None else dm
-    grads = _bwd_op(dh.contiguous(), dC.contiguous(), dn.contiguous(), dm.contiguous(),
-                    q, k, vx, i, f, C0, n0, m0, h, den, Cs, C_end, *ctx.args)
+    grads = _bwd_op(
+        dh.contiguous(),
+        dC.contiguous(),
+        dn.contiguous(),
+        dm.contiguous(),
+        q,
+        k,
+        vx,
+        i,
+        f,
+        C0,
+        n0,
+        m0,
+        h,
+        den,
+        Cs,
+        C_end,
+        *ctx.args,
+    )
     return (*grads, None, None, None)
 
 

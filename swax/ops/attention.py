@@ -178,7 +178,7 @@ def _key_windows(x: torch.Tensor, W: int, bq: int, nb: int, off: int, pad_right:
     extra = n_prev * bq - (W - 1)  # further zeros so that the stream starts on a block
     xp = F.pad(x, (0, 0, W - 1 + extra, pad_right))[:, :, off:]
     blocks = xp.reshape(B, H, n_prev + nb, bq, D)
-    parts = [blocks[:, :, i:i + nb] for i in range(n_prev + 1)]
+    parts = [blocks[:, :, i : i + nb] for i in range(n_prev + 1)]
     return torch.cat(parts, dim=3)[:, :, :, extra:]
 
 
@@ -231,8 +231,12 @@ def _flash(q, k, v, window, scale):
 
     ws = (-1, -1) if window is None else (window - 1, 0)
     o = flash_attn_func(
-        q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
-        softmax_scale=scale, causal=True, window_size=ws,
+        q.transpose(1, 2),
+        k.transpose(1, 2),
+        v.transpose(1, 2),
+        softmax_scale=scale,
+        causal=True,
+        window_size=ws,
     )
     return o.transpose(1, 2)
 
@@ -260,11 +264,14 @@ def _flex_block_mask(tq: int, tk: int, window: int | None, device: str):
 
     off = tk - tq
     if window is None:
+
         def mask_mod(b, h, qi, ki):
             return qi + off >= ki
     else:
+
         def mask_mod(b, h, qi, ki):
             return (qi + off >= ki) & (qi + off - ki < window)
+
     return create_block_mask(mask_mod, None, None, tq, tk, device=device)
 
 
@@ -281,11 +288,33 @@ def _flex(q, k, v, window, scale):
     )
 
 
-register_backend("swa", "flash", _flash, _flash_usable, priority=30,
-                 doc="flash_attn_func with window_size=(W-1, 0); CUDA, fp16/bf16")
-register_backend("swa", "flex", _flex, _flex_usable, priority=20,
-                 doc="compiled flex attention with a sliding-window block mask; CUDA")
-register_backend("swa", "blockwise", _blockwise, priority=10,
-                 doc="query blocks against strided key windows, O(T·W); any device")
-register_backend("swa", "reference", _reference, priority=0,
-                 doc="naive masked softmax over Tq×Tk; small inputs only")
+register_backend(
+    "swa",
+    "flash",
+    _flash,
+    _flash_usable,
+    priority=30,
+    doc="flash_attn_func with window_size=(W-1, 0); CUDA, fp16/bf16",
+)
+register_backend(
+    "swa",
+    "flex",
+    _flex,
+    _flex_usable,
+    priority=20,
+    doc="compiled flex attention with a sliding-window block mask; CUDA",
+)
+register_backend(
+    "swa",
+    "blockwise",
+    _blockwise,
+    priority=10,
+    doc="query blocks against strided key windows, O(T·W); any device",
+)
+register_backend(
+    "swa",
+    "reference",
+    _reference,
+    priority=0,
+    doc="naive masked softmax over Tq×Tk; small inputs only",
+)

@@ -282,14 +282,15 @@ def gated_delta_rule(
         o, S = impl.fn(q, k, v, g, beta, initial_state, output_final_state, chunk_size, scale)
         return o, (S if output_final_state else None)
     if backend not in (None, "auto") and backend not in list_backends("gated_delta"):
-        raise ValueError(f"{fn}: unknown backend {backend!r}; expected one of "
-                         f"{['auto', *list_backends('gated_delta')]}")
+        raise ValueError(
+            f"{fn}: unknown backend {backend!r}; expected one of "
+            f"{['auto', *list_backends('gated_delta')]}"
+        )
     o, S = _native(q, k, v, g, beta, initial_state, output_final_state, chunk_size, scale, mode)
     return o, (S if output_final_state else None)
 
 
-def _native(q, k, v, g, beta, initial_state, output_final_state, chunk_size, scale,
-            mode="chunk"):
+def _native(q, k, v, g, beta, initial_state, output_final_state, chunk_size, scale, mode="chunk"):
     B, H, T, Dk = q.shape
     Dv = v.shape[-1]
     out_dtype = q.dtype
@@ -333,18 +334,34 @@ def _fla(q, k, v, g, beta, initial_state, output_final_state, chunk_size, scale)
     dt = q.dtype
     S0 = None if initial_state is None else initial_state.float()
     o, S = kernel(
-        q.transpose(1, 2), k.to(dt).transpose(1, 2), v.to(dt).transpose(1, 2),
-        g.float().transpose(1, 2), beta.to(dt).transpose(1, 2),
-        scale=scale, initial_state=S0, output_final_state=True, use_qk_l2norm_in_kernel=False,
+        q.transpose(1, 2),
+        k.to(dt).transpose(1, 2),
+        v.to(dt).transpose(1, 2),
+        g.float().transpose(1, 2),
+        beta.to(dt).transpose(1, 2),
+        scale=scale,
+        initial_state=S0,
+        output_final_state=True,
+        use_qk_l2norm_in_kernel=False,
     )
     return o.transpose(1, 2).to(dt), (S.float() if S is not None else S)
 
 
-register_backend("gated_delta", "fla", _fla, _fla_usable, priority=20,
-                 doc="fla's chunk_gated_delta_rule (Triton); CUDA, bfloat16/float16")
-register_backend("gated_delta", "native",
-                 lambda *a: _native(*a, mode="chunk"), priority=10,
-                 doc="chunkwise WY form in PyTorch, autograd backward; any device")
+register_backend(
+    "gated_delta",
+    "fla",
+    _fla,
+    _fla_usable,
+    priority=20,
+    doc="fla's chunk_gated_delta_rule (Triton); CUDA, bfloat16/float16",
+)
+register_backend(
+    "gated_delta",
+    "native",
+    lambda *a: _native(*a, mode="chunk"),
+    priority=10,
+    doc="chunkwise WY form in PyTorch, autograd backward; any device",
+)
 
 
 def gated_delta_step(

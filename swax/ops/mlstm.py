@@ -95,9 +95,7 @@ def _check_state(state: object, B: int, H: int, Dqk: int, Dv: int, what: str) ->
     expected = {"C": (B, H, Dqk, Dv), "n": (B, H, Dqk), "m": (B, H)}
     for (name, shape), x in zip(expected.items(), state):
         if not isinstance(x, torch.Tensor):
-            raise ValueError(
-                f"mlstm: {what} {name} must be a torch.Tensor, got {type(x).__name__}"
-            )
+            raise ValueError(f"mlstm: {what} {name} must be a torch.Tensor, got {type(x).__name__}")
         if tuple(x.shape) != shape:
             raise ValueError(
                 f"mlstm: {what} {name} has shape {tuple(x.shape)}, expected {shape} "
@@ -117,8 +115,7 @@ def _check_inputs(q, k, v, i, f, seq: bool) -> None:
     for name, x in (("i", i), ("f", f)):
         if x.ndim != nd - 1:
             raise ValueError(
-                f"mlstm: {name} must be {nd - 1}-D {lead.rstrip(', ')}), "
-                f"got shape {tuple(x.shape)}"
+                f"mlstm: {name} must be {nd - 1}-D {lead.rstrip(', ')}), got shape {tuple(x.shape)}"
             )
     if k.shape != q.shape:
         raise ValueError(
@@ -307,8 +304,10 @@ def mlstm(
         h, state = impl.fn(q, k, v, i, f, state, chunk_size, eps)
         return h.to(out_dtype), (state if output_final_state else None)
     if backend not in (None, "auto") and backend not in list_backends("mlstm"):
-        raise ValueError(f"mlstm: unknown backend {backend!r}; expected one of "
-                         f"{['auto', *list_backends('mlstm')]}")
+        raise ValueError(
+            f"mlstm: unknown backend {backend!r}; expected one of "
+            f"{['auto', *list_backends('mlstm')]}"
+        )
     qf = q.float() * Dqk**-0.5
     kf, vf, i_f = k.float(), v.float(), i.float()
 
@@ -356,8 +355,9 @@ def _autograd_chunks(qf, kf, vf, i_f, f, state, L, eps):
 
 def _autograd_backend(q, k, v, i, f, state, chunk_size, eps):
     Dqk = q.shape[-1]
-    return _autograd_chunks(q.float() * Dqk**-0.5, k.float(), v.float(), i.float(), f, state,
-                            chunk_size, eps)
+    return _autograd_chunks(
+        q.float() * Dqk**-0.5, k.float(), v.float(), i.float(), f, state, chunk_size, eps
+    )
 
 
 def _native_backend(q, k, v, i, f, state, chunk_size, eps):
@@ -371,8 +371,9 @@ def _native_backend(q, k, v, i, f, state, chunk_size, eps):
     pieces = []
     for lo, hi in ((0, cut), (cut, T)):
         if hi > lo:
-            h, (C, n, m) = mlstm_chunkwise(*(x[:, :, lo:hi] for x in xs), C, n, m,
-                                           min(L, hi - lo), Dqk**-0.5, eps)
+            h, (C, n, m) = mlstm_chunkwise(
+                *(x[:, :, lo:hi] for x in xs), C, n, m, min(L, hi - lo), Dqk**-0.5, eps
+            )
             pieces.append(h)
     h = torch.cat(pieces, 2) if len(pieces) > 1 else pieces[0]
     return h, (C, n, m)
@@ -435,29 +436,56 @@ def _triton_backend(q, k, v, i, f, state, chunk_size, eps):
     # the empty state is C = n = 0, m = -inf here; the kernel's own convention is m = 0
     m_in = torch.where(torch.isinf(m), torch.zeros_like(m), m)
     h, (C1, n1, m1) = kern(
-        q[:, :, :P].to(dt), k[:, :, :P].to(dt), v[:, :, :P].to(dt),
-        i[:, :, :P].float(), f[:, :, :P].float(),
-        c_initial=C, n_initial=n, m_initial=m_in[..., None],
-        return_last_states=True, eps=eps, chunk_size=128 if P >= 128 else P,
+        q[:, :, :P].to(dt),
+        k[:, :, :P].to(dt),
+        v[:, :, :P].to(dt),
+        i[:, :, :P].float(),
+        f[:, :, :P].float(),
+        c_initial=C,
+        n_initial=n,
+        m_initial=m_in[..., None],
+        return_last_states=True,
+        eps=eps,
+        chunk_size=128 if P >= 128 else P,
     )
     m1 = m1.float().reshape(m.shape)
     m_true = _final_m(i[:, :, :P], f[:, :, :P], m)
     scale = torch.exp(m1 - m_true)  # >= 1: the kernel's m can only be larger
-    state = (C1.float() * scale[..., None, None], n1.float().reshape(n.shape) * scale[..., None],
-             m_true)
+    state = (
+        C1.float() * scale[..., None, None],
+        n1.float().reshape(n.shape) * scale[..., None],
+        m_true,
+    )
     if P == T:
         return h, state
-    h2, state = _native_backend(q[:, :, P:], k[:, :, P:], v[:, :, P:], i[:, :, P:], f[:, :, P:],
-                                state, chunk_size, eps)
+    h2, state = _native_backend(
+        q[:, :, P:], k[:, :, P:], v[:, :, P:], i[:, :, P:], f[:, :, P:], state, chunk_size, eps
+    )
     return torch.cat([h.to(h2.dtype), h2], 2), state
 
 
-register_backend("mlstm", "triton", _triton_backend, _triton_usable, priority=20,
-                 doc="mlstm_kernels chunkwise--triton_xl_chunk (+ native on the tail); CUDA")
-register_backend("mlstm", "native", _native_backend, priority=10,
-                 doc="chunkwise kernel with a hand-written backward; any device")
-register_backend("mlstm", "autograd", _autograd_backend, priority=0,
-                 doc="chunkwise form differentiated by autograd; a reference")
+register_backend(
+    "mlstm",
+    "triton",
+    _triton_backend,
+    _triton_usable,
+    priority=20,
+    doc="mlstm_kernels chunkwise--triton_xl_chunk (+ native on the tail); CUDA",
+)
+register_backend(
+    "mlstm",
+    "native",
+    _native_backend,
+    priority=10,
+    doc="chunkwise kernel with a hand-written backward; any device",
+)
+register_backend(
+    "mlstm",
+    "autograd",
+    _autograd_backend,
+    priority=0,
+    doc="chunkwise form differentiated by autograd; a reference",
+)
 
 
 def mlstm_step(
@@ -486,6 +514,5 @@ def mlstm_step(
     if state is not None:
         _check_state(state, B, H, Dqk, Dv, "state")
     state = _init_state(state, B, H, Dqk, Dv, q.device)
-    h, state = _step(q.float() * Dqk**-0.5, k.float(), v.float(), i.float(), f.float(),
-                     state, eps)
+    h, state = _step(q.float() * Dqk**-0.5, k.float(), v.float(), i.float(), f.float(), state, eps)
     return h.to(q.dtype), state

@@ -84,8 +84,9 @@ def select_backend(op: str, name: str | None, *args, **kwargs) -> Backend:
         key = (op, name, reason)
         if key not in _WARNED:
             _WARNED.add(key)
-            log.warning("swax: %s backend %r unavailable (%s); using %r", op, name, reason,
-                        chosen.name)
+            log.warning(
+                "swax: %s backend %r unavailable (%s); using %r", op, name, reason, chosen.name
+            )
         return chosen
     for backend in sorted(table.values(), key=lambda b: -b.priority):
         if backend.usable(*args, **kwargs) is None:

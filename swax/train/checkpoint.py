@@ -69,14 +69,23 @@ def _write_files(tmp: Path, model_sd: dict, optim_sd: dict, trainer_state: dict)
             else:
                 scalars[f"{fqn}::{name}"] = value
     save_file(tensors, str(tmp / "optimizer.safetensors"))
-    groups = [{k: (list(v) if isinstance(v, tuple) else v) for k, v in g.items()}
-              for g in optim_sd.get("param_groups", [])]
+    groups = [
+        {k: (list(v) if isinstance(v, tuple) else v) for k, v in g.items()}
+        for g in optim_sd.get("param_groups", [])
+    ]
     (tmp / "optimizer.json").write_text(json.dumps({"param_groups": groups, "scalars": scalars}))
     (tmp / "trainer.json").write_text(json.dumps(trainer_state, indent=1))
 
 
-def save_checkpoint(run_dir: str | Path, step: int, model, optimizer, trainer_state: dict,
-                    keep: int = 2, is_main: bool = True) -> Path | None:
+def save_checkpoint(
+    run_dir: str | Path,
+    step: int,
+    model,
+    optimizer,
+    trainer_state: dict,
+    keep: int = 2,
+    is_main: bool = True,
+) -> Path | None:
     """Write checkpoint ``step`` (collective under torch.distributed: every rank calls it)."""
     from torch.distributed.checkpoint.state_dict import get_state_dict
 
@@ -90,8 +99,12 @@ def save_checkpoint(run_dir: str | Path, step: int, model, optimizer, trainer_st
         rng = {"torch": torch.get_rng_state()}
         if torch.cuda.is_available():
             rng["cuda"] = torch.cuda.get_rng_state()
-        _write_files(tmp, {**model_sd, **{f"__rng__.{k}": v for k, v in rng.items()}}, optim_sd,
-                     {**trainer_state, "step": step})
+        _write_files(
+            tmp,
+            {**model_sd, **{f"__rng__.{k}": v for k, v in rng.items()}},
+            optim_sd,
+            {**trainer_state, "step": step},
+        )
         if final.exists():  # re-saving a step (e.g. after a resume): swap, then delete the old
             old = final.with_name(final.name + ".old")
             os.replace(final, old)
@@ -140,12 +153,17 @@ def load_checkpoint(path: str | Path, model, optimizer) -> dict:
         if "betas" in g:
             g["betas"] = tuple(g["betas"])
     try:
-        set_state_dict(model, optimizer, model_state_dict=model_sd,
-                       optim_state_dict={"state": optim_state, "param_groups": groups},
-                       options=_options())
+        set_state_dict(
+            model,
+            optimizer,
+            model_state_dict=model_sd,
+            optim_state_dict={"state": optim_state, "param_groups": groups},
+            options=_options(),
+        )
     except (RuntimeError, KeyError, ValueError) as e:
-        raise CheckpointError(f"checkpoint {path} does not match this model/optimizer: "
-                              f"{str(e).splitlines()[0]}") from None
+        raise CheckpointError(
+            f"checkpoint {path} does not match this model/optimizer: {str(e).splitlines()[0]}"
+        ) from None
     if "torch" in rng:
         torch.set_rng_state(rng["torch"])
     if "cuda" in rng and torch.cuda.is_available():

@@ -178,8 +178,11 @@ class TrainConfig:
             positive(f"window.{name}", getattr(w, name))
         if w.fixed is not None:
             positive("window.fixed", w.fixed)
-        for name, v in (("window.short", w.short), ("window.long", w.long),
-                        ("window.fixed", w.fixed)):
+        for name, v in (
+            ("window.short", w.short),
+            ("window.long", w.long),
+            ("window.fixed", w.fixed),
+        ):
             if v is not None and v > self.seq_len:
                 raise ConfigError(
                     f"{name}={v} is larger than seq_len={self.seq_len}; a window can be at most "
@@ -245,8 +248,9 @@ def parse_override(text: str) -> tuple[list[str], Any]:
     if isinstance(value, str):
         try:
             f = float(value)
-            value = int(f) if f.is_integer() and "." not in value and "e" not in value.lower() \
-                else f
+            value = (
+                int(f) if f.is_integer() and "." not in value and "e" not in value.lower() else f
+            )
         except ValueError:
             pass
     return key.split("."), value
@@ -264,8 +268,9 @@ def _set(tree: dict, path: list[str], value: Any) -> None:
     node[path[-1]] = value
 
 
-def load_train_config(path: str | Path | None = None,
-                      overrides: list[str] | tuple[str, ...] = ()) -> TrainConfig:
+def load_train_config(
+    path: str | Path | None = None, overrides: list[str] | tuple[str, ...] = ()
+) -> TrainConfig:
     """A TrainConfig from a YAML file (None: the defaults = the tiny run) and key=value
     overrides. Errors name the file or the dotted key."""
     data: dict = {}
@@ -277,7 +282,8 @@ def load_train_config(path: str | Path | None = None,
             data = yaml.safe_load(p.read_text()) or {}
         except yaml.YAMLError as e:
             raise ConfigError(
-                f"config file {p} is not valid YAML: {str(e).splitlines()[0]}") from None
+                f"config file {p} is not valid YAML: {str(e).splitlines()[0]}"
+            ) from None
         if not isinstance(data, dict):
             raise ConfigError(f"config file {p} must hold a mapping of keys")
     for text in overrides:

@@ -37,13 +37,16 @@ def plot_run(run_dir: str | Path, out: str | Path | None = None) -> Path:
     train = [(r["step"], r["loss"]) for r in records if "loss" in r]
     val = [(r["step"], r["val_loss"]) for r in records if "val_loss" in r]
     lr = [(r["step"], r["lr"]) for r in records if "lr" in r]
-    fig, (ax, ax2) = plt.subplots(2, 1, figsize=(8, 6), sharex=True,
-                                  gridspec_kw={"height_ratios": [3, 1]})
+    fig, (ax, ax2) = plt.subplots(
+        2, 1, figsize=(8, 6), sharex=True, gridspec_kw={"height_ratios": [3, 1]}
+    )
     if train:
         s, v = zip(*train)
         ax.plot(s, v, lw=0.6, alpha=0.4, label="train loss")
         k = max(1, len(v) // 50)
-        smooth = [sum(v[max(0, i - k):i + 1]) / len(v[max(0, i - k):i + 1]) for i in range(len(v))]
+        smooth = [
+            sum(v[max(0, i - k) : i + 1]) / len(v[max(0, i - k) : i + 1]) for i in range(len(v))
+        ]
         ax.plot(s, smooth, lw=1.5, label=f"train loss (mean of {k + 1})")
     if val:
         s, v = zip(*val)

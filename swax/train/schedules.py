@@ -48,8 +48,16 @@ class StochasticWindow:
     sliding-window layer (all long in the anneal phase).
     """
 
-    def __init__(self, short: int, long: int, p_short: float, anneal_frac: float,
-                 total_steps: int, seed: int = 0, per_layer: int | None = None):
+    def __init__(
+        self,
+        short: int,
+        long: int,
+        p_short: float,
+        anneal_frac: float,
+        total_steps: int,
+        seed: int = 0,
+        per_layer: int | None = None,
+    ):
         for name, v in (("short", short), ("long", long), ("total_steps", total_steps)):
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise ValueError(f"{name} must be a positive integer, got {v!r}")
@@ -71,17 +79,28 @@ class StochasticWindow:
             return self.long if self.per_layer is None else (self.long,) * self.per_layer
         if self.per_layer is None:
             return self.short if _uniform(self.seed, step) < self.p_short else self.long
-        return tuple(self.short if _uniform(self.seed, step, 1 + j) < self.p_short else self.long
-                     for j in range(self.per_layer))
+        return tuple(
+            self.short if _uniform(self.seed, step, 1 + j) < self.p_short else self.long
+            for j in range(self.per_layer)
+        )
 
     def __repr__(self) -> str:
-        return (f"StochasticWindow(short={self.short}, long={self.long}, p_short={self.p_short}, "
-                f"anneal_frac={self.anneal_frac}, total_steps={self.total_steps}, "
-                f"seed={self.seed}{'' if self.per_layer is None else ', per_layer=True'})")
+        return (
+            f"StochasticWindow(short={self.short}, long={self.long}, p_short={self.p_short}, "
+            f"anneal_frac={self.anneal_frac}, total_steps={self.total_steps}, "
+            f"seed={self.seed}{'' if self.per_layer is None else ', per_layer=True'})"
+        )
 
 
-def lr_at(step: int, total_steps: int, lr: float, warmup_steps: int, schedule: str,
-          min_lr_ratio: float = 0.1, decay_frac: float = 0.2) -> float:
+def lr_at(
+    step: int,
+    total_steps: int,
+    lr: float,
+    warmup_steps: int,
+    schedule: str,
+    min_lr_ratio: float = 0.1,
+    decay_frac: float = 0.2,
+) -> float:
     """Learning rate of optimizer step ``step`` (0-based).
 
     Linear warmup from lr/warmup to lr over ``warmup_steps``; then ``cosine`` decays to

@@ -72,8 +72,10 @@ def param_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:
             no_decay.append(p)
         else:
             decay.append(p)
-    return [{"params": decay, "weight_decay": weight_decay},
-            {"params": no_decay, "weight_decay": 0.0}]
+    return [
+        {"params": decay, "weight_decay": weight_decay},
+        {"params": no_decay, "weight_decay": 0.0},
+    ]
 
 
 def window_schedule(cfg: TrainConfig, n_layers: int, layer_types: str):
@@ -81,8 +83,15 @@ def window_schedule(cfg: TrainConfig, n_layers: int, layer_types: str):
     if w.kind == "fixed":
         return FixedWindow(w.fixed or w.long)
     n_swa = layer_types.count("S")
-    sched = StochasticWindow(w.short, w.long, w.p_short, w.anneal_frac, cfg.steps, cfg.seed,
-                             per_layer=n_swa if (w.per_layer and n_swa > 1) else None)
+    sched = StochasticWindow(
+        w.short,
+        w.long,
+        w.p_short,
+        w.anneal_frac,
+        cfg.steps,
+        cfg.seed,
+        per_layer=n_swa if (w.per_layer and n_swa > 1) else None,
+    )
     if sched.per_layer is None:
         return sched
 
@@ -117,15 +126,23 @@ class _Logger:
         if not enabled:
             return
         if self.metrics_path.exists():  # resuming: drop lines beyond the checkpoint's step
-            keep = [ln for ln in self.metrics_path.read_text().splitlines()
-                    if ln.strip() and json.loads(ln).get("step", 0) <= start_step]
+            keep = [
+                ln
+                for ln in self.metrics_path.read_text().splitlines()
+                if ln.strip() and json.loads(ln).get("step", 0) <= start_step
+            ]
             self.metrics_path.write_text("".join(ln + "\n" for ln in keep))
         self.fh = self.metrics_path.open("a")
         if cfg.log.progress and sys.stderr.isatty():
             from tqdm import tqdm
 
-            self.bar = tqdm(total=cfg.steps, initial=start_step, unit="step", dynamic_ncols=True,
-                            file=sys.stderr)
+            self.bar = tqdm(
+                total=cfg.steps,
+                initial=start_step,
+                unit="step",
+                dynamic_ncols=True,
+                file=sys.stderr,
+            )
         if cfg.log.tensorboard:
             try:
                 from torch.utils.tensorboard import SummaryWriter
@@ -224,16 +241,35 @@ def _train(cfg: TrainConfig, info: D.DistInfo, on_step_end) -> dict:
     if "vocab_size" not in cfg.model and mcfg.vocab_size < tok.vocab_size:
         mcfg = mcfg.replace(vocab_size=128 * math.ceil(tok.vocab_size / 128))
     if mcfg.vocab_size < tok.vocab_size:
-        raise ConfigError(f"model.vocab_size={mcfg.vocab_size} is smaller than the tokenizer's "
-                          f"vocabulary ({tok.name}: {tok.vocab_size})")
+        raise ConfigError(
+            f"model.vocab_size={mcfg.vocab_size} is smaller than the tokenizer's "
+            f"vocabulary ({tok.name}: {tok.vocab_size})"
+        )
     train_ds, val_ds = build_datasets(cfg.data, tok, cfg.seq_len, cfg.seed)
-    loader = PackedLoader(train_ds, cfg.seq_len, micro, info.rank, info.world_size, cfg.seed,
-                          synthetic=cfg.data.synthetic, tokenizer=tok)
+    loader = PackedLoader(
+        train_ds,
+        cfg.seq_len,
+        micro,
+        info.rank,
+        info.world_size,
+        cfg.seed,
+        synthetic=cfg.data.synthetic,
+        tokenizer=tok,
+    )
     # validation batches are global batches (batch_size sequences), whatever the world size
     # and accumulation, so every run of a config is validated on the same sequences
-    val_loader = None if val_ds is None else PackedLoader(
-        val_ds, cfg.seq_len, cfg.batch_size // info.world_size, info.rank, info.world_size,
-        cfg.seed)
+    val_loader = (
+        None
+        if val_ds is None
+        else PackedLoader(
+            val_ds,
+            cfg.seq_len,
+            cfg.batch_size // info.world_size,
+            info.rank,
+            info.world_size,
+            cfg.seed,
+        )
+    )
 
     # -- model and optimizer
     torch.manual_seed(cfg.seed)
@@ -245,11 +281,15 @@ def _train(cfg: TrainConfig, info: D.DistInfo, on_step_end) -> dict:
     model = D.wrap_model(model, info, cfg.dist.strategy)
     fwd = torch.compile(model) if cfg.compile else model
     o = cfg.optim
-    optimizer = torch.optim.AdamW(param_groups(model, o.weight_decay), lr=o.lr,
-                                  betas=(o.beta1, o.beta2), eps=o.eps)
+    optimizer = torch.optim.AdamW(
+        param_groups(model, o.weight_decay), lr=o.lr, betas=(o.beta1, o.beta2), eps=o.eps
+    )
     sched = window_schedule(cfg, mcfg.n_layers, mcfg.layer_types)
-    amp_dtype = torch.bfloat16 if (cfg.dtype == "bfloat16" or (
-        cfg.dtype == "auto" and info.device.type == "cuda")) else None
+    amp_dtype = (
+        torch.bfloat16
+        if (cfg.dtype == "bfloat16" or (cfg.dtype == "auto" and info.device.type == "cuda"))
+        else None
+    )
 
     start_step, elapsed0, tokens_seen = 0, 0.0, 0
     summary: dict = {"run_dir": str(run_dir), "params": n_params}
@@ -282,16 +322,22 @@ def _train(cfg: TrainConfig, info: D.DistInfo, on_step_end) -> dict:
             for x, y in val_loader.eval_batches(cfg.log.val_batches):
                 x, y = x.to(info.device), y.to(info.device)
                 logits = fwd(x, window=sched.long if hasattr(sched, "long") else cfg.window.long)
-                total[0] += F.cross_entropy(logits.float().flatten(0, 1), y.flatten(),
-                                            ignore_index=-100, reduction="sum").double()
+                total[0] += F.cross_entropy(
+                    logits.float().flatten(0, 1), y.flatten(), ignore_index=-100, reduction="sum"
+                ).double()
                 total[1] += (y != -100).sum()
         D.all_reduce_sum(total)
         model.train()
         return (total[0] / total[1].clamp(min=1)).item()
 
     def trainer_state(step):
-        return {"loader": loader.state_dict(), "elapsed": elapsed0 + time.perf_counter() - t_start,
-                "tokens": tokens_seen, "summary": summary, "config": cfg.to_dict()}
+        return {
+            "loader": loader.state_dict(),
+            "elapsed": elapsed0 + time.perf_counter() - t_start,
+            "tokens": tokens_seen,
+            "summary": summary,
+            "config": cfg.to_dict(),
+        }
 
     t_start = time.perf_counter()
     if start_step == 0:
@@ -305,13 +351,17 @@ def _train(cfg: TrainConfig, info: D.DistInfo, on_step_end) -> dict:
     try:
         for step in range(start_step, cfg.steps):
             window = sched(step)
-            lr = lr_at(step, cfg.steps, o.lr, o.warmup_steps, o.schedule, o.min_lr_ratio,
-                       o.decay_frac)
+            lr = lr_at(
+                step, cfg.steps, o.lr, o.warmup_steps, o.schedule, o.min_lr_ratio, o.decay_frac
+            )
             for g in optimizer.param_groups:
                 g["lr"] = lr
             batches = [loader.next_batch() for _ in range(accum)]
-            ntok = torch.tensor([float(sum(int((y != -100).sum()) for _, y in batches))],
-                                dtype=torch.float64, device=info.device)
+            ntok = torch.tensor(
+                [float(sum(int((y != -100).sum()) for _, y in batches))],
+                dtype=torch.float64,
+                device=info.device,
+            )
             D.all_reduce_sum(ntok)
             scale = info.world_size / ntok.item()
             loss_sum = torch.zeros((), dtype=torch.float64, device=info.device)
@@ -322,8 +372,12 @@ def _train(cfg: TrainConfig, info: D.DistInfo, on_step_end) -> dict:
                     sync = model.no_sync()
                 with sync, _autocast(info.device, amp_dtype):
                     logits = fwd(x, window=window)
-                    ce = F.cross_entropy(logits.float().flatten(0, 1), y.flatten(),
-                                         ignore_index=-100, reduction="sum")
+                    ce = F.cross_entropy(
+                        logits.float().flatten(0, 1),
+                        y.flatten(),
+                        ignore_index=-100,
+                        reduction="sum",
+                    )
                     (ce * scale).backward()
                 loss_sum += ce.detach().double()
             D.all_reduce_sum(loss_sum)
@@ -332,7 +386,8 @@ def _train(cfg: TrainConfig, info: D.DistInfo, on_step_end) -> dict:
                 last = latest_checkpoint(run_dir)
                 raise TrainingError(
                     f"loss is {loss} at step {step + 1}; stopping. Last good checkpoint: "
-                    f"{last if last else 'none'} (lower optim.lr or check the data)")
+                    f"{last if last else 'none'} (lower optim.lr or check the data)"
+                )
             gnorm = float("nan")
             if o.grad_clip > 0:
                 gnorm = torch.nn.utils.clip_grad_norm_(model.parameters(), o.grad_clip)
@@ -342,8 +397,14 @@ def _train(cfg: TrainConfig, info: D.DistInfo, on_step_end) -> dict:
             tokens_seen += tokens_per_step
             done = step + 1
 
-            record = {"step": done, "loss": loss, "lr": lr, "window": _window_label(window),
-                      "grad_norm": gnorm, "tokens": tokens_seen}
+            record = {
+                "step": done,
+                "loss": loss,
+                "lr": lr,
+                "window": _window_label(window),
+                "grad_norm": gnorm,
+                "tokens": tokens_seen,
+            }
             now = time.perf_counter()
             if done % cfg.log.every == 0 or done == cfg.steps or done == start_step + 1:
                 dt = max(now - t_last, 1e-9)
@@ -351,44 +412,76 @@ def _train(cfg: TrainConfig, info: D.DistInfo, on_step_end) -> dict:
                 mfu = raw_model.flops_per_token(cfg.seq_len, window) * tps / peak
                 eta = (cfg.steps - done) * tokens_per_step / max(tps, 1e-9)
                 record.update(tok_s=tps, mfu=mfu, elapsed=elapsed0 + now - t_start)
-                logger.progress(done, f"loss {loss:.4f} | window {_window_label(window)} | lr "
-                                f"{lr:.2e} | {tps:,.0f} tok/s | MFU {mfu:.1%} | ETA "
-                                f"{_fmt_time(eta)}", line=True)
+                logger.progress(
+                    done,
+                    f"loss {loss:.4f} | window {_window_label(window)} | lr "
+                    f"{lr:.2e} | {tps:,.0f} tok/s | MFU {mfu:.1%} | ETA "
+                    f"{_fmt_time(eta)}",
+                    line=True,
+                )
                 t_last, tok_last = now, tokens_seen
             else:
-                logger.progress(done, f"loss {loss:.4f} | window {_window_label(window)}",
-                                line=False)
+                logger.progress(
+                    done, f"loss {loss:.4f} | window {_window_label(window)}", line=False
+                )
             if cfg.log.val_every and done % cfg.log.val_every == 0 and done < cfg.steps:
                 record["val_loss"] = evaluate()
                 logger.message(f"step {done}: validation loss {record['val_loss']:.4f}")
             logger.write(record)
             if cfg.checkpoint.every and done % cfg.checkpoint.every == 0 and done < cfg.steps:
-                save_checkpoint(run_dir, done, model, optimizer, trainer_state(done),
-                                cfg.checkpoint.keep, info.is_main)
+                save_checkpoint(
+                    run_dir,
+                    done,
+                    model,
+                    optimizer,
+                    trainer_state(done),
+                    cfg.checkpoint.keep,
+                    info.is_main,
+                )
             if on_step_end is not None:
                 on_step_end(done, record)
     except KeyboardInterrupt:
         if not info.distributed and step > start_step:
-            logger.message(f"interrupted: saving a checkpoint at step {step} (resume=true "
-                           f"continues)")
-            save_checkpoint(run_dir, step, model, optimizer, trainer_state(step),
-                            cfg.checkpoint.keep, info.is_main)
+            logger.message(
+                f"interrupted: saving a checkpoint at step {step} (resume=true continues)"
+            )
+            save_checkpoint(
+                run_dir,
+                step,
+                model,
+                optimizer,
+                trainer_state(step),
+                cfg.checkpoint.keep,
+                info.is_main,
+            )
         logger.close()
         raise
 
     # -- the end: validation, checkpoint, export
     summary["final_val_loss"] = evaluate()
     elapsed = elapsed0 + time.perf_counter() - t_start
-    summary.update(steps=cfg.steps, tokens=tokens_seen, elapsed=elapsed,
-                   tok_s=(tokens_seen - start_step * tokens_per_step) /
-                   max(time.perf_counter() - t_start, 1e-9))
+    summary.update(
+        steps=cfg.steps,
+        tokens=tokens_seen,
+        elapsed=elapsed,
+        tok_s=(tokens_seen - start_step * tokens_per_step)
+        / max(time.perf_counter() - t_start, 1e-9),
+    )
     logger.write({"step": cfg.steps, "val_loss": summary["final_val_loss"]})
-    save_checkpoint(run_dir, cfg.steps, model, optimizer, trainer_state(cfg.steps),
-                    cfg.checkpoint.keep, info.is_main)
+    save_checkpoint(
+        run_dir,
+        cfg.steps,
+        model,
+        optimizer,
+        trainer_state(cfg.steps),
+        cfg.checkpoint.keep,
+        info.is_main,
+    )
     from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
-    full = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True,
-                                                                cpu_offload=True))
+    full = get_model_state_dict(
+        model, options=StateDictOptions(full_state_dict=True, cpu_offload=True)
+    )
     if info.is_main:
         with torch.device("meta"):  # the gathered weights, saved under the run's config
             export = SwaxLM(mcfg)
@@ -400,7 +493,8 @@ def _train(cfg: TrainConfig, info: D.DistInfo, on_step_end) -> dict:
         logger.message(
             f"done: {cfg.steps} steps, {tokens_seen / 1e6:.2f}M tokens in {_fmt_time(elapsed)} | "
             f"validation loss {summary.get('initial_val_loss', float('nan')):.4f} -> "
-            f"{summary['final_val_loss']:.4f} | model saved to {run_dir / 'model'}")
+            f"{summary['final_val_loss']:.4f} | model saved to {run_dir / 'model'}"
+        )
         (run_dir / "summary.json").write_text(json.dumps(summary, indent=1))
     logger.close()
     return summary
