@@ -274,7 +274,7 @@ def test_configs_documented_and_validated():
     assert cfg.synthetic.fraction == 0.25 and cfg.synthetic.digits == 4
     assert SyntheticConfig().digits == 7
     with pytest.raises(ConfigError, match="fraction"):
-        SyntheticConfig(fraction=1.0)
+        SyntheticConfig(fraction=1.5)
     with pytest.raises(ConfigError, match="max_distance"):
         SyntheticConfig(min_distance=10, max_distance=5)
     with pytest.raises(ConfigError, match="val_fraction"):

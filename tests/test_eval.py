@@ -249,7 +249,17 @@ def test_episode_accuracy_matches_a_full_forward():
     hay = np.array(tok.encode("and the earth was without form, and void; " * 300))
     cfg = SyntheticConfig(compact=True, num_needles=3, num_queries=2)
     got = episode_accuracy(
-        model, tok, hay, [300, 700], samples=3, cfg=cfg, seed=7, chunk=64, progress=False
+        model,
+        tok,
+        hay,
+        [300, 700],
+        samples=3,
+        cfg=cfg,
+        window=16,
+        seed=7,
+        chunk=64,
+        progress=False,
+        batch_size=2,
     )
     for length in (300, 700):
         correct = total = 0
@@ -260,7 +270,7 @@ def test_episode_accuracy_matches_a_full_forward():
             )
             ids = torch.tensor([ep["tokens"]])
             with torch.no_grad():
-                logits = model(ids)[0]
+                logits = model(ids, window=16)[0]
             top = logits.argmax(-1)
             logp = torch.log_softmax(logits.double(), -1)
             for a0, a1 in ep["answer_spans"]:
@@ -286,21 +296,23 @@ class InductionStub:
     V = 257
 
     def __call__(self, x, window=None, state=None, return_state=False, logits_to_keep=None):
-        ctx = ([] if state is None else list(state)) + x[0].tolist()
-        start = len(ctx) - x.shape[1]
-        logits = torch.full((1, x.shape[1], self.V), -1e9)
-        for t in range(start, len(ctx)):
-            for n in range(8, 0, -1):
-                suffix = ctx[t - n + 1 : t + 1]
-                hit = next(
-                    (i for i in range(t - 1, n - 2, -1) if ctx[i - n + 1 : i + 1] == suffix), None
-                )
-                if hit is not None:
-                    logits[0, t - start, ctx[hit + 1]] = 0.0
-                    break
+        ctxs = [([] if state is None else list(state[b])) + x[b].tolist() for b in range(len(x))]
+        start = len(ctxs[0]) - x.shape[1]
+        logits = torch.full((len(x), x.shape[1], self.V), -1e9)
+        for b, ctx in enumerate(ctxs):
+            for t in range(start, len(ctx)):
+                for n in range(8, 0, -1):
+                    suffix = ctx[t - n + 1 : t + 1]
+                    hit = next(
+                        (i for i in range(t - 1, n - 2, -1) if ctx[i - n + 1 : i + 1] == suffix),
+                        None,
+                    )
+                    if hit is not None:
+                        logits[b, t - start, ctx[hit + 1]] = 0.0
+                        break
         if logits_to_keep:
             logits = logits[:, -logits_to_keep:]
-        return (logits, ctx) if return_state else logits
+        return (logits, ctxs) if return_state else logits
 
 
 def test_episode_accuracy_with_a_perfect_retriever():

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from typing import Literal
 
 from ..errors import ConfigError
 
@@ -13,8 +14,13 @@ from ..errors import ConfigError
 class SyntheticConfig:
     """RULER-style retrieval episodes mixed into the training stream (see swax.data.synthetic)."""
 
+    task: Literal["needle", "mqar"] = "needle"
+    """needle: RULER-style needles hidden in corpus text (swax.data.synthetic); mqar:
+    multi-query associative recall, key-value pairs of dedicated token ids queried again after
+    a stretch of filler (swax.data.mqar), the task small models learn in minutes."""
     fraction: float = 0.0
-    """Share of the training sequences of an epoch that are retrieval episodes, in [0, 1)."""
+    """Share of the training sequences of an epoch that are retrieval episodes, in [0, 1];
+    1 = episodes only (no corpus text in training; validation still reads the corpus)."""
     compact: bool = False
     """Short format for tiny models: needle "{key}:{value}." with single-word keys, question
     "?{key}:", answer "{value}". False = RULER's sentences with adjective-noun keys."""
@@ -34,11 +40,41 @@ class SyntheticConfig:
     allows. The distance is drawn uniformly in [min_distance, max_distance]."""
     value_digits: int | None = None
     """Digits of the magic numbers; None = 7 (RULER) or 4 with ``compact``."""
+    mqar_first_id: int = 128
+    """mqar: first token id of the key range; the value range and the filler range follow it.
+    The default suits the byte and GPT-2 tokenizers (ids 128 and up are bytes that ASCII text
+    does not contain)."""
+    mqar_keys: int = 16
+    """mqar: number of distinct key tokens (at least num_needles)."""
+    mqar_values: int = 16
+    """mqar: number of distinct value tokens (chance of a guess: 1 / mqar_values)."""
+    mqar_noise: int = 16
+    """mqar: number of filler tokens drawn uniformly between and around the pairs; 0 = the
+    filler is a slice of the corpus text."""
 
     def __post_init__(self):
-        if not 0.0 <= self.fraction < 1.0:
+        if not 0.0 <= self.fraction <= 1.0:
             raise ConfigError(
-                f"data.synthetic.fraction: expected a number in [0, 1), got {self.fraction!r}"
+                f"data.synthetic.fraction: expected a number in [0, 1], got {self.fraction!r}"
+            )
+        if self.task not in ("needle", "mqar"):
+            raise ConfigError(
+                f"data.synthetic.task: expected 'needle' or 'mqar', got {self.task!r}"
+            )
+        for name in ("mqar_first_id", "mqar_noise"):
+            if getattr(self, name) < 0:
+                raise ConfigError(
+                    f"data.synthetic.{name}: expected >= 0, got {getattr(self, name)!r}"
+                )
+        for name in ("mqar_keys", "mqar_values"):
+            if getattr(self, name) < 1:
+                raise ConfigError(
+                    f"data.synthetic.{name}: expected >= 1, got {getattr(self, name)!r}"
+                )
+        if self.task == "mqar" and self.num_needles > self.mqar_keys:
+            raise ConfigError(
+                f"data.synthetic.num_needles: {self.num_needles} MQAR pairs need as many distinct "
+                f"keys, but mqar_keys={self.mqar_keys}"
             )
         if self.num_needles < 1:
             raise ConfigError(

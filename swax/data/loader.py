@@ -28,6 +28,7 @@ import torch
 
 from ..errors import SwaxError
 from .config import DataConfig, SyntheticConfig
+from .mqar import check_mqar_vocab
 from .sources import iter_documents
 from .synthetic import episode_overhead, make_episode
 from .tokenizer import ByteTokenizer, load_tokenizer
@@ -238,6 +239,8 @@ class PackedLoader:
         self.synthetic = synthetic if synthetic is not None and synthetic.fraction > 0 else None
         self.corpus_sequences = math.ceil((len(self.tokens) - 1) / seq_len)
         self.synthetic_sequences = 0
+        self.corpus_in_epoch = self.corpus_sequences
+        """Corpus sequences in an epoch (all of them, or none when synthetic.fraction is 1)."""
         if self.synthetic is not None:
             if self.tokenizer is None:
                 raise SwaxError(
@@ -245,7 +248,13 @@ class PackedLoader:
                     "PackedLoader or use a dataset from build_datasets"
                 )
             f = self.synthetic.fraction
-            self.synthetic_sequences = max(1, round(self.corpus_sequences * f / (1 - f)))
+            if f >= 1:  # episodes only: an epoch is as many episodes as the corpus has sequences
+                self.corpus_in_epoch = 0
+                self.synthetic_sequences = self.corpus_sequences
+            else:
+                self.synthetic_sequences = max(1, round(self.corpus_sequences * f / (1 - f)))
+            if self.synthetic.task == "mqar" and self.tokenizer is not None:
+                check_mqar_vocab(self.synthetic, self.tokenizer.vocab_size)
             need = episode_overhead(self.tokenizer, self.synthetic)
             if need > seq_len + 1:
                 raise SwaxError(
@@ -260,12 +269,13 @@ class PackedLoader:
     @property
     def sequences_per_epoch(self) -> int:
         """Items of an epoch: corpus sequences plus synthetic episodes."""
-        return self.corpus_sequences + self.synthetic_sequences
+        return self.corpus_in_epoch + self.synthetic_sequences
 
     @property
     def tokens_per_epoch(self) -> int:
         """Target tokens (not counting padding) of an epoch, over all ranks."""
-        return len(self.tokens) - 1 + self.synthetic_sequences * self.seq_len
+        corpus = len(self.tokens) - 1 if self.corpus_in_epoch else 0
+        return corpus + self.synthetic_sequences * self.seq_len
 
     @property
     def global_batch(self) -> int:
@@ -316,9 +326,9 @@ class PackedLoader:
     def _item(self, g: int) -> tuple[np.ndarray, np.ndarray]:
         epoch, pos = divmod(g, self.sequences_per_epoch)
         idx = int(self._perm(epoch)[pos])
-        if idx < self.corpus_sequences:
+        if idx < self.corpus_in_epoch:
             return self._corpus_row(idx)
-        ep = self.episode(epoch, idx - self.corpus_sequences)
+        ep = self.episode(epoch, idx - self.corpus_in_epoch)
         t = np.asarray(ep["tokens"], np.int64)
         x, y = t[:-1], t[1:].copy()
         if self.synthetic.answers_only:  # supervise only the answers (targets are t[1:])
@@ -330,7 +340,7 @@ class PackedLoader:
 
     def item_kinds(self, epoch: int) -> np.ndarray:
         """Per position of ``epoch``'s order: True where the item is a synthetic episode."""
-        return self._perm(epoch) >= self.corpus_sequences
+        return self._perm(epoch) >= self.corpus_in_epoch
 
     @staticmethod
     def _stack(rows) -> tuple[torch.Tensor, torch.Tensor]:

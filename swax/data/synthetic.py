@@ -35,6 +35,7 @@ import numpy as np
 
 from ..errors import SwaxError
 from .config import SyntheticConfig
+from .mqar import make_mqar_episode, mqar_overhead
 
 SPLITS = ("train", "eval")
 EVAL_SHARE = 5
@@ -206,6 +207,8 @@ def _fill(rng, hay: np.ndarray, needles: list[list[int]]) -> tuple[list[int], li
 def episode_overhead(tokenizer, cfg: SyntheticConfig, split: str = "train") -> int:
     """Tokens of an episode besides the haystack with the longest key of ``split``, plus
     min_distance: an episode needs at least this many tokens (exactly so for byte-level)."""
+    if cfg.task == "mqar":
+        return mqar_overhead(cfg)
     key = key_vocabulary(split, cfg.compact).longest
     value = "9" * cfg.digits
     needle = len(tokenizer.encode(needle_text(key, value, cfg.compact)))
@@ -239,6 +242,8 @@ def make_episode(
     cfg = cfg or SyntheticConfig()
     if not isinstance(rng, np.random.Generator):
         rng = np.random.default_rng(rng)
+    if cfg.task == "mqar":  # key-value pairs of dedicated ids (swax.data.mqar); no key split
+        return make_mqar_episode(rng, length, cfg, haystack_tokens)
     hay_src = np.asarray(haystack_tokens)
     if hay_src.ndim != 1 or len(hay_src) == 0:
         raise SwaxError("synthetic episodes need a non-empty 1-D haystack of tokens")

@@ -1,0 +1,120 @@
+"""Multi-query associative recall (MQAR) episodes: the retrieval task small models learn.
+
+Zoology (Arora et al., 2023) and the xLSTM paper train recall on sequences of key-value pairs
+whose keys are queried again later. An episode of exactly ``length`` tokens::
+
+    [filler ...][k1 v1 k2 v2 ... kN vN][filler ... (distance) ...][kσ1 vσ1 kσ2 vσ2 ... kσQ vσQ]
+
+- keys, values and filler tokens come from three dedicated, disjoint ranges of token ids
+  (``SyntheticConfig.mqar_first_id`` onwards: ``mqar_keys`` keys, then ``mqar_values`` values,
+  then ``mqar_noise`` filler tokens), so every token's role is unambiguous; with
+  ``mqar_noise = 0`` the filler is a slice of the corpus text instead (keys and values then
+  use ids the text does not contain: byte ids 128 and up are not in ASCII text);
+- N = ``num_needles`` distinct keys, each with a value drawn uniformly (values may repeat);
+- Q = ``num_queries`` of the keys (a random order) are asked at the end: the query key, then its
+  value, which is the answer (with ``answers_only`` only the answers are training targets);
+- the distance between the end of the pair block and the first query is drawn uniformly in
+  [min_distance, max_distance] like the needle episodes', so lengths beyond the training
+  length put the pairs beyond any fixed window.
+
+The returned dict has the keys of :func:`swax.data.synthetic.make_episode`, so the loader and
+:func:`swax.eval.episodes.episode_accuracy` treat both tasks alike. There is no train/eval key
+split (the keys are a handful of symbols); evaluation episodes differ by their seed.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..errors import SwaxError
+from .config import SyntheticConfig
+
+
+def mqar_ids(cfg: SyntheticConfig) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Token ids of the keys, the values and the filler (empty when the filler is text)."""
+    k0 = cfg.mqar_first_id
+    v0 = k0 + cfg.mqar_keys
+    n0 = v0 + cfg.mqar_values
+    return np.arange(k0, v0), np.arange(v0, n0), np.arange(n0, n0 + cfg.mqar_noise)
+
+
+def mqar_overhead(cfg: SyntheticConfig) -> int:
+    """Tokens of an MQAR episode besides its filler, plus min_distance."""
+    return 2 * cfg.num_needles + 2 * cfg.num_queries + cfg.min_distance
+
+
+def check_mqar_vocab(cfg: SyntheticConfig, vocab_size: int) -> None:
+    """Raise if the MQAR token ranges do not fit a vocabulary of ``vocab_size`` ids."""
+    last = cfg.mqar_first_id + cfg.mqar_keys + cfg.mqar_values + cfg.mqar_noise
+    if last > vocab_size:
+        raise SwaxError(
+            f"MQAR token ids {cfg.mqar_first_id}..{last - 1} (data.synthetic.mqar_first_id "
+            f"+ keys + values + noise) do not fit the vocabulary of {vocab_size} ids"
+        )
+
+
+def make_mqar_episode(
+    rng: np.random.Generator,
+    length: int,
+    cfg: SyntheticConfig,
+    haystack: np.ndarray | None = None,
+) -> dict:
+    """One MQAR episode of exactly ``length`` tokens (see the module docstring)."""
+    n, q = cfg.num_needles, cfg.num_queries
+    keys_ids, value_ids, noise_ids = mqar_ids(cfg)
+    if n > len(keys_ids):
+        raise SwaxError(
+            f"MQAR episodes with {n} pairs need at least {n} keys, got mqar_keys={len(keys_ids)}"
+        )
+    keys = rng.choice(keys_ids, size=n, replace=False)
+    values = rng.choice(value_ids, size=n, replace=True)
+    asked = rng.permutation(n)[:q]  # which pairs are queried, in query order
+
+    context = length - 2 * q  # filler + pairs, before the first query
+    max_d = context - 2 * n
+    if cfg.max_distance is not None:
+        max_d = min(max_d, cfg.max_distance)
+    if max_d < cfg.min_distance:
+        raise SwaxError(
+            f"episode length {length} too short: {n} MQAR pairs, {q} queries and "
+            f"min_distance={cfg.min_distance} need {mqar_overhead(cfg)} tokens"
+        )
+    distance = int(rng.integers(cfg.min_distance, max_d + 1))
+    start = context - distance - 2 * n  # first token of the pair block
+
+    tokens = np.empty(length, dtype=np.int64)
+    filler = context - 2 * n
+    if len(noise_ids):
+        fill = rng.choice(noise_ids, size=filler)
+    else:
+        if haystack is None or len(haystack) == 0:
+            raise SwaxError("MQAR episodes with text filler (mqar_noise=0) need a haystack")
+        at = int(rng.integers(len(haystack)))
+        fill = np.take(np.asarray(haystack), np.arange(at, at + filler), mode="wrap")
+    tokens[:start] = fill[:start]
+    tokens[start : start + 2 * n : 2] = keys
+    tokens[start + 1 : start + 2 * n : 2] = values
+    tokens[start + 2 * n : context] = fill[start:]
+    tokens[context::2] = keys[asked]
+    tokens[context + 1 :: 2] = values[asked]
+
+    question_spans = [(context + 2 * j, context + 2 * j + 1) for j in range(q)]
+    answer_spans = [(a + 1, a + 2) for a, _ in question_spans]
+    # the pairs' positions, the queried ones first (in query order), as make_episode orders them
+    order = list(asked) + [j for j in range(n) if j not in set(asked.tolist())]
+    positions = [start + 2 * j for j in order]
+    return {
+        "tokens": tokens.tolist(),
+        "answer_span": answer_spans[0],
+        "question_span": question_spans[0],
+        "answer_spans": answer_spans,
+        "question_spans": question_spans,
+        "needle_span": (start, start + 2 * n),
+        "needle_positions": positions,
+        "distance": distance,
+        "depth": start / max(context - 2 * n, 1),
+        "key": int(keys[asked[0]]),
+        "value": int(values[asked[0]]),
+        "keys": [int(keys[j]) for j in order],
+        "values": [int(values[j]) for j in order],
+    }

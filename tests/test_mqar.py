@@ -1,0 +1,204 @@
+"""MQAR episodes (swax.data.mqar), their use as training data, and recall evaluation on them."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from swax import SwaxConfig, SwaxLM
+from swax.data import PackedLoader, SyntheticConfig, TokenDataset
+from swax.data.mqar import make_mqar_episode, mqar_ids
+from swax.data.tokenizer import ByteTokenizer
+from swax.errors import ConfigError, SwaxError
+from swax.eval.episodes import episode_accuracy
+
+CFG = SyntheticConfig(task="mqar", fraction=1.0, num_needles=4, num_queries=3, min_distance=8)
+
+
+def _pairs_and_queries(tokens, cfg):
+    """Parse an episode without the generator's bookkeeping: the key/value pairs are the key-range
+    tokens followed by a value-range token before the last 2Q tokens; queries are the tail."""
+    keys, values, noise = (set(r.tolist()) for r in mqar_ids(cfg))
+    q = cfg.num_queries
+    body, tail = tokens[: -2 * q], tokens[-2 * q :]
+    pairs = {body[i]: body[i + 1] for i in range(len(body) - 1) if body[i] in keys}
+    assert all(t in noise for i, t in enumerate(body) if t not in keys and t not in values)
+    return pairs, list(zip(tail[::2], tail[1::2]))
+
+
+@pytest.mark.parametrize("length", [40, 65, 300])
+def test_episode_layout(length):
+    for s in range(20):
+        ep = make_mqar_episode(np.random.default_rng(s), length, CFG)
+        t = ep["tokens"]
+        assert len(t) == length
+        pairs, queries = _pairs_and_queries(t, CFG)
+        assert len(pairs) == CFG.num_needles  # distinct keys
+        assert len(queries) == CFG.num_queries and len({k for k, _ in queries}) == CFG.num_queries
+        for (k, v), (a0, a1) in zip(queries, ep["answer_spans"]):
+            assert pairs[k] == v  # the answer is the value stored with the queried key
+            assert t[a0:a1] == [v] and t[a0 - 1] == k
+        s0, s1 = ep["needle_span"]
+        assert s1 - s0 == 2 * CFG.num_needles
+        first_q = ep["question_spans"][0][0]
+        assert first_q - s1 == ep["distance"] >= CFG.min_distance
+        # the queried pairs' positions, in query order
+        for (k, _), pos in zip(queries, ep["needle_positions"]):
+            assert t[pos] == k
+
+
+def test_distances_cover_the_allowed_range():
+    cfg = SyntheticConfig(task="mqar", num_needles=2, num_queries=2, min_distance=5, max_distance=9)
+    d = {make_mqar_episode(np.random.default_rng(s), 64, cfg)["distance"] for s in range(200)}
+    assert d == set(range(5, 10))
+
+
+def test_text_filler_comes_from_the_haystack():
+    cfg = SyntheticConfig(task="mqar", num_needles=2, num_queries=2, mqar_noise=0)
+    hay = np.arange(1000, 1100)
+    ep = make_mqar_episode(np.random.default_rng(0), 50, cfg, hay)
+    keys, values, _ = (set(r.tolist()) for r in mqar_ids(cfg))
+    filler = [x for x in ep["tokens"] if x not in keys and x not in values]
+    assert len(filler) == 50 - 8 and all(1000 <= x < 1100 for x in filler)
+    with pytest.raises(SwaxError, match="haystack"):
+        make_mqar_episode(np.random.default_rng(0), 50, cfg, None)
+
+
+def test_bad_settings_are_named():
+    with pytest.raises(SwaxError, match="too short"):
+        make_mqar_episode(np.random.default_rng(0), 20, CFG)
+    with pytest.raises(ConfigError, match="mqar_keys"):
+        SyntheticConfig(task="mqar", num_needles=20, num_queries=1)
+    with pytest.raises(ConfigError, match="task"):
+        SyntheticConfig(task="mqr")
+    tok = ByteTokenizer()
+    ds = TokenDataset(np.arange(500, dtype=np.int32) % 200, tok.eot_id, 1, "x", tok)
+    big = SyntheticConfig(task="mqar", fraction=0.5, mqar_first_id=250)
+    with pytest.raises(SwaxError, match="do not fit the vocabulary of 257"):
+        PackedLoader(ds, 64, 4, synthetic=big, tokenizer=tok)
+
+
+def test_loader_with_episodes_only_supervises_the_answers():
+    tok = ByteTokenizer()
+    ds = TokenDataset(np.arange(2000, dtype=np.int32) % 100, tok.eot_id, 1, "x", tok)
+    cfg = SyntheticConfig(
+        task="mqar", fraction=1.0, num_needles=4, num_queries=4, answers_only=True, min_distance=8
+    )
+    loader = PackedLoader(ds, 64, 8, synthetic=cfg, tokenizer=tok)
+    assert loader.sequences_per_epoch == loader.corpus_sequences  # episodes only
+    keys, values, noise = (set(r.tolist()) for r in mqar_ids(cfg))
+    for _ in range(3):
+        x, y = loader.next_batch()
+        assert set(x.flatten().tolist()) <= keys | values | noise  # no corpus text
+        for row_x, row_y in zip(x.tolist(), y.tolist()):
+            targets = [(i, t) for i, t in enumerate(row_y) if t != -100]
+            assert len(targets) == 4
+            for i, t in targets:  # input i is a query key; the target is its stored value
+                pairs, _ = _pairs_and_queries(row_x[: i + 1] + [t], cfg)
+                assert row_x[i] in keys and t == pairs[row_x[i]]
+
+
+class LastValueOf:
+    """A stand-in model for MQAR: at a key token it predicts the value that followed the key's
+    first occurrence (perfect recall). Keeps the context as its state."""
+
+    class config:  # noqa: N801
+        window = 16
+        layer_types = "S"
+
+    embed = torch.nn.Embedding(1, 1)
+    V = 257
+
+    def __call__(self, x, window=None, state=None, return_state=False, logits_to_keep=None):
+        ctxs = [([] if state is None else list(state[b])) + x[b].tolist() for b in range(len(x))]
+        start = len(ctxs[0]) - x.shape[1]
+        logits = torch.zeros(len(x), x.shape[1], self.V)
+        for b, ctx in enumerate(ctxs):
+            for t in range(start, len(ctx)):
+                first = ctx.index(ctx[t])
+                if first < t:
+                    logits[b, t - start, ctx[first + 1]] = 50.0
+        if logits_to_keep:
+            logits = logits[:, -logits_to_keep:]
+        return (logits, ctxs) if return_state else logits
+
+
+def test_episode_accuracy_on_mqar_with_a_perfect_retriever():
+    got = episode_accuracy(
+        LastValueOf(),
+        None,
+        [],
+        [64, 256],
+        samples=5,
+        cfg=CFG,
+        chunk=48,
+        progress=False,
+        batch_size=2,
+    )
+    for length in (64, 256):
+        assert got[length]["acc"] == 100.0 and got[length]["n"] == 5 * CFG.num_queries
+        assert got[length]["nll"] < 1e-6
+
+
+def _model(pattern, window=16):
+    torch.manual_seed(0)
+    return SwaxLM(
+        SwaxConfig(
+            d_model=32,
+            n_layers=2,
+            n_heads=2,
+            layer_pattern=pattern,
+            window=window,
+            mlstm_igate_bias_init=0.0,
+        )
+    ).eval()
+
+
+def _answers_logp(model, ids, spans, window):
+    with torch.no_grad():
+        lp = torch.log_softmax(model(ids, window=window).double(), -1)[0]
+    return [float(lp[a0 - 1, ids[0, a0]]) for a0, _ in spans]
+
+
+def test_window_none_is_full_attention():
+    model = _model("SX")
+    cfg = SyntheticConfig(task="mqar", num_needles=2, num_queries=2, min_distance=4)
+    got = episode_accuracy(model, None, [], [120], samples=1, cfg=cfg, window=None, progress=False)
+    ep = make_mqar_episode(np.random.default_rng([1234, 120, 0]), 120, cfg)
+    ref = _answers_logp(model, torch.tensor([ep["tokens"]]), ep["answer_spans"], None)
+    assert got[120]["nll"] == pytest.approx(-sum(ref) / 2, rel=1e-5)
+    short = _answers_logp(model, torch.tensor([ep["tokens"]]), ep["answer_spans"], 4)
+    assert abs(sum(short) - sum(ref)) > 1e-4  # the window matters for this model
+
+
+def test_reset_recurrent_empties_only_the_recurrent_memory():
+    cfg = SyntheticConfig(task="mqar", num_needles=2, num_queries=2, min_distance=4)
+    ep = make_mqar_episode(np.random.default_rng([1234, 90, 0]), 90, cfg)
+    ids = torch.tensor([ep["tokens"]])
+    cut = ep["needle_span"][1]
+    # mLSTM only: a reset after the pairs is the same as starting at the cut
+    x_model = _model("X")
+    got = episode_accuracy(
+        x_model, None, [], [90], samples=1, cfg=cfg, reset_recurrent=True, progress=False, chunk=32
+    )
+    ref = _answers_logp(
+        x_model, ids[:, cut:], [(a - cut, b - cut) for a, b in ep["answer_spans"]], None
+    )
+    assert got[90]["nll"] == pytest.approx(-sum(ref) / 2, rel=1e-5)
+    # attention only: nothing to reset
+    s_model = _model("S")
+    a = episode_accuracy(
+        s_model,
+        None,
+        [],
+        [90],
+        samples=1,
+        cfg=cfg,
+        window=16,
+        reset_recurrent=True,
+        progress=False,
+        chunk=32,
+    )
+    ref = _answers_logp(s_model, ids, ep["answer_spans"], 16)
+    assert a[90]["nll"] == pytest.approx(-sum(ref) / 2, rel=1e-5)
