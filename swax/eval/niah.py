@@ -3,7 +3,8 @@
 For every task and length, RULER-format records are generated in the model's own tokenizer
 (:mod:`swax.eval.ruler`) or read from a folder written by ``--dump``; each prompt (``input`` +
 ``answer_prefix``) is prefilled in chunks and decoded greedily for the task's
-``tokens_to_generate``; predictions are scored with RULER's ``string_match_all``.
+``tokens_to_generate``; predictions are cleaned as RULER's ``evaluate.py`` does
+(:func:`swax.eval.ruler.postprocess_pred`) and scored with RULER's ``string_match_all``.
 
 Outputs in the results folder:
 
@@ -97,11 +98,6 @@ class NiahResult:
         return sum(vals) / len(vals) if vals else float("nan")
 
 
-def postprocess(pred: str) -> str:
-    """RULER's cleanup of a prediction: strip, drop non-printable characters."""
-    return "".join(ch for ch in pred if ch.isprintable() or ch in "\n\t").strip()
-
-
 def _depth_bin(depth) -> int:
     d = depth[0] if isinstance(depth, (list, tuple)) else depth
     return min(DEPTH_BINS - 1, max(0, int(float(d) // (100 / DEPTH_BINS))))
@@ -134,7 +130,7 @@ def run_niah(
     """
     from tqdm import tqdm
 
-    from .ruler import TASKS, generate_niah, string_match_all
+    from .ruler import TASKS, generate_niah, postprocess_pred, string_match_all
 
     unknown = [t for t in tasks if t not in TASKS]
     if unknown:
@@ -172,7 +168,7 @@ def run_niah(
             ts = time.perf_counter()
             for rec in records:
                 bar.set_postfix_str(f"{task} @ {length:,}")
-                pred = postprocess(
+                pred = postprocess_pred(
                     predict(
                         rec["input"] + rec.get("answer_prefix", ""),
                         int(rec.get("tokens_to_generate", 128)),

@@ -729,8 +729,10 @@ def string_match_part(preds: Sequence[str], refs: Sequence[Sequence[str]]) -> fl
 
 
 def postprocess_pred(pred: str) -> str:
-    """RULER's cleanup of a prediction (``evaluate.py``): strip, control characters to
-    newlines, strip again."""
+    """RULER's cleanup of a prediction before scoring (``scripts/eval/evaluate.py``
+    ``postprocess_pred``): strip, turn every ASCII control character (U+0000 … U+001F) into a
+    newline, strip again. Other characters, DEL and non-ASCII ones included, are kept; a
+    control character inside a value therefore splits it and the value no longer matches."""
     return re.sub(r"[\x00-\x1f]", "\n", pred.strip()).strip()
 
 
