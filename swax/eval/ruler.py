@@ -69,16 +69,15 @@ Deviations, each for a stated reason:
 from __future__ import annotations
 
 import functools
-import json
 import random
 import re
 import uuid
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 
+from ..data.jsonl import read_jsonl, write_jsonl
 from ..errors import SwaxError
 
 __all__ = [
@@ -734,44 +733,3 @@ def postprocess_pred(pred: str) -> str:
     newline, strip again. Other characters, DEL and non-ASCII ones included, are kept; a
     control character inside a value therefore splits it and the value no longer matches."""
     return re.sub(r"[\x00-\x1f]", "\n", pred.strip()).strip()
-
-
-# --------------------------------------------------------------------------------------------
-# JSONL
-
-
-def write_jsonl(records: Iterable[dict], path: str | Path) -> Path:
-    """One JSON object per line (UTF-8); parent folders are created."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("w", encoding="utf-8") as f:
-        for rec in records:
-            f.write(json.dumps(rec, ensure_ascii=False) + "\n")
-    return path
-
-
-def read_jsonl(path: str | Path, required: Sequence[str] = ()) -> list[dict]:
-    """The objects of a JSONL file (blank lines skipped). A missing file, a line that is not a
-    JSON object, or one without a ``required`` field is a SwaxError naming the path and line."""
-    path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError as e:
-        raise SwaxError(f"no such JSONL file: {path}") from e
-    except (OSError, UnicodeDecodeError) as e:
-        raise SwaxError(f"cannot read JSONL file {path}: {e}") from e
-    records = []
-    for lineno, line in enumerate(text.splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            rec = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise SwaxError(f"{path}:{lineno}: malformed JSON line ({e.msg})") from e
-        if not isinstance(rec, dict):
-            raise SwaxError(f"{path}:{lineno}: expected a JSON object, got {type(rec).__name__}")
-        missing = [k for k in required if k not in rec]
-        if missing:
-            raise SwaxError(f"{path}:{lineno}: missing field(s) {', '.join(missing)}")
-        records.append(rec)
-    return records

@@ -64,7 +64,6 @@ Python API::
 
 from __future__ import annotations
 
-import gzip
 import json
 import math
 import random
@@ -75,6 +74,7 @@ from pathlib import Path
 
 import torch
 
+from ..data.jsonl import iter_jsonl
 from ..errors import SwaxError
 
 __all__ = [
@@ -386,31 +386,18 @@ def _read_jsonl(path: Path, spec: TaskSpec) -> list[dict]:
     if not path.is_file():
         what = "is a folder" if path.is_dir() else "not found"
         raise SwaxError(f"data file {path} {what} for task {spec.name} ({expected})")
-    opener = gzip.open if path.suffix == ".gz" else open
     docs = []
-    try:
-        with opener(path, "rt", encoding="utf-8") as f:
-            for lineno, line in enumerate(f, 1):
-                if not line.strip():
-                    continue
-                try:
-                    raw = json.loads(line)
-                except json.JSONDecodeError as e:
-                    raise SwaxError(
-                        f"{path}:{lineno}: not valid JSON ({e.msg}); {expected}"
-                    ) from None
-                if not isinstance(raw, dict):
-                    raise SwaxError(
-                        f"{path}:{lineno}: a JSON {type(raw).__name__}, not an object; {expected}"
-                    )
-                try:
-                    doc = spec.convert(raw)
-                except _BadRecord as e:
-                    raise SwaxError(f"{path}:{lineno}: {e}; {expected}") from None
-                doc["line"] = lineno
-                docs.append(doc)
-    except (OSError, UnicodeDecodeError) as e:
-        raise SwaxError(f"cannot read data file {path}: {e}") from None
+    for lineno, raw in iter_jsonl(path, hint=expected):
+        if not isinstance(raw, dict):
+            raise SwaxError(
+                f"{path}:{lineno}: a JSON {type(raw).__name__}, not an object; {expected}"
+            )
+        try:
+            doc = spec.convert(raw)
+        except _BadRecord as e:
+            raise SwaxError(f"{path}:{lineno}: {e}; {expected}") from None
+        doc["line"] = lineno
+        docs.append(doc)
     if not docs:
         raise SwaxError(f"data file {path} holds no records ({expected})")
     return docs
