@@ -285,12 +285,11 @@ def _fmt_len(n: int) -> str:
 
 def heatmaps(out: Path, r: NiahResult, tasks, lengths) -> list[Path]:
     """One PNG per task: accuracy by needle depth (rows) × length (columns)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
     import numpy as np
 
+    from .plots import pyplot
+
+    plt = pyplot()
     paths = []
     for t in tasks:
         grid = np.full((DEPTH_BINS, len(lengths)), np.nan)

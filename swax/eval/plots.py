@@ -6,6 +6,18 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
+
+def pyplot():
+    """``matplotlib.pyplot`` on the Agg backend: swax only writes figures to files, and Agg
+    needs no display (a headless machine, a cluster node)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
 Series = dict[str, tuple]
 """{label: (xs, ys)} or {label: (xs, ys, errors)}; errors are drawn as error bars."""
 
@@ -56,11 +68,7 @@ def save_curves(
     **kwargs,
 ) -> Path:
     """One chart of ``series`` (see :func:`draw_curves` for ``kwargs``) saved as a PNG."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=figsize)
     draw_curves(ax, series, xlabel, ylabel, **kwargs)
     fig.tight_layout()

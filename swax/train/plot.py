@@ -20,10 +20,9 @@ def read_metrics(run_dir: str | Path) -> list[dict]:
 
 def plot_run(run_dir: str | Path, out: str | Path | None = None) -> Path:
     """Training loss (with its running mean), validation loss and learning rate by step."""
-    import matplotlib
+    from ..eval.plots import pyplot
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     records = read_metrics(run_dir)
     out = Path(out) if out else Path(run_dir) / "loss.png"
