@@ -76,6 +76,7 @@ import torch
 
 from ..data.jsonl import iter_jsonl
 from ..errors import SwaxError
+from ..loading import load_model_and_tokenizer
 
 __all__ = [
     "TASKS",
@@ -419,17 +420,6 @@ def _train_docs(spec: TaskSpec, data_dir, data_files) -> list[dict] | None:
     if data_dir is not None and (Path(data_dir) / f"{key}.jsonl").is_file():
         return _read_jsonl(Path(data_dir) / f"{key}.jsonl", spec)
     return None
-
-
-def load_model_and_tokenizer(
-    model_dir: str | Path, device: str | torch.device = "cpu", dtype: torch.dtype | None = None
-):
-    """``SwaxLM.from_pretrained(model_dir)`` and the tokenizer saved next to it."""
-    from ..data import load_model_tokenizer
-    from ..model import SwaxLM
-
-    model = SwaxLM.from_pretrained(model_dir, device=device, dtype=dtype)
-    return model, load_model_tokenizer(model_dir)
 
 
 # ---------------------------------------------------------------------------------------------
