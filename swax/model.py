@@ -175,7 +175,11 @@ class SwaxLM(nn.Module):
         if not isinstance(config, SwaxConfig):
             raise TypeError(f"SwaxLM expects a SwaxConfig, got {type(config).__name__}")
         self.config = config
-        self.embed = nn.Embedding(config.vocab_size, config.d_model)
+        # built under torch.device("meta") (from_pretrained, swax info): shapes only, so no
+        # random initialisation (a normal_ on meta tensors costs seconds of torch imports)
+        on_meta = torch.empty(0).is_meta
+        shape = (config.vocab_size, config.d_model)
+        self.embed = nn.Embedding(*shape, _weight=torch.empty(shape) if on_meta else None)
         self.blocks = nn.ModuleList(Block(config, k) for k in config.layer_types)
         self.norm = RMSNorm(config.d_model, config.norm_eps)
         self.gradient_checkpointing = False  # recompute blocks in backward (training only)
@@ -189,6 +193,8 @@ class SwaxLM(nn.Module):
     def reset_parameters(self) -> None:
         """Normal(0, init_std) weights; residual output projections scaled by 1/sqrt(2·n_layers);
         norms at 1; the mixers' own gate/decay initialisations."""
+        if self.embed.weight.is_meta:  # no values to initialise
+            return
         std = self.config.init_std
         out_std = std / math.sqrt(2 * self.config.n_layers)
         for name, p in self.named_parameters():

@@ -1,6 +1,8 @@
 """SwaxLM: configs, prefill + decode equivalence, constant-size state, checkpoints, errors."""
 
 import json
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -309,3 +311,20 @@ def test_checkpoint_errors(tmp_path):
     (d / "config.json").unlink()
     with pytest.raises(CheckpointError, match="no config.json"):
         SwaxLM.from_pretrained(d)
+
+
+def test_a_model_on_the_meta_device_is_not_initialised():
+    """from_pretrained and swax info build on the meta device: shapes only. A random
+    initialisation there would draw nothing yet import torch's compiler (seconds)."""
+    code = (
+        "import sys, torch\n"
+        "from swax import SwaxConfig, SwaxLM\n"
+        "with torch.device('meta'):\n"
+        "    m = SwaxLM(SwaxConfig.preset('7b'))\n"
+        "assert all(p.is_meta for p in m.parameters())\n"
+        "print(m.num_parameters(), 'torch._dynamo' in sys.modules)\n"
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    n, imported = r.stdout.split()
+    assert int(n) > 6e9 and imported == "False"
