@@ -187,7 +187,11 @@ def cmd_train(cfg: C.TrainArgs) -> int:
             f"validation loss: {summary.get('initial_val_loss', float('nan')):.4f} (untrained) "
             f"-> {summary['final_val_loss']:.4f} (trained)"
         )
-        print(f"throughput: {summary['tok_s']:,.0f} tokens/s | model: {summary['model_dir']}")
+        if summary.get("steps_run", 1):
+            speed = f"{summary['tok_s']:,.0f} tokens/s"
+        else:
+            speed = f"no steps to train (the run had already finished its {summary['steps']})"
+        print(f"throughput: {speed} | model: {summary['model_dir']}")
     return 0
 
 

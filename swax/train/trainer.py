@@ -272,7 +272,8 @@ class RunState:
 
 
 def train(cfg: TrainConfig, on_step_end: Callable[[int, dict], None] | None = None) -> dict:
-    """Run the training described by ``cfg``; return a summary (losses, tokens/s, paths).
+    """Run the training described by ``cfg``; return a summary (losses, tokens/s, paths;
+    ``steps_run``: the steps this call trained, 0 when it resumed a finished run).
 
     ``on_step_end(step, record)`` is called after every optimizer step (1-based step) with the
     step's metrics; an exception raised there stops the run like an interruption would.
@@ -564,13 +565,12 @@ def finish(run: RunState) -> dict:
     and tokenizer in run_dir/model) and summary.json. Returns the summary."""
     cfg, summary = run.cfg, run.summary
     summary["final_val_loss"] = evaluate(run)
-    wall = max(time.perf_counter() - run.t_start, 1e-9)
-    summary.update(
-        steps=cfg.steps,
-        tokens=run.tokens_seen,
-        elapsed=run.elapsed(),
-        tok_s=(cfg.steps - run.start_step) * run.tokens_per_step / wall,
-    )
+    steps_run = cfg.steps - run.start_step
+    summary.update(steps=cfg.steps, tokens=run.tokens_seen, elapsed=run.elapsed())
+    summary["steps_run"] = steps_run
+    if steps_run:  # else the run had finished before: keep the throughput it had then
+        wall = max(time.perf_counter() - run.t_start, 1e-9)
+        summary["tok_s"] = steps_run * run.tokens_per_step / wall
     run.logger.write({"step": cfg.steps, "val_loss": summary["final_val_loss"]})
     run.save(cfg.steps)
     _export(run)
