@@ -98,6 +98,20 @@ def test_results_folder(echo_results):
     assert "average" in table and "1k" in table and "2k" in table
 
 
+def test_length_axes_are_labelled_with_lengths():
+    from swax.eval.plots import draw_curves, format_length, pyplot
+
+    lengths = [512, 1024, 4096, 131072, 2**20, 1536]
+    assert [format_length(n) for n in lengths] == ["512", "1k", "4k", "128k", "1M", "1.5k"]
+    plt = pyplot()
+    fig, ax = plt.subplots()
+    draw_curves(ax, {"a": ([512, 1024, 4096], [1.0, 2.0, 3.0])}, "length", "loss")
+    fig.canvas.draw()
+    labels = {t.get_text() for t in ax.get_xticklabels()}
+    plt.close(fig)
+    assert {"512", "1k", "2k", "4k"} <= labels, labels
+
+
 def test_parse_lengths():
     assert parse_lengths("4k,8k,16k,32k,65k,131k") == [4096, 8192, 16384, 32768, 65536, 131072]
     assert parse_lengths("128k,1000") == [131072, 1000]

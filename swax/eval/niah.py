@@ -280,7 +280,9 @@ def format_table(r: NiahResult, tasks, lengths) -> str:
 
 
 def _fmt_len(n: int) -> str:
-    return f"{n // 1024}k" if n % 1024 == 0 else str(n)
+    from .plots import format_length
+
+    return format_length(n) if n % 1024 == 0 else str(n)
 
 
 def heatmaps(out: Path, r: NiahResult, tasks, lengths) -> list[Path]:
