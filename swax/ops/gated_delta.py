@@ -173,12 +173,20 @@ def _chunk(q, k, v, g, beta, S, chunk_size: int):
     decay = torch.exp(seg.masked_fill(~incl, float("-inf")))  # D[t, j] <= 1
     eG = torch.exp(G)
 
+    # Per step (Dk, Dv layout): S_t = e^{g_t} S_{t-1} + k_t u_tᵀ with the write
+    # u_t = beta_t (v_t - (e^{g_t} S_{t-1})ᵀ k_t). Inside a chunk from S0,
+    # e^{g_t} S_{t-1} = e^{G_t} S0 + sum_{j<t} D[t, j] k_j u_jᵀ, so the writes solve the
+    # unit lower-triangular system (the WY form)
+    #   (I + A) U = beta ⊙ V - (beta e^{G} ⊙ K) S0,   A[t, j] = beta_t D[t, j] k_t·k_j (j < t),
+    # solved once for [beta V | beta e^G K]: U = Uv - Wk S0 for whatever S0 the chunk starts at.
     A = (k @ k.transpose(-1, -2)) * decay.masked_fill(~strict, 0.0) * beta.unsqueeze(-1)
     rhs = torch.cat([beta.unsqueeze(-1) * v, (beta * eG).unsqueeze(-1) * k], dim=-1)
     # (I + A) X = rhs; unitriangular=True uses the implicit unit diagonal of I + A.
     X = torch.linalg.solve_triangular(A, rhs, upper=False, unitriangular=True)
     Uv, Wk = X[..., :Dv], X[..., Dv:]  # U = Uv - Wk @ S0
 
+    # o_t = S_tᵀ q_t = (e^{G_t} q_t)ᵀ S0 + sum_{j<=t} D[t, j] (q_t·k_j) u_j, and the chunk's
+    # end state S_C = e^{G_C} S0 + sum_j e^{G_C - G_j} k_j u_jᵀ
     attn = (q @ k.transpose(-1, -2)) * decay  # (B, H, N, C, C)
     qg = q * eG.unsqueeze(-1)  # reads the chunk's start state
     kd = k * decay[..., -1, :].unsqueeze(-1)  # exp(G_C - G_j): writes into the end state
