@@ -91,30 +91,28 @@ def _full_attention_args(cfg: SwaxConfig) -> dict:
     return _attention_args(cfg, rope=cfg.full_attn_rope)
 
 
-def _mlstm_args(cfg: SwaxConfig) -> dict:
+def _recurrent_args(cfg: SwaxConfig) -> dict:
+    """What the mLSTM and Gated DeltaNet layers take alike."""
     return dict(
         d_model=cfg.d_model,
         n_heads=cfg.recurrent_heads or cfg.n_heads,
         qk_dim_factor=cfg.qk_dim_factor,
         v_dim_factor=cfg.v_dim_factor,
-        gate_soft_cap=cfg.gate_soft_cap,
         chunk_size=cfg.chunk_size,
         norm_eps=cfg.norm_eps,
+    )
+
+
+def _mlstm_args(cfg: SwaxConfig) -> dict:
+    return _recurrent_args(cfg) | dict(
+        gate_soft_cap=cfg.gate_soft_cap,
         igate_bias_init=cfg.mlstm_igate_bias_init,
         fgate_bias_init=tuple(cfg.mlstm_fgate_bias_init),
     )
 
 
 def _gated_delta_args(cfg: SwaxConfig) -> dict:
-    return dict(
-        d_model=cfg.d_model,
-        n_heads=cfg.recurrent_heads or cfg.n_heads,
-        qk_dim_factor=cfg.qk_dim_factor,
-        v_dim_factor=cfg.v_dim_factor,
-        conv_size=cfg.conv_size,
-        chunk_size=cfg.chunk_size,
-        norm_eps=cfg.norm_eps,
-    )
+    return _recurrent_args(cfg) | dict(conv_size=cfg.conv_size)
 
 
 @dataclass(frozen=True)
