@@ -76,10 +76,9 @@ def print_table(rows: list[dict], columns: list[str]) -> None:
 def save_png(path: str | Path, draw: Callable, title: str = "") -> Path | None:
     """Draw with ``draw(fig)`` and save a PNG (None, with a note, if matplotlib is missing)."""
     try:
-        import matplotlib
+        from swax.eval.plots import pyplot
 
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
+        plt = pyplot()
     except ImportError:
         print("# matplotlib not installed: no PNG written")
         return None

@@ -29,6 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import machine_line, print_table, save_png, write_csv  # noqa: E402
 
 from swax import SwaxConfig, SwaxLM  # noqa: E402
+from swax.eval.plots import length_axis  # noqa: E402
 from swax.generate import prefill  # noqa: E402
 
 DEFAULT_CONTEXTS = [1024, 4096, 16384, 32768, 65536, 131072]
@@ -111,7 +112,7 @@ def plot(rows, patterns, path, title):
                 label=pat,
             )
         for ax, yl in ((ax1, "ms per decoded token"), (ax2, "decode state, MiB")):
-            ax.set_xscale("log", base=2)
+            length_axis(ax)
             ax.set_yscale("log")
             ax.set_xlabel("context length (tokens)")
             ax.set_ylabel(yl)

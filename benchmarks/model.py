@@ -30,6 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import machine_line, print_table, save_png, write_csv  # noqa: E402
 
 from swax import SwaxConfig, SwaxLM  # noqa: E402
+from swax.eval.plots import length_axis  # noqa: E402
 
 DEFAULT_SEQ = [1024, 2048, 4096, 8192, 16384]
 
@@ -93,7 +94,7 @@ def plot(rows, presets, patterns, path, title):
                 ]
                 if pts:
                     ax.plot(*zip(*pts), marker="o", label=pat)
-            ax.set_xscale("log", base=2)
+            length_axis(ax)
             ax.set_xlabel("sequence length")
             ax.set_ylabel("training tokens / s")
             ax.set_title(f"{preset} preset")

@@ -39,6 +39,7 @@ from common import (  # noqa: E402
     write_csv,
 )
 
+from swax.eval.plots import length_axis  # noqa: E402
 from swax.ops import gated_delta_rule, mlstm, sliding_window_attention  # noqa: E402
 
 DEFAULT_T = [1024, 2048, 4096, 8192, 16384, 32768, 65536]
@@ -146,7 +147,7 @@ def plot(rows, ops, path, title):
                     ]
                     if pts:
                         ax.plot(*zip(*pts), style, marker="o", ms=3, label=f"{c} {pas}")
-            ax.set_xscale("log", base=2)
+            length_axis(ax)
             ax.set_yscale("log")
             ax.set_xlabel("sequence length T")
             ax.set_ylabel("tokens / s")

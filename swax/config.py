@@ -22,13 +22,6 @@ from pathlib import Path
 from .configutil import from_dict, to_dict
 from .errors import ConfigError
 
-LAYER_KINDS = {
-    "S": "sliding-window attention",
-    "X": "mLSTM",
-    "D": "Gated DeltaNet",
-    "A": "full causal attention",
-}
-
 
 @dataclass
 class SwaxConfig:
@@ -87,7 +80,8 @@ class SwaxConfig:
     init_std: float = 0.02
     """Standard deviation of the normal initialisation of linear and embedding weights."""
     attn_backend: str = "auto"
-    """Sliding-window attention backend: auto, blockwise, flash, flex or reference."""
+    """Sliding-window attention backend: auto or a name of ``swax.ops.list_backends("swa")``
+    (flash, flex, blockwise, reference)."""
 
     def __post_init__(self) -> None:
         self.validate()
@@ -95,6 +89,11 @@ class SwaxConfig:
     # ------------------------------------------------------------------ validation and derived
     def validate(self) -> None:
         """Raise ConfigError naming the first invalid field."""
+        # the layer letters come from the mixer table and the backend names from the op
+        # registry (imported here: swax.model imports this module)
+        from .model import LAYER_KINDS
+        from .ops import list_backends
+
         for name in (
             "vocab_size",
             "d_model",
@@ -169,10 +168,10 @@ class SwaxConfig:
                 f"attention head width {self.attn_head_dim} (head_dim, or d_model // n_heads) "
                 f"must be even for RoPE"
             )
-        if self.attn_backend not in ("auto", "blockwise", "flash", "flex", "reference"):
+        backends = ["auto", *list_backends("swa")]
+        if self.attn_backend not in backends:
             raise ConfigError(
-                f"attn_backend must be auto, blockwise, flash, flex or reference, "
-                f"got {self.attn_backend!r}"
+                f"attn_backend must be one of {', '.join(backends)}, got {self.attn_backend!r}"
             )
 
     @property

@@ -3,20 +3,28 @@
 Every config in swax is a dataclass whose fields carry a docstring (a string literal right after
 the field, as in mlstm_kernels). :func:`from_dict` builds one from plain data (JSON, YAML),
 rejecting unknown keys and wrong types with an error that names the dotted key.
+:func:`add_arguments` and :func:`from_args` make a command line of a dataclass (one option per
+field, its docstring as help), so every ``swax`` command reads a config the same way.
+:func:`resolve_device` and :func:`parse_window` read the two values many configs share.
 """
 
 from __future__ import annotations
 
+import argparse
 import ast
 import dataclasses
 import inspect
+import logging
 import textwrap
 import types
 import typing
+from collections.abc import Callable, Sequence
 from functools import cache
 from typing import Any, Literal, Union
 
 from .errors import ConfigError
+
+log = logging.getLogger("swax")
 
 
 @cache
@@ -139,3 +147,241 @@ def to_dict(obj: Any) -> dict:
         return x
 
     return conv(obj)
+
+
+# ------------------------------------------------------------------------------ values shared
+# by several configs: the device and the attention window
+
+
+def resolve_device(name: Any = "auto", fallback_to_cpu: bool = False):
+    """The torch.device for a config's ``device``: ``auto`` (cuda when available, else cpu),
+    ``cpu``, ``cuda`` or ``cuda:N`` (a torch.device is checked the same way). Anything else, or
+    CUDA asked for on a machine without it, is a ConfigError naming the value; with
+    ``fallback_to_cpu`` a missing CUDA gives the CPU instead, with a warning logged."""
+    import torch
+
+    if name in (None, "", "auto"):
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        dev = torch.device(name)
+    except (RuntimeError, ValueError, TypeError):
+        dev = None
+    if dev is None or dev.type not in ("cpu", "cuda"):
+        raise ConfigError(f"unknown device {str(name)!r}; expected cpu, cuda, cuda:N or auto")
+    if dev.type == "cuda":
+        if not torch.cuda.is_available():
+            if fallback_to_cpu:
+                log.warning("swax: device %s requested but CUDA is not available; using cpu", name)
+                return torch.device("cpu")
+            raise ConfigError(f"device {str(name)!r} requested but CUDA is not available")
+        if dev.index is not None and dev.index >= torch.cuda.device_count():
+            raise ConfigError(
+                f"device {str(name)!r} requested but only {torch.cuda.device_count()} CUDA "
+                f"device(s) are visible"
+            )
+    return dev
+
+
+WindowSetting = int | Literal["default", "full"]
+"""An attention window as a user gives it: a positive integer, "default" (the model's
+``config.window``) or "full" (no window: full causal attention)."""
+
+
+def parse_window(value: Any) -> WindowSetting:
+    """A window setting from text or a number: "default", "full" (also "none"), or a positive
+    integer ("2048" or 2048). Anything else is a ConfigError naming the value."""
+    if isinstance(value, str):
+        text = value.strip().lower()
+        if text in ("default", "full"):
+            return text  # type: ignore[return-value]
+        if text == "none":
+            return "full"
+        if text.lstrip("+-").isdigit():
+            value = int(text)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ConfigError(
+            f"window must be a positive integer or 'full' (or 'default': the model's), "
+            f"got {value!r}"
+        )
+    if value < 1:
+        raise ConfigError(f"window must be >= 1 (keys each query sees), got {value}")
+    return value
+
+
+def resolve_window(setting: Any, default: int | None) -> int | None:
+    """The window to pass to the model: ``default`` for "default", None for "full"."""
+    w = parse_window(setting)
+    return default if w == "default" else None if w == "full" else w
+
+
+# ------------------------------------------------------------------------------ command lines
+# made from dataclass configs: one option per field, help from the field's docstring
+
+
+def option(
+    default: Any = dataclasses.MISSING,
+    *,
+    default_factory: Any = dataclasses.MISSING,
+    positional: bool = False,
+    nargs: str | None = None,
+    repeat: bool = False,
+    group: str | None = None,
+    metavar: str | None = None,
+    choices: Sequence[str] | None = None,
+    minimum: int | float | None = None,
+    parse: Callable[[str], Any] | None = None,
+) -> Any:
+    """A dataclass field with how the command line shows it: ``positional`` (else
+    ``--field-name``), ``nargs``, ``repeat`` (the option may be given several times; a list),
+    ``group`` (options of one group exclude each other), ``metavar``, ``choices``, ``minimum``
+    (checked on construction too, see :func:`check_minimums`) and ``parse`` (text -> value)."""
+    meta = dict(
+        positional=positional,
+        nargs=nargs,
+        repeat=repeat,
+        group=group,
+        metavar=metavar,
+        choices=choices,
+        minimum=minimum,
+        parse=parse,
+    )
+    return dataclasses.field(
+        default=default, default_factory=default_factory, metadata={"cli": meta}
+    )
+
+
+def check_minimums(obj: Any) -> None:
+    """ConfigError naming the first field below the ``minimum`` of its :func:`option`."""
+    for f in dataclasses.fields(obj):
+        low = f.metadata.get("cli", {}).get("minimum")
+        values = getattr(obj, f.name)
+        values = values if isinstance(values, (list, tuple)) else [values]
+        for v in values:
+            if low is not None and v is not None and v < low:
+                raise ConfigError(f"{f.name} must be >= {low}, got {v!r}")
+
+
+def _parser_of(tp: Any, key: str, minimum: Any) -> Callable[[str], Any]:
+    """Text -> value of type ``tp`` (int, float or str), as argparse's ``type=``."""
+
+    def parse(text: str) -> Any:
+        if tp is int:
+            try:
+                value: Any = int(text)
+            except ValueError:
+                raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+        elif tp is float:
+            try:
+                value = float(text)
+            except ValueError:
+                raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+        else:
+            value = text
+        if minimum is not None and value < minimum:
+            what = "a positive integer" if (tp is int and minimum == 1) else f">= {minimum}"
+            raise argparse.ArgumentTypeError(f"expected {what}, got {text}")
+        return value
+
+    return parse
+
+
+def _default_text(f: dataclasses.Field) -> str | None:
+    if f.default is not dataclasses.MISSING:
+        value = f.default
+    elif f.default_factory is not dataclasses.MISSING:
+        value = f.default_factory()
+    else:
+        return None
+    if value is None or value is False or value == [] or value == ():
+        return None
+    if isinstance(value, (list, tuple)):
+        return " ".join(map(str, value))
+    return str(value)
+
+
+def add_arguments(parser: argparse.ArgumentParser, cls: type) -> None:
+    """Add one argument per field of dataclass ``cls`` to ``parser``: ``--field-name`` (or a
+    positional), typed from the annotation (bool: --x / --no-x; Literal: choices; list:
+    several values), with the field's docstring and default as help. Options that are not
+    given are left out of the parsed namespace, so the dataclass defaults apply."""
+    hints = typing.get_type_hints(cls)
+    docs = field_docs(cls)
+    groups: dict[str, Any] = {}
+    for f in dataclasses.fields(cls):
+        meta = f.metadata.get("cli", {})
+        tp, args = hints[f.name], ()
+        if typing.get_origin(tp) in (Union, types.UnionType):  # X | None -> X
+            args = tuple(a for a in typing.get_args(tp) if a is not type(None))
+            tp = args[0] if len(args) == 1 else tp
+        doc = docs.get(f.name, "").replace("%", "%%")
+        default = _default_text(f)
+        if default is not None and "default" not in doc.lower():
+            doc += f" (default: {default})"
+        kw: dict[str, Any] = {"help": doc, "default": argparse.SUPPRESS}
+        if meta.get("metavar"):
+            kw["metavar"] = meta["metavar"]
+        item = tp
+        if typing.get_origin(tp) in (list, tuple):
+            item = typing.get_args(tp)[0]
+            if meta.get("repeat"):
+                kw["action"] = "append"
+            else:
+                kw["nargs"] = meta.get("nargs") or "+"
+        if tp is bool:
+            kw["action"] = argparse.BooleanOptionalAction
+        elif typing.get_origin(item) is Literal:
+            kw["choices"] = typing.get_args(item)
+        elif meta.get("parse"):
+            kw["type"] = _argparse_type(meta["parse"])
+        else:
+            kw["type"] = _parser_of(item, f.name, meta.get("minimum"))
+            if item in (int, float) and "metavar" not in kw:
+                kw["metavar"] = "N" if item is int else "X"
+        if meta.get("choices"):
+            kw["choices"] = list(meta["choices"])
+        target = parser
+        if meta.get("group"):
+            if meta["group"] not in groups:
+                groups[meta["group"]] = parser.add_mutually_exclusive_group()
+            target = groups[meta["group"]]
+        if meta.get("positional"):
+            if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+                del kw["default"]  # required
+            target.add_argument(f.name, **kw)
+        else:
+            target.add_argument("--" + f.name.replace("_", "-"), dest=f.name, **kw)
+
+
+def _argparse_type(parse: Callable[[str], Any]) -> Callable[[str], Any]:
+    """A ``parse`` raising ConfigError, as argparse's ``type=`` (its message kept)."""
+
+    def convert(text: str) -> Any:
+        try:
+            return parse(text)
+        except ConfigError as e:
+            raise argparse.ArgumentTypeError(str(e)) from None
+
+    return convert
+
+
+def from_args(cls: type, namespace: argparse.Namespace) -> Any:
+    """The dataclass ``cls`` from the arguments :func:`add_arguments` parsed."""
+    names = {f.name for f in dataclasses.fields(cls)}
+    return from_dict(cls, {k: v for k, v in vars(namespace).items() if k in names})
+
+
+def config_keys(cls: type, prefix: str = "") -> list[tuple[str, str, str]]:
+    """(dotted key, default, first sentence of its docstring) of every field of dataclass
+    ``cls``, nested dataclasses flattened: the keys a YAML file or key=value may set."""
+    docs = field_docs(cls)
+    hints = typing.get_type_hints(cls)
+    rows = []
+    for f in dataclasses.fields(cls):
+        key = prefix + f.name
+        if dataclasses.is_dataclass(hints[f.name]):
+            rows += config_keys(hints[f.name], key + ".")
+            continue
+        doc = " ".join(docs.get(f.name, "").split())
+        first = doc.split(". ")[0].rstrip(".")
+        rows.append((key, _default_text(f) or "", first))
+    return rows

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -68,51 +69,87 @@ class SwaxState:
         return _tensor_bytes(self.layers)
 
 
+def _attention_args(cfg: SwaxConfig, rope: bool) -> dict:
+    return dict(
+        d_model=cfg.d_model,
+        n_heads=cfg.n_heads,
+        n_kv_heads=cfg.n_kv_heads,
+        head_dim=cfg.head_dim,
+        rope=rope,
+        rope_base=cfg.rope_base,
+        qk_norm=cfg.qk_norm,
+        norm_eps=cfg.norm_eps,
+        backend=None if cfg.attn_backend == "auto" else cfg.attn_backend,
+    )
+
+
+def _swa_args(cfg: SwaxConfig) -> dict:
+    return _attention_args(cfg, rope=True)
+
+
+def _full_attention_args(cfg: SwaxConfig) -> dict:
+    return _attention_args(cfg, rope=cfg.full_attn_rope)
+
+
+def _recurrent_args(cfg: SwaxConfig) -> dict:
+    """What the mLSTM and Gated DeltaNet layers take alike."""
+    return dict(
+        d_model=cfg.d_model,
+        n_heads=cfg.recurrent_heads or cfg.n_heads,
+        qk_dim_factor=cfg.qk_dim_factor,
+        v_dim_factor=cfg.v_dim_factor,
+        chunk_size=cfg.chunk_size,
+        norm_eps=cfg.norm_eps,
+    )
+
+
+def _mlstm_args(cfg: SwaxConfig) -> dict:
+    return _recurrent_args(cfg) | dict(
+        gate_soft_cap=cfg.gate_soft_cap,
+        igate_bias_init=cfg.mlstm_igate_bias_init,
+        fgate_bias_init=tuple(cfg.mlstm_fgate_bias_init),
+    )
+
+
+def _gated_delta_args(cfg: SwaxConfig) -> dict:
+    return _recurrent_args(cfg) | dict(conv_size=cfg.conv_size)
+
+
+@dataclass(frozen=True)
+class Mixer:
+    """One kind of token mixer: what it is called, its layer class, and the constructor
+    arguments a SwaxConfig gives it."""
+
+    name: str
+    cls: type[nn.Module]
+    args: Callable[[SwaxConfig], dict]
+    attention: bool
+    """Softmax attention over keys (FLOPs grow with the keys seen), else a recurrent state."""
+
+
+MIXERS: dict[str, Mixer] = {
+    "S": Mixer("sliding-window attention", SlidingWindowAttention, _swa_args, True),
+    "X": Mixer("mLSTM", MLSTMLayer, _mlstm_args, False),
+    "D": Mixer("Gated DeltaNet", GatedDeltaNetLayer, _gated_delta_args, False),
+    "A": Mixer("full causal attention", FullAttention, _full_attention_args, True),
+}
+"""The layer letters of ``layer_pattern``: letter -> mixer. A new mixer is one entry here."""
+
+LAYER_KINDS: dict[str, str] = {letter: m.name for letter, m in MIXERS.items()}
+"""Layer letter -> name of its mixer (what error messages list)."""
+
+
 class Block(nn.Module):
     """x + mixer(norm(x)), then + mlp(norm(x))."""
 
     def __init__(self, cfg: SwaxConfig, kind: str):
         super().__init__()
+        if kind not in MIXERS:  # validated by SwaxConfig
+            raise ConfigError(f"unknown layer letter {kind!r}")
         self.kind = kind
         self.mixer_norm = RMSNorm(cfg.d_model, cfg.norm_eps)
-        rh = cfg.recurrent_heads or cfg.n_heads
-        if kind in ("S", "A"):
-            cls = SlidingWindowAttention if kind == "S" else FullAttention
-            self.mixer = cls(
-                cfg.d_model,
-                cfg.n_heads,
-                cfg.n_kv_heads,
-                cfg.head_dim,
-                rope=kind == "S" or cfg.full_attn_rope,
-                rope_base=cfg.rope_base,
-                qk_norm=cfg.qk_norm,
-                norm_eps=cfg.norm_eps,
-                backend=None if cfg.attn_backend == "auto" else cfg.attn_backend,
-            )
-        elif kind == "X":
-            self.mixer = MLSTMLayer(
-                cfg.d_model,
-                rh,
-                cfg.qk_dim_factor,
-                cfg.v_dim_factor,
-                cfg.gate_soft_cap,
-                cfg.chunk_size,
-                cfg.norm_eps,
-                cfg.mlstm_igate_bias_init,
-                tuple(cfg.mlstm_fgate_bias_init),
-            )
-        elif kind == "D":
-            self.mixer = GatedDeltaNetLayer(
-                cfg.d_model,
-                rh,
-                cfg.qk_dim_factor,
-                cfg.v_dim_factor,
-                cfg.conv_size,
-                cfg.chunk_size,
-                cfg.norm_eps,
-            )
-        else:  # validated by SwaxConfig
-            raise ConfigError(f"unknown layer letter {kind!r}")
+        mixer = MIXERS[kind]
+        self.mixer = mixer.cls(**mixer.args(cfg))
         self.mlp_norm = RMSNorm(cfg.d_model, cfg.norm_eps)
         self.mlp = SwiGLU(
             cfg.d_model, swiglu_hidden_dim(cfg.d_model, cfg.mlp_ratio, cfg.mlp_multiple_of)
@@ -136,7 +173,11 @@ class SwaxLM(nn.Module):
         if not isinstance(config, SwaxConfig):
             raise TypeError(f"SwaxLM expects a SwaxConfig, got {type(config).__name__}")
         self.config = config
-        self.embed = nn.Embedding(config.vocab_size, config.d_model)
+        # built under torch.device("meta") (from_pretrained, swax info): shapes only, so no
+        # random initialisation (a normal_ on meta tensors costs seconds of torch imports)
+        on_meta = torch.empty(0).is_meta
+        shape = (config.vocab_size, config.d_model)
+        self.embed = nn.Embedding(*shape, _weight=torch.empty(shape) if on_meta else None)
         self.blocks = nn.ModuleList(Block(config, k) for k in config.layer_types)
         self.norm = RMSNorm(config.d_model, config.norm_eps)
         self.gradient_checkpointing = False  # recompute blocks in backward (training only)
@@ -150,6 +191,8 @@ class SwaxLM(nn.Module):
     def reset_parameters(self) -> None:
         """Normal(0, init_std) weights; residual output projections scaled by 1/sqrt(2·n_layers);
         norms at 1; the mixers' own gate/decay initialisations."""
+        if self.embed.weight.is_meta:  # no values to initialise
+            return
         std = self.config.init_std
         out_std = std / math.sqrt(2 * self.config.n_layers)
         for name, p in self.named_parameters():
@@ -308,7 +351,7 @@ class SwaxLM(nn.Module):
         dv = cfg.d_model * cfg.v_dim_factor / rh
         L = min(cfg.chunk_size, T)
         for i, kind in enumerate(cfg.layer_types):
-            if kind in ("S", "A"):
+            if MIXERS[kind].attention:
                 w = window[i] if isinstance(window, tuple) else window
                 W = T if (kind == "A" or w is None) else min(w, T)
                 avg_keys = (W * (W + 1) / 2 + (T - W) * W) / T

@@ -1,9 +1,11 @@
-"""Op backends: the registry, the native mLSTM kernel with its hand-written backward, and
-torch.compile of every op.
+"""Op backends: the registry, every mLSTM and Gated DeltaNet backend usable here against the
+float64 references (one parametrisation per backend, as mlstm_kernels tests its kernels), the
+native mLSTM kernel's own checks, and torch.compile of every op.
 
-References are independent of the code under test: a float64 per-step loop written here from
-the cell equations, the chunkwise form under plain autograd (``backend="autograd"``, a
-separate implementation), and ``torch.autograd.gradcheck`` (finite differences) in float64.
+References are independent of the code under test: the float64 per-step loops of
+tests/helpers.py written from the equations, and ``torch.autograd.gradcheck`` (finite
+differences) in float64. Tolerances come from the precision: an op is within ``NOISE_FACTOR``
+times float32's own noise on the same inputs (tests/helpers.py).
 """
 
 from __future__ import annotations
@@ -13,6 +15,20 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
+from helpers import (
+    NOISE_FACTOR,
+    assert_within_noise,
+    chunk_backends,
+    grad_noise_floor,
+    grads,
+    loss_weights,
+    mlstm_inputs,
+    mlstm_state,
+    naive_gated_delta,
+    naive_mlstm,
+    naive_swa,
+    noise_floor,
+)
 
 import swax.ops._mlstm_chunkwise as kernel
 from swax.ops import (
@@ -25,62 +41,77 @@ from swax.ops import (
 )
 from swax.ops._mlstm_chunkwise import mlstm_chunkwise
 
+pytestmark = pytest.mark.usefixtures("one_thread")
+
 EPS = 1e-6
+D, DV = 8, 12
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+def inputs(T, B=2, H=2, D=D, Dv=DV, seed=0, dtype=torch.float32, f_shift=2.0):
+    return mlstm_inputs(T, B, H, D, Dv, seed, dtype, f_shift=f_shift)
 
 
-from test_mlstm_op import naive_mlstm  # noqa: E402  (the float64 loop over time)
+def state0(B=2, H=2, D=D, Dv=DV, seed=1, dtype=torch.float32):
+    return mlstm_state(B, H, D, Dv, seed, dtype)
 
 
-def inputs(T, B=2, H=2, D=8, Dv=12, seed=0, dtype=torch.float32, f_shift=2.0):
-    g = torch.Generator().manual_seed(seed)
-    q, k = (torch.randn(B, H, T, D, generator=g) for _ in range(2))
-    v = torch.randn(B, H, T, Dv, generator=g)
-    i = 2 * torch.randn(B, H, T, generator=g)
-    f = torch.randn(B, H, T, generator=g) + f_shift
-    return [x.to(dtype) for x in (q, k, v, i, f)]
+def weights_hCnm(T, B=2, H=2, seed=7):
+    """Loss weights of (h, C, n, m)."""
+    return loss_weights((B, H, T, DV), (B, H, D, DV), (B, H, D), (B, H), seed=seed)
 
 
-def state0(B=2, H=2, D=8, Dv=12, seed=1, dtype=torch.float32):
-    g = torch.Generator().manual_seed(seed)
-    return [
-        (0.3 * torch.randn(B, H, D, Dv, generator=g)).to(dtype),
-        (0.3 * torch.randn(B, H, D, generator=g)).to(dtype),
-        torch.randn(B, H, generator=g).to(dtype),
-    ]
+def _naive_hCnm(q, k, v, i, f, *state, dtype=torch.float64):
+    h, (C, n, m) = naive_mlstm(q, k, v, i, f, state=state or None, dtype=dtype)
+    return [h, C, n, m]
 
 
-def rel(a, b):
-    a, b = a.detach().double(), b.detach().double()
-    return ((a - b).abs().max() / b.abs().max().clamp_min(1e-12)).item()
+EXTREME_GRAD_FACTOR = 4 * NOISE_FACTOR
+"""Gradients on extreme gates may be this many times worse than float32's noise floor: the
+native kernel forms the log-gate gradients as reverse cumulative sums of float32 terms whose
+large opposite parts cancel (closing forget gates: sums of -30 per step), where the loop's
+autograd cancels them step by step; observed up to 8.6x with ATEN_CPU_CAPABILITY=default and
+3.5x with AVX2, against at most 2.4x on ordinary gates."""
 
 
-def run_with_grads(fn, xs, st, weights):
-    """h, final state and the gradients of sum(weights · (h, C, n, m)) w.r.t. xs and st."""
-    xs = [x.detach().clone().requires_grad_() for x in xs]
-    st = None if st is None else [s.detach().clone().requires_grad_() for s in st]
-    h, (C, n, m) = fn(xs, st)
-    loss = sum((o.double() * w).sum() for o, w in zip((h, C, n, m), weights))
-    leaves = xs + (st or [])
-    grads = torch.autograd.grad(loss, leaves)
-    return (h, C, n, m), grads
+def check_mlstm_backend(backend, xs, st, chunk, seed_w=7, grad_factor=NOISE_FACTOR):
+    """Forward, final state and every gradient (inputs, initial state) of ``backend`` against
+    the float64 loop, each within the float32 noise of these inputs (gradients within
+    ``grad_factor`` times it)."""
+    T = xs[0].shape[2]
+    W = weights_hCnm(T, seed=seed_w)
+    leaves = [*xs, *(st or [])]
+
+    def op(q, k, v, i, f, *s):
+        h, (C, n, m) = mlstm(
+            q,
+            k,
+            v,
+            i,
+            f,
+            initial_state=tuple(s) if s else None,
+            output_final_state=True,
+            chunk_size=chunk,
+            backend=backend,
+        )
+        return [h, C, n, m]
+
+    outs, g = grads(op, leaves, W)
+    floors, refs = noise_floor(_naive_hCnm, leaves)
+    assert_within_noise(outs, floors, refs, "hCnm")
+    gfloors, g_ref = grad_noise_floor(_naive_hCnm, leaves, W)
+    names = ["dq", "dk", "dv", "di", "df", "dC0", "dn0", "dm0"]
+    assert_within_noise(g, gfloors, g_ref, [f"{n} ({backend})" for n in names], grad_factor)
 
 
-def loss_weights(T, B=2, H=2, D=8, Dv=12, seed=7):
-    g = torch.Generator().manual_seed(seed)
-    return [
-        torch.randn(B, H, T, Dv, generator=g, dtype=torch.float64),
-        torch.randn(B, H, D, Dv, generator=g, dtype=torch.float64),
-        torch.randn(B, H, D, generator=g, dtype=torch.float64),
-        torch.randn(B, H, generator=g, dtype=torch.float64),
-    ]
+MLSTM_BACKENDS = chunk_backends("mlstm", *inputs(8))
+GATED_DELTA_BACKENDS = chunk_backends(
+    "gated_delta",
+    *[F.normalize(x, dim=-1) for x in inputs(8)[:2]],
+    inputs(8)[2],
+    -F.softplus(inputs(8)[3]),
+    torch.sigmoid(inputs(8)[4]),
+    None,
+)
 
 
 # --------------------------------------------------------------------------- registry
@@ -124,40 +155,35 @@ def test_unknown_backend_is_an_error_naming_the_choices():
         gated_delta_rule(q, k, v, -F.softplus(i), torch.sigmoid(f), backend="nope")
 
 
-# --------------------------------------------------------------------------- native mLSTM
+# --------------------------------------------------------------------------- mLSTM backends
 
 
+@pytest.mark.parametrize("backend", MLSTM_BACKENDS)
 @pytest.mark.parametrize("T,chunk", [(1, 64), (7, 64), (64, 16), (100, 16), (100, 64), (200, 32)])
 @pytest.mark.parametrize("with_state", [False, True], ids=["empty", "state"])
-def test_native_matches_autograd_path_and_float64_loop(T, chunk, with_state):
-    """Forward, final state and every gradient (inputs, initial state) of the native kernel
-    against the autograd chunk path (float32) and the float64 per-step loop."""
-    xs = inputs(T, seed=T)
-    st = state0() if with_state else None
-    W = loss_weights(T)
+def test_mlstm_backend_matches_float64_loop(backend, T, chunk, with_state):
+    check_mlstm_backend(backend, inputs(T, seed=T), state0() if with_state else None, chunk)
 
-    def op(backend):
-        return lambda a, s: mlstm(
-            *a,
-            initial_state=None if s is None else tuple(s),
-            output_final_state=True,
-            chunk_size=chunk,
-            backend=backend,
-        )
 
-    out_n, g_n = run_with_grads(op("native"), xs, st, W)
-    out_a, g_a = run_with_grads(op("autograd"), xs, st, W)
-    x64 = [x.double() for x in xs]
-    s64 = None if st is None else [s.double() for s in st]
-    out_r, g_r = run_with_grads(lambda a, s: naive_mlstm(*a, state=s), x64, s64, W)
-    names = ["q", "k", "v", "i", "f", "C0", "n0", "m0"]
-    for name, a, b, r in zip(["h", "C", "n", "m"], out_n, out_a, out_r):
-        assert rel(a, r) < 2e-5, (name, rel(a, r))
-        assert rel(a, b) < 2e-5, (name, rel(a, b))
-    for name, a, b, r in zip(names, g_n, g_a, g_r):
-        assert torch.isfinite(a).all(), name
-        assert rel(a, r) < 1e-4, (f"d{name} vs float64 loop", rel(a, r))
-        assert rel(a, b) < 1e-4, (f"d{name} vs autograd path", rel(a, b))
+@pytest.mark.parametrize("backend", MLSTM_BACKENDS)
+@pytest.mark.parametrize("case", ["closing_forget_gates", "i_pm15", "large_state_m"])
+def test_mlstm_backend_extreme_gates(backend, case):
+    """Gates that make chunks of the native kernel take the exact path (or stress the
+    stabiliser): finite, and within float32 noise of the float64 loop, forward and backward."""
+    T = 96
+    q, k, v, i, f = inputs(T, seed=11)
+    st = None
+    if case == "closing_forget_gates":
+        f = torch.where(torch.arange(T) % 32 < 16, -30.0, 5.0).expand_as(f).clone()
+    elif case == "i_pm15":
+        i = 15 * torch.sign(i)
+    else:
+        st = state0()
+        st[2] = st[2] + 40.0
+    check_mlstm_backend(backend, [q, k, v, i, f], st, 32, grad_factor=EXTREME_GRAD_FACTOR)
+
+
+# --------------------------------------------------------------------------- native mLSTM
 
 
 @pytest.mark.parametrize("exact", [False, True], ids=["factorised", "exact"])
@@ -187,42 +213,6 @@ def test_kernel_gradcheck_float64(exact, with_state, monkeypatch):
     assert torch.autograd.gradcheck(fn, leaves, eps=1e-6, atol=1e-7, rtol=1e-5)
 
 
-@pytest.mark.parametrize("case", ["closing_forget_gates", "i_pm15", "large_state_m"])
-def test_native_extreme_gates(case):
-    """Gates that make chunks take the exact path (or stress the stabiliser): finite, and
-    equal to the float64 loop, forward and backward."""
-    T = 96
-    q, k, v, i, f = inputs(T, seed=11)
-    st = None
-    if case == "closing_forget_gates":
-        f = torch.where(torch.arange(T) % 32 < 16, -30.0, 5.0).expand_as(f).clone()
-    elif case == "i_pm15":
-        i = 15 * torch.sign(i)
-    else:
-        st = state0()
-        st[2] = st[2] + 40.0
-    W = loss_weights(T)
-    fn = lambda backend: (
-        lambda a, s: mlstm(  # noqa: E731
-            *a,
-            initial_state=None if s is None else tuple(s),
-            output_final_state=True,
-            chunk_size=32,
-            backend=backend,
-        )
-    )
-    out_n, g_n = run_with_grads(fn("native"), [q, k, v, i, f], st, W)
-    s64 = None if st is None else [s.double() for s in st]
-    out_r, g_r = run_with_grads(
-        lambda a, s: naive_mlstm(*a, state=s), [x.double() for x in (q, k, v, i, f)], s64, W
-    )
-    for name, a, r in zip("hCnm", out_n, out_r):
-        assert rel(a, r) < 1e-4, (name, rel(a, r))
-    for name, a, r in zip(["q", "k", "v", "i", "f", "C0", "n0", "m0"], g_n, g_r):
-        assert torch.isfinite(a).all(), name
-        assert rel(a, r) < 1e-3, (f"d{name}", rel(a, r))
-
-
 def test_native_saves_no_chunk_tiles():
     """The backward keeps inputs, h, den and per-chunk states, never an L×L tile per chunk."""
     T, L, D, Dv = 256, 64, 8, 8
@@ -239,31 +229,61 @@ def test_native_saves_no_chunk_tiles():
     h.sum().backward()
 
 
+# --------------------------------------------------------------------------- Gated DeltaNet
+
+
+@pytest.mark.parametrize("backend", GATED_DELTA_BACKENDS)
+@pytest.mark.parametrize("T,chunk", [(1, 64), (7, 64), (100, 16), (200, 64)])
+def test_gated_delta_backend_matches_float64_loop(backend, T, chunk):
+    from helpers import gated_delta_inputs
+
+    q, k, v, g, beta, S0 = gated_delta_inputs(T, dk=D, dv=DV, seed=T)
+    W = loss_weights((2, 2, T, DV), (2, 2, D, DV), seed=3)
+
+    def op(*x):
+        return list(gated_delta_rule(*x, True, chunk_size=chunk, backend=backend))
+
+    leaves = [q, k, v, g, beta, S0]
+    outs, gr = grads(op, leaves, W)
+
+    def ref(*x, dtype):
+        return list(naive_gated_delta(*x, dtype=dtype))
+
+    floors, refs = noise_floor(ref, leaves)
+    assert_within_noise(outs, floors, refs, ["o", "S"])
+    gfloors, g_ref = grad_noise_floor(ref, leaves, W)
+    assert_within_noise(gr, gfloors, g_ref, ["dq", "dk", "dv", "dg", "dbeta", "dS0"])
+
+
 # --------------------------------------------------------------------------- torch.compile
 
 
-def _compiled_matches_eager(fn, xs):
-    a = [x.clone().requires_grad_() for x in xs]
-    b = [x.clone().requires_grad_() for x in xs]
-    out_c = torch.compile(fn, fullgraph=True)(*a)
-    out_c.backward()
-    out_e = fn(*b)
-    out_e.backward()
-    assert rel(out_c, out_e) < 1e-5
-    for x, y in zip(a, b):
-        assert rel(x.grad, y.grad) < 1e-4
+def _compiled_matches_reference(fn, reference, xs):
+    """fn (a scalar loss of an op) compiled with fullgraph, forward and backward, against
+    ``reference(*xs, dtype)``, the same loss through the float64 loops, within float32 noise."""
+    (out,), g = grads(lambda *x: [torch.compile(fn, fullgraph=True)(*x)], xs, [torch.ones(())])
+    floors, refs = noise_floor(lambda *x, dtype: [reference(*x, dtype=dtype)], xs)
+    assert_within_noise([out], floors, refs, ["loss"])
+    gfloors, g_ref = grad_noise_floor(
+        lambda *x, dtype: [reference(*x, dtype=dtype)], xs, [torch.ones((), dtype=torch.float64)]
+    )
+    assert_within_noise(g, gfloors, g_ref, [f"d{j}" for j in range(len(xs))])
 
 
 def test_compile_mlstm_native():
     """The native kernel is a custom op with fake implementations: fullgraph compile works
-    forward and backward, and agrees with eager."""
+    forward and backward."""
     xs = inputs(100, B=1, D=8, Dv=8)
 
     def fn(q, k, v, i, f):
         h, (C, n, m) = mlstm(q, k, v, i, f, chunk_size=16, output_final_state=True)
         return h.square().sum() + C.sum() + n.sum() + m.sum()
 
-    _compiled_matches_eager(fn, xs)
+    def ref(q, k, v, i, f, dtype):
+        h, (C, n, m) = naive_mlstm(q, k, v, i, f, dtype=dtype)
+        return h.square().sum() + C.sum() + n.sum() + m.sum()
+
+    _compiled_matches_reference(fn, ref, xs)
 
 
 def test_compile_gated_delta_and_swa():
@@ -276,12 +296,19 @@ def test_compile_gated_delta_and_swa():
         )
         return o.square().sum() + S.sum()
 
-    _compiled_matches_eager(gdn, [qn, kn, v, i, f])
+    def gdn_ref(q, k, v, g, beta, dtype):
+        o, S = naive_gated_delta(q, k, v, -F.softplus(g), torch.sigmoid(beta), dtype=dtype)
+        return o.square().sum() + S.sum()
+
+    _compiled_matches_reference(gdn, gdn_ref, [qn, kn, v, i, f])
 
     def swa(q, k, v):
         return sliding_window_attention(q, k, v, 24).square().sum()
 
-    _compiled_matches_eager(swa, [q, k, v])
+    def swa_ref(q, k, v, dtype):
+        return naive_swa(q, k, v, 24, dtype=dtype).square().sum()
+
+    _compiled_matches_reference(swa, swa_ref, [q, k, v])
 
 
 # --------------------------------------------------------------------------- benchmark smoke

@@ -126,3 +126,82 @@ def test_empty_stop_string_is_ignored(capsys):
     )
     assert r.returncode == 0, r.stderr
     assert "6 new tokens" in r.stderr
+
+
+# ------------------------------------------------------------------------------ one config path
+
+
+def test_every_command_has_help_with_defaults(capsys):
+    from swax.cli import COMMANDS
+
+    names = [
+        [name, *([sub] if isinstance(entry, dict) else [])]
+        for name, entry in COMMANDS.items()
+        for sub in (entry if isinstance(entry, dict) else [None])
+    ]
+    for args in names:
+        r = run_inprocess(capsys, *args, "--help")
+        assert r.returncode == 0, (args, r.stderr)
+        assert "usage: swax " + " ".join(args) in r.stdout
+    r = run_inprocess(capsys, "--help")
+    assert "``" not in r.stdout and "generate" in r.stdout
+    r = run_inprocess(capsys, "generate", "--help")
+    assert "--max-new-tokens N" in r.stdout and "(default: 64)" in r.stdout
+    assert "(default: auto)" in r.stdout  # one device default everywhere
+    r = run_inprocess(capsys, "train", "--help")
+    for key in ("optim.lr", "window.p_short", "data.synthetic.fraction", "checkpoint.every"):
+        assert f"  {key} " in r.stdout, key
+
+
+def test_configs_are_the_same_from_python_and_the_command_line():
+    from swax.cli import build_parser
+    from swax.cliconfig import GenerateConfig, NiahConfig
+    from swax.configutil import from_args
+
+    ns = build_parser().parse_args(
+        [
+            "generate",
+            "--top-k",
+            "5",
+            "--stop",
+            "a",
+            "--stop",
+            "b",
+            "--no-stream",
+            "--window",
+            "full",
+        ]
+    )
+    cfg = from_args(ns.config_cls, ns)
+    assert cfg == GenerateConfig(top_k=5, stop=["a", "b"], stream=False, window="full")
+    assert cfg.device == "auto" and cfg.max_new_tokens == 64  # defaults from the dataclass
+    ns = build_parser().parse_args(["eval", "niah", "--preset", "tiny", "--samples", "3"])
+    assert from_args(ns.config_cls, ns) == NiahConfig(preset="tiny", samples=3)
+    with pytest.raises(ValueError, match="samples must be >= 1, got 0"):
+        NiahConfig(samples=0)
+
+
+def test_parse_window_and_resolve_device():
+    from swax.configutil import parse_window, resolve_device, resolve_window
+    from swax.errors import ConfigError
+
+    assert [parse_window(x) for x in ("default", "FULL", "none", "128", 64)] == [
+        "default",
+        "full",
+        "full",
+        128,
+        64,
+    ]
+    for bad in ("0", "-3", "abc", 2.5, True):
+        with pytest.raises(ConfigError, match="window"):
+            parse_window(bad)
+    assert resolve_window("default", 512) == 512 and resolve_window("full", 512) is None
+    assert resolve_device("cpu") == torch.device("cpu")
+    assert resolve_device("auto").type == ("cuda" if torch.cuda.is_available() else "cpu")
+    for bad in ("foo", "mps", "cuda:x"):
+        with pytest.raises(ConfigError, match="unknown device"):
+            resolve_device(bad)
+    if not torch.cuda.is_available():
+        with pytest.raises(ConfigError, match="'cuda' requested but CUDA is not available"):
+            resolve_device("cuda")
+        assert resolve_device("cuda", fallback_to_cpu=True) == torch.device("cpu")

@@ -58,6 +58,28 @@ def test_echo_model_scores_100_and_constant_scores_0(echo_results, tmp_path):
     assert all(const.scores[t][1024] == 0.0 for t in TASKS)
 
 
+def test_predictions_are_cleaned_as_ruler_does(tmp_path):
+    """Control characters become newlines before scoring (RULER's postprocess_pred): a value
+    split by one is not found, one followed by one is."""
+
+    def split_value(prompt: str, max_new_tokens: int) -> str:
+        value = echo_needle(prompt, max_new_tokens).strip()
+        return f"\t{value[:3]}\x00{value[3:]}\x1b\n"
+
+    def value_then_control(prompt: str, max_new_tokens: int) -> str:
+        return f"\x01{echo_needle(prompt, max_new_tokens).strip()}\x1b junk\x7f"
+
+    args = (ByteTokenizer(), ["niah_single_1"], [1024])
+    split = run_niah(split_value, *args, samples=2, seed=1, out_dir=tmp_path, progress=False)
+    assert split.scores["niah_single_1"][1024] == 0.0
+    rows = [json.loads(ln) for ln in (tmp_path / "pred" / "niah_single_1-1024.jsonl").open()]
+    for row in rows:
+        value = row["outputs"][0]
+        assert row["pred"] == f"{value[:3]}\n{value[3:]}"
+    kept = run_niah(value_then_control, *args, samples=2, seed=1, progress=False)
+    assert kept.scores["niah_single_1"][1024] == 100.0
+
+
 def test_results_folder(echo_results):
     out, res = echo_results
     data = json.loads((out / "results.json").read_text())
@@ -74,6 +96,20 @@ def test_results_folder(echo_results):
         assert len(preds) == 2 and all(p["score"] == 100.0 for p in preds)
     table = format_table(res, list(TASKS), [1024, 2048])
     assert "average" in table and "1k" in table and "2k" in table
+
+
+def test_length_axes_are_labelled_with_lengths():
+    from swax.eval.plots import draw_curves, format_length, pyplot
+
+    lengths = [512, 1024, 4096, 131072, 2**20, 1536]
+    assert [format_length(n) for n in lengths] == ["512", "1k", "4k", "128k", "1M", "1.5k"]
+    plt = pyplot()
+    fig, ax = plt.subplots()
+    draw_curves(ax, {"a": ([512, 1024, 4096], [1.0, 2.0, 3.0])}, "length", "loss")
+    fig.canvas.draw()
+    labels = {t.get_text() for t in ax.get_xticklabels()}
+    plt.close(fig)
+    assert {"512", "1k", "2k", "4k"} <= labels, labels
 
 
 def test_parse_lengths():

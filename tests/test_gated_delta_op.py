@@ -1,125 +1,90 @@
 """Tests for swax.ops.gated_delta against an independent float64 reference.
 
-The reference below is a per-step transcription of fla's
-``naive_recurrent_gated_delta_rule`` (fla/ops/gated_delta_rule/naive.py), written here and
-run in float64; nothing from swax is used to build expected values.
+The reference (``naive_gated_delta`` in tests/helpers.py) is a per-step transcription of fla's
+``naive_recurrent_gated_delta_rule`` (fla/ops/gated_delta_rule/naive.py), written there and run
+in float64; nothing from swax is used to build expected values.
 
-Tolerances (errors are max |actual - expected| / max(1, max |expected|)):
+Tolerances come from the precision (errors are normwise, see tests/helpers.py):
 
-- float64 inputs: 1e-12. The chunk form is an exact algebraic rewrite of the recurrence,
-  so it must agree to round-off (observed <= 8e-16).
-- float32 forward: 1e-5. Values are O(1) (unit-norm q, k; beta < 1 makes each step a
-  contraction, so |S| stays O(|v|)); float32 round-off is ~6e-8 per op and the chunk
-  form adds a 64x64 unit-triangular solve; observed <= ~4e-7, so 1e-5 leaves ~25x margin;
-  deliberate bugs (masks, decay placement, chunk order, padding, scale) all fail it.
-- float32 gradients: 2e-5. Backward chains more matmuls through the solve and sums over T
-  for g and beta; observed <= ~8e-7.
-- bfloat16 inputs: 3e-2 on o and input gradients. The reference sees the same bf16-rounded
-  inputs; what remains is rounding o and the gradients to bf16 (2^-9 relative; observed
-  <= 6e-3). The float32 final state keeps the float32 tolerance.
+- float64 inputs: ``TOL64`` = 2^13 float64 unit roundoffs (9e-13). The chunk form is an exact
+  algebraic rewrite of the recurrence, so it must agree to round-off (observed <= 8e-16).
+- float32: within ``NOISE_FACTOR`` times the error float32 rounding alone makes on the same
+  inputs (the loop run in float32; the float64 loop on inputs perturbed by one rounding),
+  forward and gradients, measured per input set. Observed at most 1.5x that floor; the
+  deliberate bugs this file guards against (masks, decay placement, chunk order, padding,
+  scale) give errors of order 1. Two float32 results of the op (chunk vs recurrent, chained vs
+  one pass) may differ by twice that.
+- bfloat16 inputs: ``BF16_TOL`` = 4 bfloat16 unit roundoffs on o and input gradients. The
+  reference sees the same bf16-rounded inputs; what remains is rounding o and the gradients
+  to bf16 (observed <= 1.6 unit roundoffs). The float32 final state is float32 math.
 """
 
 from __future__ import annotations
 
+import math
 import re
 
 import pytest
 import torch
-import torch.nn.functional as F
+from helpers import (
+    NOISE_FACTOR,
+    U16,
+    assert_close,
+    assert_within_noise,
+    gated_delta_inputs,
+    grad_noise_floor,
+    grads,
+    loss_weights,
+    naive_gated_delta,
+    noise_floor,
+    unit_roundoff,
+)
 
 from swax.ops.gated_delta import gated_delta_rule, gated_delta_step
 
+pytestmark = pytest.mark.usefixtures("one_thread")
+
 B, H = 2, 2
-TOL = {torch.float64: 1e-12, torch.float32: 1e-5, torch.bfloat16: 3e-2}
-GRAD_TOL = {torch.float64: 1e-10, torch.float32: 2e-5, torch.bfloat16: 3e-2}
+TOL64 = 2**13 * unit_roundoff(torch.float64)
+BF16_TOL = 4 * U16
 CONFIGS = [("recurrent", 64), ("chunk", 64), ("chunk", 16)]
 CONFIG_IDS = ["recurrent", "chunk64", "chunk16"]
+NAMES = ["q", "k", "v", "g", "beta", "initial_state"]
 
 
 # --------------------------------------------------------------------------- reference
-def naive_gated_delta(q, k, v, g, beta, initial_state=None, scale=None):
-    """fla's naive_recurrent_gated_delta_rule in (B, H, T, D) layout, float64."""
-    q, k, v, g, beta = (x.to(torch.float64) for x in (q, k, v, g, beta))
-    b, h, T, dk = q.shape
-    dv = v.shape[-1]
-    if scale is None:
-        scale = dk**-0.5
-    S = torch.zeros(b, h, dk, dv, dtype=torch.float64)
-    if initial_state is not None:
-        S = initial_state.to(torch.float64)
-    q = q * scale
-    o = []
-    for i in range(T):
-        S = S * g[:, :, i].exp()[..., None, None]
-        b_v = v[:, :, i] - (S * k[:, :, i][..., None]).sum(-2)
-        b_v = b_v * beta[:, :, i][..., None]
-        S = S + k[:, :, i].unsqueeze(-1) * b_v.unsqueeze(-2)
-        o.append(torch.einsum("bhd,bhdm->bhm", q[:, :, i], S))
-    o = torch.stack(o, dim=2) if o else torch.zeros(b, h, 0, dv, dtype=torch.float64)
-    return o, S
-
-
 def make_inputs(T, dk=16, dv=32, dtype=torch.float32, seed=0, gate="softplus", b=B, h=H):
-    gen = torch.Generator().manual_seed(seed)
-
-    def rn(*shape):
-        return torch.randn(*shape, generator=gen, dtype=torch.float64)
-
-    q = F.normalize(rn(b, h, T, dk), dim=-1)
-    k = F.normalize(rn(b, h, T, dk), dim=-1)
-    v = rn(b, h, T, dv)
-    if gate == "softplus":
-        g = -F.softplus(rn(b, h, T))
-    else:
-        g = F.logsigmoid(rn(b, h, T) + 2.0)
-    beta = torch.sigmoid(rn(b, h, T))
-    S0 = 0.5 * rn(b, h, dk, dv)
-    return [x.to(dtype) for x in (q, k, v, g, beta)] + [S0.to(torch.float32)]
+    return gated_delta_inputs(T, dk, dv, dtype, seed, gate, b, h)
 
 
-def err(actual, expected):
-    actual, expected = actual.detach().double(), expected.detach().double()
-    assert actual.shape == expected.shape, (actual.shape, expected.shape)
-    if expected.numel() == 0:
-        return 0.0
-    return ((actual - expected).abs().max() / expected.abs().max().clamp_min(1.0)).item()
+def _naive(*xs, scale=None, dtype=torch.float64):
+    return list(naive_gated_delta(*xs, scale=scale, dtype=dtype))
 
 
-def assert_close(actual, expected, tol, what):
-    assert torch.isfinite(actual).all(), f"{what}: non-finite values"
-    e = err(actual, expected)
-    assert e <= tol, f"{what}: error {e:.3e} > tol {tol:.1e}"
+def weights(T, dk=16, dv=32, seed=123):
+    """Loss weights of (o, S)."""
+    return loss_weights((B, H, T, dv), (B, H, dk, dv), seed=seed)
 
 
-def loss_weights(T, dk, dv, seed=123):
-    gen = torch.Generator().manual_seed(seed)
-    return (
-        torch.randn(B, H, T, dv, generator=gen, dtype=torch.float64),
-        torch.randn(B, H, dk, dv, generator=gen, dtype=torch.float64),
-    )
+_CACHE: dict = {}
 
 
-def grads_of(fn, inputs, wo, ws):
-    leaves = [x.detach().clone().requires_grad_(True) for x in inputs]
-    o, S = fn(*leaves)
-    loss = (o.double() * wo).sum() + (S.double() * ws).sum()
-    return o, S, torch.autograd.grad(loss, leaves)
-
-
-NAMES = ["q", "k", "v", "g", "beta", "initial_state"]
-_REFERENCE_CACHE: dict = {}
-
-
-def reference(key, inputs, wo=None, ws=None):
-    """Float64 naive outputs (and gradients if weights are given), cached by key: the same
+def reference(key, inputs, W=None):
+    """(float32 noise floors of o and S, their float64 values), and with loss weights ``W``
+    also (floors of the input gradients, float64 gradients); cached by ``key``: the same
     inputs are shared by the parametrisations over modes, and the Python loop is slow."""
-    if key not in _REFERENCE_CACHE:
-        xs = [x.double() for x in inputs]
-        if wo is None:
-            _REFERENCE_CACHE[key] = naive_gated_delta(*xs)
-        else:
-            _REFERENCE_CACHE[key] = grads_of(naive_gated_delta, xs, wo, ws)
-    return _REFERENCE_CACHE[key]
+    if key not in _CACHE:
+        fwd = noise_floor(_naive, inputs)
+        _CACHE[key] = fwd if W is None else (fwd, grad_noise_floor(_naive, inputs, W))
+    return _CACHE[key]
+
+
+def op_grads(inputs, W, **kw):
+    """((o, S), input gradients) of the op for the loss weights W."""
+    outs, g = grads(
+        lambda *xs: list(gated_delta_rule(*xs, output_final_state=True, **kw)), inputs, W
+    )
+    return outs, g
 
 
 # ------------------------------------------------------------------ reference sanity
@@ -154,17 +119,16 @@ def test_reference_matches_closed_forms():
 @pytest.mark.parametrize("mode,chunk_size", CONFIGS, ids=CONFIG_IDS)
 def test_forward_matches_naive_float32(T, mode, chunk_size):
     q, k, v, g, beta, S0 = make_inputs(T, seed=T)
-    o_ref, S_ref = reference(("fwd", T), [q, k, v, g, beta, S0])
+    floors, refs = reference(("fwd", T), [q, k, v, g, beta, S0])
     o, S = gated_delta_rule(q, k, v, g, beta, S0, True, mode=mode, chunk_size=chunk_size)
     assert o.dtype == torch.float32 and S.dtype == torch.float32
     assert o.shape == (B, H, T, 32) and S.shape == (B, H, 16, 32)
-    assert_close(o, o_ref, TOL[torch.float32], "o")
-    assert_close(S, S_ref, TOL[torch.float32], "final state")
+    assert_within_noise([o, S], floors, refs, ["o", "final state"])
     # also without an initial state
-    o_ref, S_ref = reference(("fwd-no-state", T), [q, k, v, g, beta])
+    floors, refs = reference(("fwd-no-state", T), [q, k, v, g, beta])
     o, S = gated_delta_rule(q, k, v, g, beta, None, True, mode=mode, chunk_size=chunk_size)
-    assert_close(o, o_ref, TOL[torch.float32], "o (no initial state)")
-    assert_close(S, S_ref, TOL[torch.float32], "final state (no initial state)")
+    names = ["o (no initial state)", "final state (no initial state)"]
+    assert_within_noise([o, S], floors, refs, names)
 
 
 @pytest.mark.parametrize("T", [1, 7, 64, 100, 200])
@@ -174,18 +138,19 @@ def test_chunk_algebra_exact_in_float64(T, chunk_size):
     o_ref, S_ref = naive_gated_delta(q, k, v, g, beta, S0)
     o, S = gated_delta_rule(q, k, v, g, beta, S0.double(), True, chunk_size=chunk_size)
     assert o.dtype == torch.float64
-    assert_close(o, o_ref, TOL[torch.float64], "o")
-    assert_close(S, S_ref, TOL[torch.float64], "final state")
+    assert_close(o, o_ref, TOL64, "o")
+    assert_close(S, S_ref, TOL64, "final state")
 
 
 @pytest.mark.parametrize("mode", ["recurrent", "chunk"])
 def test_dk_larger_than_dv_and_custom_scale(mode):
     q, k, v, g, beta, S0 = make_inputs(37, dk=32, dv=8, seed=3)
-    o_ref, S_ref = naive_gated_delta(q, k, v, g, beta, S0, scale=0.7)
+    floors, refs = noise_floor(
+        lambda *x, dtype: _naive(*x, scale=0.7, dtype=dtype), [q, k, v, g, beta, S0]
+    )
     o, S = gated_delta_rule(q, k, v, g, beta, S0, True, mode=mode, chunk_size=16, scale=0.7)
     assert o.shape == (B, H, 37, 8) and S.shape == (B, H, 32, 8)
-    assert_close(o, o_ref, TOL[torch.float32], "o")
-    assert_close(S, S_ref, TOL[torch.float32], "final state")
+    assert_within_noise([o, S], floors, refs, ["o", "final state"])
 
 
 # ----------------------------------------------------------------------- gradients
@@ -193,36 +158,24 @@ def test_dk_larger_than_dv_and_custom_scale(mode):
 @pytest.mark.parametrize("mode,chunk_size", CONFIGS, ids=CONFIG_IDS)
 def test_gradients_match_naive_float32(T, mode, chunk_size):
     inputs = make_inputs(T, seed=10 + T)
-    wo, ws = loss_weights(T, 16, 32)
-    _, _, g_ref = reference(("grad", T), inputs, wo, ws)
-
-    def op(*xs):
-        return gated_delta_rule(*xs, output_final_state=True, mode=mode, chunk_size=chunk_size)
-
-    _, _, g_op = grads_of(op, inputs, wo, ws)
-    for name, a, e in zip(NAMES, g_op, g_ref):
-        assert a.dtype == torch.float32
-        assert_close(a, e, GRAD_TOL[torch.float32], f"grad {name}")
+    W = weights(T)
+    _, (gfloors, g_ref) = reference(("grad", T), inputs, W)
+    _, g_op = op_grads(inputs, W, mode=mode, chunk_size=chunk_size)
+    assert all(a.dtype == torch.float32 for a in g_op)
+    assert_within_noise(g_op, gfloors, g_ref, [f"grad {n}" for n in NAMES])
 
 
 @pytest.mark.parametrize("T", [7, 100])
 @pytest.mark.parametrize("chunk_size", [64, 16])
 def test_chunk_matches_recurrent_forward_and_backward(T, chunk_size):
     inputs = make_inputs(T, dk=24, dv=16, seed=20 + T)
-    wo, ws = loss_weights(T, 24, 16)
-
-    def run(mode):
-        def op(*xs):
-            return gated_delta_rule(*xs, output_final_state=True, mode=mode, chunk_size=chunk_size)
-
-        return grads_of(op, inputs, wo, ws)
-
-    o_c, S_c, g_c = run("chunk")
-    o_r, S_r, g_r = run("recurrent")
-    assert_close(o_c, o_r, TOL[torch.float32], "o")
-    assert_close(S_c, S_r, TOL[torch.float32], "final state")
-    for name, a, e in zip(NAMES, g_c, g_r):
-        assert_close(a, e, GRAD_TOL[torch.float32], f"grad {name}")
+    W = weights(T, 24, 16)
+    (floors, _), (gfloors, _) = reference(("chunk-vs-recurrent", T), inputs, W)
+    (o_c, S_c), g_c = op_grads(inputs, W, mode="chunk", chunk_size=chunk_size)
+    (o_r, S_r), g_r = op_grads(inputs, W, mode="recurrent", chunk_size=chunk_size)
+    f2 = 2 * NOISE_FACTOR  # two float32 results, each within the noise of the reference
+    assert_within_noise([o_c, S_c], floors, [o_r, S_r], ["o", "final state"], f2)
+    assert_within_noise(g_c, gfloors, g_r, [f"grad {n}" for n in NAMES], f2)
 
 
 def test_gradcheck_chunk_float64():
@@ -240,20 +193,16 @@ def test_gradcheck_chunk_float64():
 @pytest.mark.parametrize("mode,chunk_size", CONFIGS, ids=CONFIG_IDS)
 def test_bfloat16_inputs(T, mode, chunk_size):
     inputs = make_inputs(T, dtype=torch.bfloat16, seed=30 + T)
-    wo, ws = loss_weights(T, 16, 32)
-    o_ref, S_ref, g_ref = reference(("bf16", T), inputs, wo, ws)
-
-    def op(*xs):
-        return gated_delta_rule(*xs, output_final_state=True, mode=mode, chunk_size=chunk_size)
-
-    o, S, g_op = grads_of(op, inputs, wo, ws)
+    W = weights(T)
+    (floors, (o_ref, S_ref)), (_, g_ref) = reference(("bf16", T), inputs, W)
+    (o, S), g_op = op_grads(inputs, W, mode=mode, chunk_size=chunk_size)
     assert o.dtype == torch.bfloat16 and S.dtype == torch.float32
-    assert_close(o, o_ref, TOL[torch.bfloat16], "o")
-    # the state is float32 math on the same (bf16-valued) inputs: float32 tolerance
-    assert_close(S, S_ref, TOL[torch.float32], "final state")
+    assert_close(o, o_ref, BF16_TOL, "o")
+    # the state is float32 math on the same (bf16-valued) inputs
+    assert_within_noise([S], floors[1:], [S_ref], ["final state"])
     for name, a, e in zip(NAMES, g_op, g_ref):
         assert a.dtype == inputs[NAMES.index(name)].dtype
-        assert_close(a, e, GRAD_TOL[torch.bfloat16], f"grad {name}")
+        assert_close(a, e, BF16_TOL, f"grad {name}")
 
 
 # ------------------------------------------------------------------- state passing
@@ -279,18 +228,19 @@ def test_split_sequences_chain_through_state(mode, chunk_size, splits):
         )
         outs.append(o)
         start += n
-    torch.testing.assert_close(S0, S0_copy, rtol=0, atol=0)  # never mutated
-    assert_close(torch.cat(outs, dim=2), o_full, TOL[torch.float32], "chained o")
-    assert_close(S, S_full, TOL[torch.float32], "chained state")
-    o_ref, S_ref = naive_gated_delta(q, k, v, g, beta, S0)
-    assert_close(S, S_ref, TOL[torch.float32], "chained state vs naive")
+    assert torch.equal(S0, S0_copy)  # never mutated
+    floors, refs = reference(("split", sum(splits)), [q, k, v, g, beta, S0])
+    o = torch.cat(outs, dim=2)
+    assert_within_noise([o, S], floors, refs, ["chained o", "chained state"])
+    names = ["chained o vs one pass", "chained state vs one pass"]
+    assert_within_noise([o, S], floors, [o_full, S_full], names, 2 * NOISE_FACTOR)
 
 
 @pytest.mark.parametrize("time_axis", [False, True])
 def test_step_chain_equals_full_sequence(time_axis):
     T = 23
     q, k, v, g, beta, S0 = make_inputs(T, dk=16, dv=8, seed=50)
-    o_ref, S_ref = naive_gated_delta(q, k, v, g, beta, S0)
+    floors, refs = reference(("step", T), [q, k, v, g, beta, S0])
     S, outs = S0, []
     for t in range(T):
         sl = slice(t, t + 1) if time_axis else t
@@ -302,14 +252,12 @@ def test_step_chain_equals_full_sequence(time_axis):
         S = S_new
     o = torch.cat(outs, dim=2)
     assert o.shape == (B, H, T, 8)
-    assert_close(o, o_ref, TOL[torch.float32], "step-chained o")
-    assert_close(S, S_ref, TOL[torch.float32], "step-chained state")
+    assert_within_noise([o, S], floors, refs, ["step-chained o", "step-chained state"])
 
 
 def test_prefill_then_steps_equals_one_pass():
     T, split = 90, 70
     q, k, v, g, beta, _ = make_inputs(T, seed=51)
-    o_full, S_full = gated_delta_rule(q, k, v, g, beta, None, True, chunk_size=16)
     o_pre, S = gated_delta_rule(
         q[:, :, :split],
         k[:, :, :split],
@@ -324,17 +272,17 @@ def test_prefill_then_steps_equals_one_pass():
     for t in range(split, T):
         o_t, S = gated_delta_step(q[:, :, t], k[:, :, t], v[:, :, t], g[:, :, t], beta[:, :, t], S)
         outs.append(o_t.unsqueeze(2))
-    assert_close(torch.cat(outs, dim=2), o_full, TOL[torch.float32], "o")
-    assert_close(S, S_full, TOL[torch.float32], "state")
+    floors, refs = reference(("prefill", T), [q, k, v, g, beta])
+    assert_within_noise([torch.cat(outs, dim=2), S], floors, refs, ["o", "state"])
 
 
 def test_step_without_state_and_bf16():
     q, k, v, g, beta, _ = make_inputs(1, dtype=torch.bfloat16, seed=52)
     o, S = gated_delta_step(q, k, v, g, beta, None)
-    o_ref, S_ref = naive_gated_delta(q, k, v, g, beta)
+    floors, (o_ref, S_ref) = noise_floor(_naive, [q, k, v, g, beta])
     assert o.dtype == torch.bfloat16 and o.shape == (B, H, 1, 32) and S.dtype == torch.float32
-    assert_close(o, o_ref, TOL[torch.bfloat16], "o")
-    assert_close(S, S_ref, TOL[torch.float32], "state")
+    assert_close(o, o_ref, BF16_TOL, "o")
+    assert_within_noise([S], floors[1:], [S_ref], ["state"])
 
 
 # ---------------------------------------------------------------------- extremes
@@ -358,49 +306,40 @@ def test_extreme_gates_are_finite_and_correct(mode, chunk_size, case):
         g = torch.where(torch.rand(g.shape, generator=gen) < 0.3, -20.0, g)
         beta = torch.where(torch.rand(g.shape, generator=gen) < 0.3, 1 - 1e-6, beta)
     inputs = [q, k, v, g, beta, S0]
-    wo, ws = loss_weights(T, 16, 32)
-    o_ref, S_ref, g_ref = reference(("extreme", case), inputs, wo, ws)
-
-    def op(*xs):
-        return gated_delta_rule(*xs, output_final_state=True, mode=mode, chunk_size=chunk_size)
-
-    o, S, g_op = grads_of(op, inputs, wo, ws)
-    assert_close(o, o_ref, TOL[torch.float32], "o")
-    assert_close(S, S_ref, TOL[torch.float32], "final state")
-    for name, a, e in zip(NAMES, g_op, g_ref):
-        assert_close(a, e, GRAD_TOL[torch.float32], f"grad {name}")
+    W = weights(T)
+    (floors, refs), (gfloors, g_ref) = reference(("extreme", case), inputs, W)
+    outs, g_op = op_grads(inputs, W, mode=mode, chunk_size=chunk_size)
+    assert_within_noise(outs, floors, refs, ["o", "final state"])
+    assert_within_noise(g_op, gfloors, g_ref, [f"grad {n}" for n in NAMES])
 
 
 @pytest.mark.parametrize("chunk_size", [16, 64])
 def test_large_cumulative_decay_keeps_float32_precision(chunk_size):
     """Bursts of g = -20 for the first half of every chunk push the in-chunk cumulative
     log-decay G to about -20 * chunk_size / 2. exp(G_t - G_j) taken as a difference of two
-    such float32 cumsums loses ~|G| * 6e-8 relative (errors ~1e-5 here); summing the segment
-    directly keeps them at round-off (observed <= 4e-7), hence the tighter tolerance."""
+    such float32 cumsums loses ~|G| * 6e-8 relative (errors ~1e-5 here, far above float32's
+    noise on these inputs); summing the segment directly keeps them at round-off."""
     T = 100
     q, k, v, g, beta, S0 = make_inputs(T, seed=60)
     g = torch.where(torch.arange(T) % chunk_size < chunk_size // 2, -20.0, g)
     inputs = [q, k, v, g, beta, S0]
-    wo, ws = loss_weights(T, 16, 32)
-    o_ref, S_ref, g_ref = reference(("burst", chunk_size), inputs, wo, ws)
-
-    def op(*xs):
-        return gated_delta_rule(*xs, output_final_state=True, chunk_size=chunk_size)
-
-    o, S, g_op = grads_of(op, inputs, wo, ws)
-    assert_close(o, o_ref, 3e-6, "o")
-    assert_close(S, S_ref, 3e-6, "final state")
-    for name, a, e in zip(NAMES, g_op, g_ref):
-        assert_close(a, e, 3e-6, f"grad {name}")
+    W = weights(T)
+    (floors, refs), (gfloors, g_ref) = reference(("burst", chunk_size), inputs, W)
+    outs, g_op = op_grads(inputs, W, chunk_size=chunk_size)
+    assert_within_noise(outs, floors, refs, ["o", "final state"])
+    assert_within_noise(g_op, gfloors, g_ref, [f"grad {n}" for n in NAMES])
 
 
 def test_g_minus_20_forgets_the_initial_state():
+    """After the first step only exp(-20) of the initial state is left: a 1000x larger one
+    changes the outputs by about 1e3 · exp(-20) ≈ 2e-6 relative, and nothing after."""
     q, k, v, g, beta, S0 = make_inputs(3, seed=62)
     g = torch.full_like(g, -20.0)
     o_a, S_a = gated_delta_rule(q, k, v, g, beta, S0, True)
     o_b, S_b = gated_delta_rule(q, k, v, g, beta, 1e3 * S0, True)
-    assert_close(o_a, o_b, 1e-4, "o")
-    assert_close(S_a, S_b, 1e-4, "state")
+    tol = 10 * 1e3 * math.exp(-20)
+    assert_close(o_a, o_b, tol, "o")
+    assert_close(S_a, S_b, tol, "state")
 
 
 # ------------------------------------------------------------------ misc contract
@@ -420,10 +359,9 @@ def test_padding_does_not_leak_into_final_state():
     # T = chunk_size + 1: the last chunk holds one real step and chunk_size - 1 pad steps.
     # A huge value-carrying neighbour would show up if padding were not an identity.
     q, k, v, g, beta, S0 = make_inputs(17, seed=71)
-    o_ref, S_ref = naive_gated_delta(q, k, v, g, beta, S0)
+    floors, refs = reference(("padding", 17), [q, k, v, g, beta, S0])
     o, S = gated_delta_rule(q, k, v, g, beta, S0, True, chunk_size=16)
-    assert_close(S, S_ref, TOL[torch.float32], "final state")
-    assert_close(o, o_ref, TOL[torch.float32], "o")
+    assert_within_noise([o, S], floors, refs, ["o", "final state"])
 
 
 # -------------------------------------------------------------------- bad inputs

@@ -2,6 +2,7 @@
 
 import pytest
 import torch
+from helpers import rel_err
 
 from swax import SwaxConfig, SwaxLM
 from swax.ops import (
@@ -71,8 +72,7 @@ def test_model_on_cuda_prefill_decode(pattern):
 
 
 def _rel(a, b):
-    a, b = a.detach().double().cpu(), b.detach().double().cpu()
-    return ((a - b).abs().max() / b.abs().max().clamp_min(1e-6)).item()
+    return rel_err(a, b, floor=1e-6)
 
 
 def _mlstm_inputs(T, D=64, Dv=64, seed=2):

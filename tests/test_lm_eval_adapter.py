@@ -248,6 +248,20 @@ def test_model_args_errors(tmp_path):
         SwaxEvalLM(model=SwaxLM(SwaxConfig(d_model=32, n_layers=2, n_heads=2)), window="abc")
 
 
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
+def test_cuda_without_cuda_errors_unless_it_is_lm_evals_default():
+    from swax import SwaxError
+
+    model = SwaxLM(SwaxConfig(d_model=32, n_layers=2, n_heads=2))
+    with pytest.raises(SwaxError, match="'cuda:0' requested but CUDA is not available"):
+        SwaxEvalLM(model=model, device="cuda:0")
+    with pytest.raises(SwaxError, match="'cuda:0' requested"):  # given in model_args
+        SwaxEvalLM.create_from_arg_obj({"model": model, "device": "cuda:0"}, {"device": "cpu"})
+    # lm-eval's own --device default (cuda:0) falls back to the CPU
+    lm = SwaxEvalLM.create_from_arg_obj({"model": model}, {"device": "cuda:0"})
+    assert lm.device.type == "cpu"
+
+
 def test_simple_evaluate_on_local_json_task(task_dir, model, monkeypatch):
     monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")

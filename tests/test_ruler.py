@@ -17,6 +17,7 @@ from swax.eval.ruler import (
     TASKS,
     NiahTask,
     generate_niah,
+    postprocess_pred,
     read_jsonl,
     string_match_all,
     string_match_part,
@@ -364,6 +365,20 @@ def test_string_match_all_and_part():
         string_match_all(["a"], [["a"], ["b"]])
     with pytest.raises(SwaxError):
         string_match_all([], [])
+
+
+def test_postprocess_pred_turns_control_characters_into_newlines():
+    # RULER (scripts/eval/evaluate.py): strip, re.sub(r"[\x00-\x1f]", "\n", ...), strip
+    assert postprocess_pred("  1234567\n") == "1234567"
+    assert postprocess_pred("\x00 12\x0034\t5\x1b6 \x1f") == "12\n34\n5\n6"
+    assert postprocess_pred("a\rb\x0bc") == "a\nb\nc"
+    # only U+0000 … U+001F: DEL and non-ASCII characters stay as they are
+    assert postprocess_pred("12\x7f34\u200b5\u00e9") == "12\x7f34\u200b5\u00e9"
+    # a control character inside a value splits it, so it no longer matches (dropping the
+    # character instead would turn "123\x00456" into a match)
+    pred = postprocess_pred(" 123\x00456")
+    assert string_match_all([pred], [["123456"]]) == 0.0
+    assert string_match_all([pred], [["123", "456"]]) == 100.0
 
 
 def test_echo_of_references_scores_100():

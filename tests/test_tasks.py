@@ -469,7 +469,7 @@ def test_missing_file_names_file_and_schema(tmp_path, model, tok):
 @pytest.mark.parametrize(
     "task,line,message",
     [
-        ("arc_easy", "{not json", "not valid JSON"),
+        ("arc_easy", "{not json", "invalid JSON"),
         (
             "arc_easy",
             json.dumps({"question": "q", "choices": {"text": ["a"], "label": ["A"]}}),

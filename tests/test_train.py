@@ -343,3 +343,12 @@ def test_train_cli_and_plot_run(tmp_path, capsys):
     png = run / "loss.png"
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert cli("plot-run", str(tmp_path / "none")) == 2
+    # resuming the finished run trains nothing and says so, keeping the run's throughput
+    first = json.loads((run / "summary.json").read_text())
+    assert first["steps_run"] == 3 and first["tok_s"] > 0
+    capsys.readouterr()
+    assert cli("train", *SMALL, f"run_dir={run}", "steps=3", "resume=true") == 0
+    out = capsys.readouterr().out
+    assert "throughput: no steps to train (the run had already finished its 3)" in out
+    again = json.loads((run / "summary.json").read_text())
+    assert again["steps_run"] == 0 and again["tok_s"] == first["tok_s"]

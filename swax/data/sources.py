@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from ..errors import SwaxError
+from .jsonl import iter_jsonl
 
 FORMATS = ("auto", "kjv", "text", "jsonl", "parquet", "hf")
 """Values of ``fmt``: ``hf`` is a Hugging Face dataset folder written by ``save_to_disk``."""
@@ -125,14 +126,8 @@ def _json_records(path: Path) -> Iterator[tuple[str, object]]:
             for i, obj in enumerate(items):
                 yield f"{path}: item {i}", obj
             return
-        for lineno, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise SwaxError(f"{path}:{lineno}: invalid JSON ({e.msg})") from None
-            yield f"{path}:{lineno}", obj
+    for lineno, obj in iter_jsonl(path, errors="replace"):
+        yield f"{path}:{lineno}", obj
 
 
 def _read_jsonl(path: Path, field: str) -> Iterator[str]:

@@ -404,32 +404,9 @@ def _clean_env(tmp: str) -> dict[str, str]:
     }
 
 
-def run_program(
-    program: str,
-    *,
-    timeout: float = 10.0,
-    memory_mb: int | None = 1024,
-    max_file_mb: int = 16,
-    landlock: bool = True,
-    python: str | None = None,
-) -> ExecResult:
-    """Run ``program`` (Python source: solution + tests) in a sandboxed subprocess.
-
-    Args:
-        timeout: wall-clock seconds before the process group is killed (status ``timeout``).
-        memory_mb: address-space limit (RLIMIT_AS) in MiB; None = no limit.
-        max_file_mb: largest file the program may write (RLIMIT_FSIZE), MiB.
-        landlock: apply the Landlock write restriction where the kernel supports it.
-        python: interpreter to use (default: this one).
-
-    See the module docstring for what the sandbox does and does not guard against.
-    """
-    if not isinstance(program, str):
-        raise TypeError(f"program must be a str, got {type(program).__name__}")
-    if timeout <= 0:
-        raise ValueError(f"timeout must be > 0 seconds, got {timeout}")
-    nonce = secrets.token_hex(8)
-    limits = {
+def _limits(timeout: float, memory_mb: int | None, max_file_mb: int) -> dict[str, int | None]:
+    """The resource limits the runner sets on itself before running the program."""
+    return {
         "RLIMIT_AS": None if memory_mb is None else int(memory_mb) * 2**20,
         "RLIMIT_CPU": int(timeout) + 2,
         "RLIMIT_FSIZE": int(max_file_mb) * 2**20,
@@ -437,7 +414,14 @@ def run_program(
         "RLIMIT_NOFILE": 256,
         "RLIMIT_CORE": 0,
     }
-    start = time.perf_counter()
+
+
+def _run_sandboxed(
+    program: str, cfg: dict, timeout: float, python: str | None
+) -> tuple[int | None, bool, list[str], str]:
+    """Write ``program`` to a fresh folder and run it there under the runner in its own session;
+    kill the session at ``timeout``. Returns (return code, timed out, lines the runner wrote to
+    its result pipe, the last 2000 bytes of the program's output)."""
     with (
         tempfile.TemporaryDirectory(prefix="swax-exec-", ignore_cleanup_errors=True) as tmp,
         tempfile.TemporaryFile() as out,
@@ -446,14 +430,7 @@ def run_program(
         with open(prog_path, "w", encoding="utf-8") as f:
             f.write(program)
         r_fd, w_fd = os.pipe()
-        cfg = {
-            "result_fd": w_fd,
-            "limits": limits,
-            "program": prog_path,
-            "tmp": tmp,
-            "landlock": bool(landlock),
-            "nonce": nonce,
-        }
+        cfg = {**cfg, "result_fd": w_fd, "program": prog_path, "tmp": tmp}
         try:
             proc = subprocess.Popen(
                 [python or sys.executable, "-I", "-B", "-c", _RUNNER, json.dumps(cfg)],
@@ -481,6 +458,41 @@ def run_program(
         out.seek(0, os.SEEK_END)
         out.seek(max(0, out.tell() - 2000))
         output = out.read().decode("utf-8", "replace")
+    return proc.returncode, timed_out, lines, output
+
+
+def run_program(
+    program: str,
+    *,
+    timeout: float = 10.0,
+    memory_mb: int | None = 1024,
+    max_file_mb: int = 16,
+    landlock: bool = True,
+    python: str | None = None,
+) -> ExecResult:
+    """Run ``program`` (Python source: solution + tests) in a sandboxed subprocess.
+
+    Args:
+        timeout: wall-clock seconds before the process group is killed (status ``timeout``).
+        memory_mb: address-space limit (RLIMIT_AS) in MiB; None = no limit.
+        max_file_mb: largest file the program may write (RLIMIT_FSIZE), MiB.
+        landlock: apply the Landlock write restriction where the kernel supports it.
+        python: interpreter to use (default: this one).
+
+    See the module docstring for what the sandbox does and does not guard against.
+    """
+    if not isinstance(program, str):
+        raise TypeError(f"program must be a str, got {type(program).__name__}")
+    if timeout <= 0:
+        raise ValueError(f"timeout must be > 0 seconds, got {timeout}")
+    nonce = secrets.token_hex(8)  # a program cannot print the runner's verdict itself
+    cfg = {
+        "limits": _limits(timeout, memory_mb, max_file_mb),
+        "landlock": bool(landlock),
+        "nonce": nonce,
+    }
+    start = time.perf_counter()
+    rc, timed_out, lines, output = _run_sandboxed(program, cfg, timeout, python)
     seconds = time.perf_counter() - start
     abi = 0
     verdict = ""
@@ -489,7 +501,6 @@ def run_program(
             abi = int(line.split("=", 1)[1] or 0)
         else:
             verdict = line
-    rc = proc.returncode
     if timed_out:
         return ExecResult(
             False, "timeout", f"timed out after {timeout:g} s", rc, seconds, abi, output

@@ -22,10 +22,12 @@ lm-eval 0.4.x fills its model registry by imports only (its own models are liste
 Model arguments (``--model_args key=value,...``): ``pretrained`` (a folder written by
 ``save_pretrained``, with its tokenizer), ``window`` (attention window; default the model's
 ``config.window``; ``full`` = full attention), ``batch_size`` (sequences per forward pass,
-default 8; ``auto`` = 8), ``device`` (``cpu``, ``cuda``, ``cuda:1``; default cuda when
-available), ``dtype`` (``float32``, ``bfloat16``, ``float16``; default as saved),
-``chunk_size`` (tokens per forward pass of rolling log-likelihoods and of prefill, default
-2048), ``seed`` (sampling seed for ``do_sample`` requests, default 1234).
+default 8; ``auto`` = 8), ``device`` (``auto``, ``cpu``, ``cuda``, ``cuda:1``; default cuda
+when available; CUDA asked for on a machine without it is an error, except lm-eval's own
+``--device`` default, which falls back to the CPU with a warning), ``dtype`` (``float32``,
+``bfloat16``, ``float16``; default as saved), ``chunk_size`` (tokens per forward pass of
+rolling log-likelihoods and of prefill, default 2048), ``seed`` (sampling seed for
+``do_sample`` requests, default 1234).
 
 - ``loglikelihood``: lm-eval's tokenisation (``TemplateLM``), then
   :func:`swax.eval.tasks.score_continuations` (length-sorted, right-padded batches; the output
@@ -46,7 +48,8 @@ from collections.abc import Sequence
 
 import torch
 
-from ..errors import SwaxError
+from ..configutil import resolve_device, resolve_window
+from ..errors import ConfigError, SwaxError
 
 try:
     import lm_eval.models  # noqa: F401  (fills lm-eval's registry of its own models first)
@@ -80,17 +83,14 @@ _DTYPES = {
 
 
 def _parse_window(window, default):
-    """None: the model's window; "full": full attention (None); else a positive integer."""
+    """None or "": the model's window; "full": full attention (None); else a positive integer
+    (see :func:`swax.configutil.parse_window`)."""
     if window is None or window == "":
         return default
-    if isinstance(window, str):
-        if window.lower() == "full":
-            return None
-        if window.isdigit():
-            window = int(window)
-    if isinstance(window, bool) or not isinstance(window, int) or window < 1:
-        raise SwaxError(f"window must be a positive integer or 'full', got {window!r}")
-    return window
+    try:
+        return resolve_window(window, default)
+    except ConfigError as e:
+        raise SwaxError(str(e)) from None
 
 
 def _parse_batch_size(bs) -> int:
@@ -130,16 +130,7 @@ class SwaxEvalLM(TemplateLM):
         super().__init__()
         if kwargs:
             log.warning("swax: ignoring unknown model arguments %s", sorted(kwargs))
-        if device in (None, "", "auto"):
-            device = "cuda" if torch.cuda.is_available() else "cpu"
-        try:
-            self._device = torch.device(device)
-        except (RuntimeError, TypeError) as e:
-            raise SwaxError(f"unknown device {device!r} (expected cpu, cuda or cuda:N)") from e
-        if self._device.type == "cuda" and not torch.cuda.is_available():
-            # lm-eval's command line passes device="cuda:0" unless told otherwise
-            log.warning("swax: device %s requested but CUDA is not available; using cpu", device)
-            self._device = torch.device("cpu")
+        self._device = resolve_device(device)
         torch_dtype = None
         if dtype not in (None, "", "auto"):
             if str(dtype) not in _DTYPES:
@@ -177,6 +168,10 @@ class SwaxEvalLM(TemplateLM):
         """Model arguments win over lm-eval's ``--batch_size``/``--device`` (which lm-eval
         would otherwise pass a second time, a TypeError for ``batch_size=N`` in model_args)."""
         merged = {k: v for k, v in (additional_config or {}).items() if v is not None}
+        if "device" in merged and "device" not in arg_dict:
+            # lm-eval's own --device defaults to cuda:0: on a machine without CUDA that
+            # default falls back to the CPU (logged); a device given in model_args does not
+            merged["device"] = resolve_device(merged["device"], fallback_to_cpu=True)
         merged.update(arg_dict)
         return cls(**merged)
 

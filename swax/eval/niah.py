@@ -3,7 +3,8 @@
 For every task and length, RULER-format records are generated in the model's own tokenizer
 (:mod:`swax.eval.ruler`) or read from a folder written by ``--dump``; each prompt (``input`` +
 ``answer_prefix``) is prefilled in chunks and decoded greedily for the task's
-``tokens_to_generate``; predictions are scored with RULER's ``string_match_all``.
+``tokens_to_generate``; predictions are cleaned as RULER's ``evaluate.py`` does
+(:func:`swax.eval.ruler.postprocess_pred`) and scored with RULER's ``string_match_all``.
 
 Outputs in the results folder:
 
@@ -97,11 +98,6 @@ class NiahResult:
         return sum(vals) / len(vals) if vals else float("nan")
 
 
-def postprocess(pred: str) -> str:
-    """RULER's cleanup of a prediction: strip, drop non-printable characters."""
-    return "".join(ch for ch in pred if ch.isprintable() or ch in "\n\t").strip()
-
-
 def _depth_bin(depth) -> int:
     d = depth[0] if isinstance(depth, (list, tuple)) else depth
     return min(DEPTH_BINS - 1, max(0, int(float(d) // (100 / DEPTH_BINS))))
@@ -111,6 +107,56 @@ def load_dumped(folder: Path, task: str, length: int) -> list[dict]:
     from .ruler import read_jsonl
 
     return read_jsonl(folder / f"{task}-{length}.jsonl")
+
+
+def _all_records(
+    tokenizer, tasks, lengths, samples, seed, haystack_text, key_split, records_dir
+) -> dict[tuple[str, int], list[dict]]:
+    """{(task, length): records}, generated or read from ``records_dir``."""
+    from .ruler import generate_niah
+
+    records = {}
+    for length in lengths:
+        for task in tasks:
+            if records_dir is not None:
+                records[task, length] = load_dumped(Path(records_dir), task, length)[:samples]
+            else:
+                records[task, length] = generate_niah(
+                    task,
+                    length,
+                    samples,
+                    tokenizer,
+                    seed=seed,
+                    haystack_text=haystack_text,
+                    key_split=key_split,
+                )
+    return records
+
+
+def _predict_cell(predict, records: list[dict], by_depth: dict, on_sample) -> list[dict]:
+    """Predict and score every record of one task and length; one row per record (what
+    ``pred/{task}-{length}.jsonl`` holds). Scores are also filed by needle depth."""
+    from .ruler import postprocess_pred, string_match_all
+
+    rows = []
+    for rec in records:
+        prompt = rec["input"] + rec.get("answer_prefix", "")
+        pred = postprocess_pred(predict(prompt, int(rec.get("tokens_to_generate", 128))))
+        score = string_match_all([pred], [rec["outputs"]])
+        rows.append(
+            {
+                "index": rec["index"],
+                "pred": pred,
+                "outputs": rec["outputs"],
+                "depth": rec.get("depth"),
+                "score": score,
+                "length": rec.get("length"),
+            }
+        )
+        if rec.get("depth") is not None:
+            by_depth.setdefault(_depth_bin(rec["depth"]), []).append(score)
+        on_sample()
+    return rows
 
 
 def run_niah(
@@ -134,7 +180,7 @@ def run_niah(
     """
     from tqdm import tqdm
 
-    from .ruler import TASKS, generate_niah, string_match_all
+    from .ruler import TASKS, string_match_all
 
     unknown = [t for t in tasks if t not in TASKS]
     if unknown:
@@ -147,58 +193,25 @@ def run_niah(
     result = NiahResult(samples=samples)
     t0 = time.perf_counter()
     # all records first (cheap), so a bad length or data file fails before any model work
-    all_records = {}
-    for length in lengths:
-        for task in tasks:
-            if records_dir is not None:
-                all_records[task, length] = load_dumped(Path(records_dir), task, length)[:samples]
-            else:
-                all_records[task, length] = generate_niah(
-                    task,
-                    length,
-                    samples,
-                    tokenizer,
-                    seed=seed,
-                    haystack_text=haystack_text,
-                    key_split=key_split,
-                )
+    all_records = _all_records(
+        tokenizer, tasks, lengths, samples, seed, haystack_text, key_split, records_dir
+    )
     total = sum(len(r) for r in all_records.values())
     bar = tqdm(total=total, desc="niah", unit="sample", disable=not progress, dynamic_ncols=True)
     timings: dict[str, float] = {}
     for length in lengths:
         for task in tasks:
-            records = all_records[task, length]
-            preds, refs, rows = [], [], []
+            bar.set_postfix_str(f"{task} @ {length:,}")
             ts = time.perf_counter()
-            for rec in records:
-                bar.set_postfix_str(f"{task} @ {length:,}")
-                pred = postprocess(
-                    predict(
-                        rec["input"] + rec.get("answer_prefix", ""),
-                        int(rec.get("tokens_to_generate", 128)),
-                    )
-                )
-                score = string_match_all([pred], [rec["outputs"]])
-                preds.append(pred)
-                refs.append(rec["outputs"])
-                rows.append(
-                    {
-                        "index": rec["index"],
-                        "pred": pred,
-                        "outputs": rec["outputs"],
-                        "depth": rec.get("depth"),
-                        "score": score,
-                        "length": rec.get("length"),
-                    }
-                )
-                if rec.get("depth") is not None:
-                    b = _depth_bin(rec["depth"])
-                    result.by_depth.setdefault(task, {}).setdefault(length, {}).setdefault(
-                        b, []
-                    ).append(score)
-                bar.update(1)
+            by_depth: dict[int, list[float]] = {}
+            rows = _predict_cell(predict, all_records[task, length], by_depth, bar.update)
+            if by_depth:
+                result.by_depth.setdefault(task, {})[length] = by_depth
             timings[f"{task}-{length}"] = time.perf_counter() - ts
-            result.scores.setdefault(task, {})[length] = string_match_all(preds, refs)
+            preds = [r["pred"] for r in rows]
+            result.scores.setdefault(task, {})[length] = string_match_all(
+                preds, [r["outputs"] for r in rows]
+            )
             result.nulls.setdefault(task, {})[length] = sum(1 for p in preds if not p)
             if out:
                 with (out / "pred" / f"{task}-{length}.jsonl").open("w") as fh:
@@ -206,23 +219,18 @@ def run_niah(
                         fh.write(json.dumps(r) + "\n")
     bar.close()
     if out:
-        _write_outputs(
-            out,
-            result,
-            tasks,
-            lengths,
-            {
-                **(settings or {}),
-                "tasks": list(tasks),
-                "lengths": list(lengths),
-                "samples": samples,
-                "seed": seed,
-                "key_split": key_split,
-                "elapsed_s": time.perf_counter() - t0,
-                "peak_rss_gib": peak_rss_gib(),
-                "seconds_by_task_length": timings,
-            },
-        )
+        settings = {
+            **(settings or {}),
+            "tasks": list(tasks),
+            "lengths": list(lengths),
+            "samples": samples,
+            "seed": seed,
+            "key_split": key_split,
+            "elapsed_s": time.perf_counter() - t0,
+            "peak_rss_gib": peak_rss_gib(),
+            "seconds_by_task_length": timings,
+        }
+        _write_outputs(out, result, tasks, lengths, settings)
     return result
 
 
@@ -272,17 +280,18 @@ def format_table(r: NiahResult, tasks, lengths) -> str:
 
 
 def _fmt_len(n: int) -> str:
-    return f"{n // 1024}k" if n % 1024 == 0 else str(n)
+    from .plots import format_length
+
+    return format_length(n) if n % 1024 == 0 else str(n)
 
 
 def heatmaps(out: Path, r: NiahResult, tasks, lengths) -> list[Path]:
     """One PNG per task: accuracy by needle depth (rows) × length (columns)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
     import numpy as np
 
+    from .plots import pyplot
+
+    plt = pyplot()
     paths = []
     for t in tasks:
         grid = np.full((DEPTH_BINS, len(lengths)), np.nan)

@@ -6,6 +6,36 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
+
+def pyplot():
+    """``matplotlib.pyplot`` on the Agg backend: swax only writes figures to files, and Agg
+    needs no display (a headless machine, a cluster node)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def format_length(n: float) -> str:
+    """A token count or position as people write it: 512, 1k, 4k, 128k, 1M (2^20)."""
+    n = float(n)
+    for size, unit in ((2**20, "M"), (2**10, "k")):
+        if n >= size:
+            return f"{n / size:g}{unit}"
+    return f"{n:g}"
+
+
+def length_axis(ax) -> None:
+    """A log₂ x axis of lengths labelled 512, 1k, 4k … (not 2⁹, 2¹⁰, 2¹²)."""
+    from matplotlib.ticker import FuncFormatter, NullFormatter
+
+    ax.set_xscale("log", base=2)
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _: format_length(x)))
+    ax.xaxis.set_minor_formatter(NullFormatter())
+
+
 Series = dict[str, tuple]
 """{label: (xs, ys)} or {label: (xs, ys, errors)}; errors are drawn as error bars."""
 
@@ -34,7 +64,7 @@ def draw_curves(
         ax.axhline(value, color="k", ls="--", lw=1, label=label)
     for value, label in vlines:
         ax.axvline(value, color="gray", ls="--", label=label)
-    ax.set_xscale("log", base=2)
+    length_axis(ax)
     if ylim is not None:
         ax.set_ylim(*ylim)
     ax.grid(alpha=0.3)
@@ -56,11 +86,7 @@ def save_curves(
     **kwargs,
 ) -> Path:
     """One chart of ``series`` (see :func:`draw_curves` for ``kwargs``) saved as a PNG."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=figsize)
     draw_curves(ax, series, xlabel, ylabel, **kwargs)
     fig.tight_layout()

@@ -69,16 +69,15 @@ Deviations, each for a stated reason:
 from __future__ import annotations
 
 import functools
-import json
 import random
 import re
 import uuid
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 
+from ..data.jsonl import read_jsonl, write_jsonl
 from ..errors import SwaxError
 
 __all__ = [
@@ -518,20 +517,36 @@ def generate_niah(
     ]
 
 
-def _sample(
-    spec: NiahTask,
-    index: int,
-    length: int,
-    budget: int,
-    ttg: int,
-    tokenizer,
-    seed: int,
-    words: _WordKeys,
-    essay: _Essay | None,
-) -> dict:
-    name = f"swax-ruler|{seed}|{spec.name}|{length}|{index}"
-    rng = random.Random(name)
-    taken: set[str] = set()
+@dataclass
+class _Needles:
+    """The keys, values and needle sentences of one sample, and which keys the question asks."""
+
+    keys: list[str]
+    values: list[list[str]]
+    """values[k]: the values of key k."""
+    needles: list[tuple[int, str, str]]
+    """(key index, value, sentence), in the order they are placed in the haystack."""
+    queried: list[int]
+    """Indices of the keys asked about, in the question's order."""
+
+    @property
+    def texts(self) -> list[str]:
+        return [t for _, _, t in self.needles]
+
+    @property
+    def outputs(self) -> list[str]:
+        """The references: the values of the queried keys, in order."""
+        return [v for i in self.queried for v in self.values[i]]
+
+    @property
+    def query(self) -> str:
+        """The queried keys as RULER joins them: "a", or "a, b, c, and d"."""
+        q = [self.keys[i] for i in self.queried]
+        return q[0] if len(q) == 1 else ", ".join(q[:-1]) + ", and " + q[-1]
+
+
+def _draw_needles(spec: NiahTask, rng: random.Random, seed: int, words: _WordKeys) -> _Needles:
+    taken: set[str] = set()  # keys and values of a sample are all distinct
     keys = [_draw_distinct(spec.type_needle_k, rng, words, taken) for _ in range(spec.num_keys)]
     values = [
         [_draw_distinct(spec.type_needle_v, rng, words, taken) for _ in range(spec.num_needle_v)]
@@ -543,84 +558,137 @@ def _sample(
         for v in values[k]
     ]
     random.Random(seed).shuffle(needles)  # RULER shuffles with a fresh Random(seed)
-    needle_texts = [t for _, _, t in needles]
     queried = rng.sample(range(len(keys)), spec.num_needle_q)
-    queries = [keys[i] for i in queried]
-    outputs = [v for i in queried for v in values[i]]
-    query = queries[0] if len(queries) == 1 else ", ".join(queries[:-1]) + ", and " + queries[-1]
-    template = spec.prompt_template().replace("{query}", query)
-    head, tail = template.split("{context}")
+    return _Needles(keys, values, needles, queried)
 
+
+class _EssayHaystack:
+    """The first n words of the essay with the needles at their depths (percent of the
+    sentences); n counts words."""
+
+    n_min = 0
+
+    def __init__(self, essay: _Essay, tokenizer, needle_texts: list[str], depths: list[int]):
+        self.essay, self.texts, self.depths = essay, needle_texts, depths
+        self.approx = essay.counts(tokenizer)
+
+    def build(self, n: int) -> tuple[str, list[float]]:
+        """(context, depth of each needle in placement order)."""
+        context = self.essay.context(n, self.texts, self.depths)
+        return context, [float(d) for d in sorted(self.depths)]
+
+
+class _NoiseLines:
+    """RULER's noise haystack: the noise paragraph, once per line."""
+
+    def __init__(self, tokenizer):
+        per_line = len(tokenizer.encode("\n" + NOISE))
+        self.approx = _Counts(lambda a, b: np.full(b - a, per_line, dtype=np.int64))
+
+    def units(self, n: int) -> list[str]:
+        return [NOISE] * n
+
+
+class _DistractorLines:
+    """RULER's needle haystack: distractor needles with fresh random keys (never a key of the
+    sample) and values, drawn as a stream so the first n never change as n grows."""
+
+    def __init__(self, spec: NiahTask, name: str, words: _WordKeys, keys: list[str], tokenizer):
+        self.spec, self.words, self.keys, self.tok = spec, words, set(keys), tokenizer
+        self.rng = random.Random(name + "|distractors")
+        self.lines: list[str] = []
+        self.approx = _Counts(self._counts)
+
+    def units(self, n: int) -> list[str]:
+        spec = self.spec
+        while len(self.lines) < n:
+            key = _draw_distinct(spec.type_needle_k, self.rng, self.words, set(self.keys))
+            value = _draw(spec.type_needle_v, self.rng, self.words)
+            self.lines.append(NEEDLE.format(type_needle_v=spec.type_needle_v, key=key, value=value))
+        return self.lines[:n]
+
+    def _counts(self, a: int, b: int) -> np.ndarray:
+        lines = self.units(b)[a:b]
+        counts = [len(t) for t in self.tok.encode_batch(["\n" + d for d in lines])]
+        return np.array(counts, dtype=np.int64)
+
+
+class _LineHaystack:
+    """n lines of a line source with the needles inserted at RULER's random line indices (drawn
+    afresh for each n from a generator seeded by the sample's name and n); n counts lines."""
+
+    def __init__(self, lines: _NoiseLines | _DistractorLines, needle_texts: list[str], name: str):
+        self.lines, self.texts, self.name = lines, needle_texts, name
+        self.approx = lines.approx
+        self.n_min = len(needle_texts)
+
+    def build(self, n: int) -> tuple[str, list[float]]:
+        rng = random.Random(f"{self.name}|at|{n}")
+        return _insert_lines(self.lines.units(n), self.texts, rng)
+
+
+class _PromptLength:
+    """Exact token count of the prompt around a haystack of size n (memoised)."""
+
+    def __init__(self, tokenizer, head: str, haystack, tail: str):
+        self.tok, self.head, self.haystack, self.tail = tokenizer, head, haystack, tail
+        self.memo: dict[int, int] = {}
+
+    def __call__(self, n: int) -> int:
+        if n not in self.memo:
+            context = self.haystack.build(n)[0]
+            self.memo[n] = len(self.tok.encode(self.head + context + self.tail))
+        return self.memo[n]
+
+
+def _sample(
+    spec: NiahTask,
+    index: int,
+    length: int,
+    budget: int,
+    ttg: int,
+    tokenizer,
+    seed: int,
+    words: _WordKeys,
+    essay: _Essay | None,
+) -> dict:
+    """Sample ``index``: draw its needles, fit the largest haystack whose prompt fits the
+    budget, and build the record."""
+    name = f"swax-ruler|{seed}|{spec.name}|{length}|{index}"
+    rng = random.Random(name)
+    nd = _draw_needles(spec, rng, seed, words)
+    head, tail = spec.prompt_template().replace("{query}", nd.query).split("{context}")
     if essay is not None:
-        depths = rng.sample(DEPTHS, len(needles))
-        approx = essay.counts(tokenizer)
-        n_min = 0
-
-        def build(n: int) -> tuple[str, list[float]]:
-            return essay.context(n, needle_texts, depths), [float(d) for d in sorted(depths)]
+        depths = rng.sample(DEPTHS, len(nd.needles))
+        haystack = _EssayHaystack(essay, tokenizer, nd.texts, depths)
+    elif spec.type_haystack == "noise":
+        haystack = _LineHaystack(_NoiseLines(tokenizer), nd.texts, name)
     else:
-        n_min = len(needles)
-        if spec.type_haystack == "noise":
-            per_line = len(tokenizer.encode("\n" + NOISE))
-            approx = _Counts(lambda a, b: np.full(b - a, per_line, dtype=np.int64))
-
-            def units(n: int) -> list[str]:
-                return [NOISE] * n
-        else:
-            drng = random.Random(name + "|distractors")
-            distractors: list[str] = []
-
-            def units(n: int) -> list[str]:
-                while len(distractors) < n:  # a stream: the first n never change
-                    distractors.append(
-                        NEEDLE.format(
-                            type_needle_v=spec.type_needle_v,
-                            key=_draw_distinct(spec.type_needle_k, drng, words, set(keys)),
-                            value=_draw(spec.type_needle_v, drng, words),
-                        )
-                    )
-                return distractors[:n]
-
-            def more(a: int, b: int) -> np.ndarray:
-                return np.array(
-                    [len(t) for t in tokenizer.encode_batch(["\n" + d for d in units(b)[a:b]])],
-                    dtype=np.int64,
-                )
-
-            approx = _Counts(more)
-
-        def build(n: int) -> tuple[str, list[float]]:
-            return _insert_lines(units(n), needle_texts, random.Random(f"{name}|at|{n}"))
-
-    memo: dict[int, int] = {}
-
-    def count(n: int) -> int:
-        if n not in memo:
-            memo[n] = len(tokenizer.encode(head + build(n)[0] + tail))
-        return memo[n]
-
-    n = _fit(count, approx, n_min, budget)
+        lines = _DistractorLines(spec, name, words, nd.keys, tokenizer)
+        haystack = _LineHaystack(lines, nd.texts, name)
+    count = _PromptLength(tokenizer, head, haystack, tail)
+    n = _fit(count, haystack.approx, haystack.n_min, budget)
     if n is None:
-        need = memo[n_min] + ttg
+        need = count.memo[haystack.n_min] + ttg
         raise SwaxError(
             f"NIAH length {length} is too short for {spec.name}: its template, "
-            f"needles and smallest haystack need {need} tokens ({memo[n_min]} prompt "
-            f"+ {ttg} to generate) in tokenizer {getattr(tokenizer, 'name', '?')}"
+            f"needles and smallest haystack need {need} tokens ({count.memo[haystack.n_min]} "
+            f"prompt + {ttg} to generate) in tokenizer {getattr(tokenizer, 'name', '?')}"
         )
-    context, needle_depths = build(n)
+    context, needle_depths = haystack.build(n)
     text = head + context + tail
-    cut = text.rfind(ANSWER_PREFIX[:10])
+    cut = text.rfind(ANSWER_PREFIX[:10])  # RULER cuts the answer prefix off the prompt here
     prompt, answer_prefix = text[:cut], text[cut:]
-    depth_of = {(k, v): d for (k, v, _), d in zip(needles, needle_depths)}
-    where = prompt.find(outputs[0])
+    depth_of = {(k, v): d for (k, v, _), d in zip(nd.needles, needle_depths)}
+    where = prompt.find(nd.outputs[0])
     return {
         "index": index,
         "input": prompt,
-        "outputs": outputs,
-        "length": memo[n] + ttg,
+        "outputs": nd.outputs,
+        "length": count.memo[n] + ttg,
         "answer_prefix": answer_prefix,
         "token_position_answer": len(tokenizer.encode(prompt[:where])),
-        "depth": [depth_of[(i, v)] for i in queried for v in values[i]],
+        "depth": [depth_of[(i, v)] for i in nd.queried for v in nd.values[i]],
         "task": spec.name,
         "max_length": length,
         "tokens_to_generate": ttg,
@@ -660,47 +728,8 @@ def string_match_part(preds: Sequence[str], refs: Sequence[Sequence[str]]) -> fl
 
 
 def postprocess_pred(pred: str) -> str:
-    """RULER's cleanup of a prediction (``evaluate.py``): strip, control characters to
-    newlines, strip again."""
+    """RULER's cleanup of a prediction before scoring (``scripts/eval/evaluate.py``
+    ``postprocess_pred``): strip, turn every ASCII control character (U+0000 … U+001F) into a
+    newline, strip again. Other characters, DEL and non-ASCII ones included, are kept; a
+    control character inside a value therefore splits it and the value no longer matches."""
     return re.sub(r"[\x00-\x1f]", "\n", pred.strip()).strip()
-
-
-# --------------------------------------------------------------------------------------------
-# JSONL
-
-
-def write_jsonl(records: Iterable[dict], path: str | Path) -> Path:
-    """One JSON object per line (UTF-8); parent folders are created."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("w", encoding="utf-8") as f:
-        for rec in records:
-            f.write(json.dumps(rec, ensure_ascii=False) + "\n")
-    return path
-
-
-def read_jsonl(path: str | Path, required: Sequence[str] = ()) -> list[dict]:
-    """The objects of a JSONL file (blank lines skipped). A missing file, a line that is not a
-    JSON object, or one without a ``required`` field is a SwaxError naming the path and line."""
-    path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError as e:
-        raise SwaxError(f"no such JSONL file: {path}") from e
-    except (OSError, UnicodeDecodeError) as e:
-        raise SwaxError(f"cannot read JSONL file {path}: {e}") from e
-    records = []
-    for lineno, line in enumerate(text.splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            rec = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise SwaxError(f"{path}:{lineno}: malformed JSON line ({e.msg})") from e
-        if not isinstance(rec, dict):
-            raise SwaxError(f"{path}:{lineno}: expected a JSON object, got {type(rec).__name__}")
-        missing = [k for k in required if k not in rec]
-        if missing:
-            raise SwaxError(f"{path}:{lineno}: missing field(s) {', '.join(missing)}")
-        records.append(rec)
-    return records

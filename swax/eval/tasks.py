@@ -64,7 +64,6 @@ Python API::
 
 from __future__ import annotations
 
-import gzip
 import json
 import math
 import random
@@ -75,7 +74,9 @@ from pathlib import Path
 
 import torch
 
+from ..data.jsonl import iter_jsonl
 from ..errors import SwaxError
+from ..loading import load_model_and_tokenizer
 
 __all__ = [
     "TASKS",
@@ -386,31 +387,18 @@ def _read_jsonl(path: Path, spec: TaskSpec) -> list[dict]:
     if not path.is_file():
         what = "is a folder" if path.is_dir() else "not found"
         raise SwaxError(f"data file {path} {what} for task {spec.name} ({expected})")
-    opener = gzip.open if path.suffix == ".gz" else open
     docs = []
-    try:
-        with opener(path, "rt", encoding="utf-8") as f:
-            for lineno, line in enumerate(f, 1):
-                if not line.strip():
-                    continue
-                try:
-                    raw = json.loads(line)
-                except json.JSONDecodeError as e:
-                    raise SwaxError(
-                        f"{path}:{lineno}: not valid JSON ({e.msg}); {expected}"
-                    ) from None
-                if not isinstance(raw, dict):
-                    raise SwaxError(
-                        f"{path}:{lineno}: a JSON {type(raw).__name__}, not an object; {expected}"
-                    )
-                try:
-                    doc = spec.convert(raw)
-                except _BadRecord as e:
-                    raise SwaxError(f"{path}:{lineno}: {e}; {expected}") from None
-                doc["line"] = lineno
-                docs.append(doc)
-    except (OSError, UnicodeDecodeError) as e:
-        raise SwaxError(f"cannot read data file {path}: {e}") from None
+    for lineno, raw in iter_jsonl(path, hint=expected):
+        if not isinstance(raw, dict):
+            raise SwaxError(
+                f"{path}:{lineno}: a JSON {type(raw).__name__}, not an object; {expected}"
+            )
+        try:
+            doc = spec.convert(raw)
+        except _BadRecord as e:
+            raise SwaxError(f"{path}:{lineno}: {e}; {expected}") from None
+        doc["line"] = lineno
+        docs.append(doc)
     if not docs:
         raise SwaxError(f"data file {path} holds no records ({expected})")
     return docs
@@ -432,17 +420,6 @@ def _train_docs(spec: TaskSpec, data_dir, data_files) -> list[dict] | None:
     if data_dir is not None and (Path(data_dir) / f"{key}.jsonl").is_file():
         return _read_jsonl(Path(data_dir) / f"{key}.jsonl", spec)
     return None
-
-
-def load_model_and_tokenizer(
-    model_dir: str | Path, device: str | torch.device = "cpu", dtype: torch.dtype | None = None
-):
-    """``SwaxLM.from_pretrained(model_dir)`` and the tokenizer saved next to it."""
-    from ..data import load_model_tokenizer
-    from ..model import SwaxLM
-
-    model = SwaxLM.from_pretrained(model_dir, device=device, dtype=dtype)
-    return model, load_model_tokenizer(model_dir)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -63,7 +63,10 @@ class MLSTMLayer(nn.Module):
 
     @torch.no_grad()
     def reset_gates(self) -> None:
-        """xLSTM-7B gate initialisation (called by the constructor and by SwaxLM's init)."""
+        """xLSTM-7B gate initialisation (called by the constructor and by SwaxLM's init);
+        nothing to do on the meta device."""
+        if self.igate.weight.is_meta:
+            return
         for lin in (self.igate, self.fgate):
             nn.init.normal_(lin.weight, std=0.001)
         self.igate.bias.fill_(self.igate_bias_init)

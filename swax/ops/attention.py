@@ -27,41 +27,39 @@ from functools import lru_cache
 import torch
 import torch.nn.functional as F
 
+from ._checks import check_floating, check_ndim
 from .registry import register_backend, select_backend
 
 
 def _check_inputs(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, window) -> None:
+    fn = "sliding_window_attention"
+    check_floating(fn, q=q, k=k, v=v)
     for name, t in (("q", q), ("k", k), ("v", v)):
-        if t.ndim != 4:
-            raise ValueError(
-                f"{name} must have shape (batch, heads, time, dim), got {tuple(t.shape)}"
-            )
+        check_ndim(fn, name, t, 4, "(batch, heads, time, dim)")
     B, Hq, Tq, D = q.shape
     Bk, Hkv, Tk, Dk = k.shape
+    shapes = f"q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}"
     if Bk != B or v.shape[0] != B:
-        raise ValueError(
-            f"batch sizes differ: q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}"
-        )
+        raise ValueError(f"{fn}: batch sizes differ: {shapes}")
     if Dk != D:
-        raise ValueError(f"q and k head dims differ: q {tuple(q.shape)}, k {tuple(k.shape)}")
+        raise ValueError(f"{fn}: q and k head dims differ: {shapes}")
     if v.shape[1] != Hkv or v.shape[2] != Tk:
-        raise ValueError(
-            f"k and v must agree in heads and time: k {tuple(k.shape)}, v {tuple(v.shape)}"
-        )
+        raise ValueError(f"{fn}: k and v must agree in heads and time: {shapes}")
     if Hkv == 0 or Hq % Hkv:
         raise ValueError(
-            f"query heads ({Hq}) must be a multiple of key/value heads ({Hkv}) "
+            f"{fn}: query heads ({Hq}) must be a multiple of key/value heads ({Hkv}) "
             f"for grouped-query attention"
         )
     if Tk < Tq:
         raise ValueError(
-            f"keys ({Tk}) must be at least as long as queries ({Tq}); queries align to the end"
+            f"{fn}: keys ({Tk}) must be at least as long as queries ({Tq}); queries align to "
+            f"the end"
         )
     if window is not None:
         if isinstance(window, bool) or not isinstance(window, int):
-            raise ValueError(f"window must be a positive int or None, got {window!r}")
+            raise ValueError(f"{fn}: window must be a positive int or None, got {window!r}")
         if window <= 0:
-            raise ValueError(f"window must be >= 1 (keys seen per query), got {window}")
+            raise ValueError(f"{fn}: window must be >= 1 (keys seen per query), got {window}")
 
 
 def sliding_window_attention(

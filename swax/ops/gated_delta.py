@@ -67,6 +67,7 @@ from functools import lru_cache
 import torch
 import torch.nn.functional as F
 
+from ._checks import check_choice, check_floating, check_ndim, check_positive_int, check_shape
 from .registry import list_backends, register_backend, select_backend
 
 __all__ = ["gated_delta_rule", "gated_delta_step"]
@@ -76,13 +77,6 @@ _MODES = ("chunk", "recurrent")
 
 def _shape(x: torch.Tensor) -> tuple[int, ...]:
     return tuple(x.shape)
-
-
-def _check_tensor(name: str, x: object, fn: str) -> None:
-    if not isinstance(x, torch.Tensor):
-        raise ValueError(f"{fn}: {name} must be a torch.Tensor, got {type(x).__name__}")
-    if not x.is_floating_point():
-        raise ValueError(f"{fn}: {name} must be a floating-point tensor, got dtype {x.dtype}")
 
 
 def _compute_dtype(*xs: torch.Tensor) -> torch.dtype:
@@ -98,13 +92,9 @@ def _resolve_scale(scale: float | None, dk: int, fn: str) -> float:
 
 
 def _check_state(name: str, state: torch.Tensor | None, expected: tuple[int, ...], fn: str) -> None:
-    if state is None:
-        return
-    _check_tensor(name, state, fn)
-    if _shape(state) != expected:
-        raise ValueError(
-            f"{fn}: {name} has shape {_shape(state)}, expected (B, H, Dk, Dv) = {expected}"
-        )
+    if state is not None:
+        check_floating(fn, **{name: state})
+        check_shape(fn, name, state, expected, "(B, H, Dk, Dv)")
 
 
 def _check_sequence_inputs(
@@ -115,27 +105,14 @@ def _check_sequence_inputs(
     beta: torch.Tensor,
     fn: str,
 ) -> None:
-    for name, x in (("q", q), ("k", k), ("v", v), ("g", g), ("beta", beta)):
-        _check_tensor(name, x, fn)
-    if q.ndim != 4:
-        raise ValueError(
-            f"{fn}: q must be 4-D (B, H, T, Dk), got ndim={q.ndim} with shape {_shape(q)}"
-        )
-    B, H, T, Dk = q.shape
-    if _shape(k) != _shape(q):
-        raise ValueError(
-            f"{fn}: k has shape {_shape(k)}, expected the shape of q (B, H, T, Dk) = {_shape(q)}"
-        )
-    if v.ndim != 4 or _shape(v)[:3] != (B, H, T):
-        raise ValueError(
-            f"{fn}: v has shape {_shape(v)}, expected (B, H, T, Dv) with "
-            f"(B, H, T) = {(B, H, T)} from q"
-        )
+    """q, k (B, H, T, Dk), v (B, H, T, Dv), g, beta (B, H, T)."""
+    check_floating(fn, q=q, k=k, v=v, g=g, beta=beta)
+    check_ndim(fn, "q", q, 4, "(B, H, T, Dk)")
+    check_shape(fn, "k", k, q.shape, "the shape of q (B, H, T, Dk)")
+    check_ndim(fn, "v", v, 4, "(B, H, T, Dv)")
+    check_shape(fn, "v", v, (*q.shape[:3], v.shape[-1]), "(B, H, T, Dv) from q")
     for name, x in (("g", g), ("beta", beta)):
-        if _shape(x) != (B, H, T):
-            raise ValueError(
-                f"{fn}: {name} has shape {_shape(x)}, expected (B, H, T) = {(B, H, T)} from q"
-            )
+        check_shape(fn, name, x, q.shape[:3], "(B, H, T) from q")
 
 
 def _recurrent_step(
@@ -196,12 +173,20 @@ def _chunk(q, k, v, g, beta, S, chunk_size: int):
     decay = torch.exp(seg.masked_fill(~incl, float("-inf")))  # D[t, j] <= 1
     eG = torch.exp(G)
 
+    # Per step (Dk, Dv layout): S_t = e^{g_t} S_{t-1} + k_t u_tᵀ with the write
+    # u_t = beta_t (v_t - (e^{g_t} S_{t-1})ᵀ k_t). Inside a chunk from S0,
+    # e^{g_t} S_{t-1} = e^{G_t} S0 + sum_{j<t} D[t, j] k_j u_jᵀ, so the writes solve the
+    # unit lower-triangular system (the WY form)
+    #   (I + A) U = beta ⊙ V - (beta e^{G} ⊙ K) S0,   A[t, j] = beta_t D[t, j] k_t·k_j (j < t),
+    # solved once for [beta V | beta e^G K]: U = Uv - Wk S0 for whatever S0 the chunk starts at.
     A = (k @ k.transpose(-1, -2)) * decay.masked_fill(~strict, 0.0) * beta.unsqueeze(-1)
     rhs = torch.cat([beta.unsqueeze(-1) * v, (beta * eG).unsqueeze(-1) * k], dim=-1)
     # (I + A) X = rhs; unitriangular=True uses the implicit unit diagonal of I + A.
     X = torch.linalg.solve_triangular(A, rhs, upper=False, unitriangular=True)
     Uv, Wk = X[..., :Dv], X[..., Dv:]  # U = Uv - Wk @ S0
 
+    # o_t = S_tᵀ q_t = (e^{G_t} q_t)ᵀ S0 + sum_{j<=t} D[t, j] (q_t·k_j) u_j, and the chunk's
+    # end state S_C = e^{G_C} S0 + sum_j e^{G_C - G_j} k_j u_jᵀ
     attn = (q @ k.transpose(-1, -2)) * decay  # (B, H, N, C, C)
     qg = q * eG.unsqueeze(-1)  # reads the chunk's start state
     kd = k * decay[..., -1, :].unsqueeze(-1)  # exp(G_C - G_j): writes into the end state
@@ -266,12 +251,8 @@ def gated_delta_rule(
     """
     fn = "gated_delta_rule"
     _check_sequence_inputs(q, k, v, g, beta, fn)
-    if mode not in _MODES:
-        raise ValueError(
-            f"{fn}: unknown mode {mode!r}, expected one of {', '.join(map(repr, _MODES))}"
-        )
-    if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size <= 0:
-        raise ValueError(f"{fn}: chunk_size must be a positive int, got {chunk_size!r}")
+    check_choice(fn, "mode", mode, _MODES)
+    check_positive_int(fn, "chunk_size", chunk_size)
     B, H, T, Dk = q.shape
     Dv = v.shape[-1]
     _check_state("initial_state", initial_state, (B, H, Dk, Dv), fn)
@@ -387,8 +368,7 @@ def gated_delta_step(
     defaults to ``Dk ** -0.5``. Same math as one step of :func:`gated_delta_rule`.
     """
     fn = "gated_delta_step"
-    for name, x in (("q", q), ("k", k), ("v", v), ("g", g), ("beta", beta)):
-        _check_tensor(name, x, fn)
+    check_floating(fn, q=q, k=k, v=v, g=g, beta=beta)
     if q.ndim == 4:
         if q.shape[2] != 1:
             raise ValueError(
@@ -400,20 +380,11 @@ def gated_delta_step(
         q, k, v, g, beta = q[:, :, 0], k[:, :, 0], v[:, :, 0], g[:, :, 0], beta[:, :, 0]
     elif q.ndim == 3:
         squeeze = False
-        B, H, Dk = q.shape
-        if _shape(k) != _shape(q):
-            raise ValueError(
-                f"{fn}: k has shape {_shape(k)}, expected the shape of q (B, H, Dk) = {_shape(q)}"
-            )
-        if v.ndim != 3 or _shape(v)[:2] != (B, H):
-            raise ValueError(
-                f"{fn}: v has shape {_shape(v)}, expected (B, H, Dv) with (B, H) = {(B, H)}"
-            )
+        check_shape(fn, "k", k, q.shape, "the shape of q (B, H, Dk)")
+        check_ndim(fn, "v", v, 3, "(B, H, Dv)")
+        check_shape(fn, "v", v, (*q.shape[:2], v.shape[-1]), "(B, H, Dv) from q")
         for name, x in (("g", g), ("beta", beta)):
-            if _shape(x) != (B, H):
-                raise ValueError(
-                    f"{fn}: {name} has shape {_shape(x)}, expected (B, H) = {(B, H)} from q"
-                )
+            check_shape(fn, name, x, q.shape[:2], "(B, H) from q")
     else:
         raise ValueError(
             f"{fn}: q must be (B, H, Dk) or (B, H, 1, Dk), got ndim={q.ndim} with shape {_shape(q)}"

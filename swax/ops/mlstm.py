@@ -66,6 +66,7 @@ from functools import lru_cache
 import torch
 import torch.nn.functional as F
 
+from ._checks import check_choice, check_floating, check_ndim, check_positive_int, check_shape
 from ._mlstm_chunkwise import mlstm_chunkwise
 from .registry import list_backends, register_backend, select_backend
 
@@ -79,59 +80,30 @@ __all__ = ["mlstm", "mlstm_step", "MODES"]
 # --------------------------------------------------------------------------- validation
 
 
-def _check_float(name: str, x: object) -> None:
-    if not isinstance(x, torch.Tensor):
-        raise ValueError(f"mlstm: {name} must be a torch.Tensor, got {type(x).__name__}")
-    if not x.is_floating_point():
-        raise ValueError(f"mlstm: {name} must be a floating-point tensor, got dtype {x.dtype}")
-
-
-def _check_state(state: object, B: int, H: int, Dqk: int, Dv: int, what: str) -> None:
+def _check_state(state: object, B: int, H: int, Dqk: int, Dv: int, what: str, fn: str) -> None:
     if not isinstance(state, (tuple, list)) or len(state) != 3:
         got = type(state).__name__
         if isinstance(state, (tuple, list)):
             got += f" of length {len(state)}"
-        raise ValueError(f"mlstm: {what} must be a tuple (C, n, m), got {got}")
+        raise ValueError(f"{fn}: {what} must be a tuple (C, n, m), got {got}")
     expected = {"C": (B, H, Dqk, Dv), "n": (B, H, Dqk), "m": (B, H)}
+    layouts = {"C": "(B, H, Dqk, Dv)", "n": "(B, H, Dqk)", "m": "(B, H)"}
     for (name, shape), x in zip(expected.items(), state):
-        if not isinstance(x, torch.Tensor):
-            raise ValueError(f"mlstm: {what} {name} must be a torch.Tensor, got {type(x).__name__}")
-        if tuple(x.shape) != shape:
-            raise ValueError(
-                f"mlstm: {what} {name} has shape {tuple(x.shape)}, expected {shape} "
-                "(B, H, Dqk, Dv) / (B, H, Dqk) / (B, H) for C / n / m"
-            )
+        check_floating(fn, **{f"{what} {name}": x})
+        check_shape(fn, f"{what} {name}", x, shape, layouts[name])
 
 
 def _check_inputs(q, k, v, i, f, seq: bool) -> None:
-    for name, x in (("q", q), ("k", k), ("v", v), ("i", i), ("f", f)):
-        _check_float(name, x)
-    nd = 4 if seq else 3
-    lead = "(B, H, T, " if seq else "(B, H, "
-    if q.ndim != nd:
-        raise ValueError(f"mlstm: q must be {nd}-D {lead}Dqk), got shape {tuple(q.shape)}")
-    if v.ndim != nd:
-        raise ValueError(f"mlstm: v must be {nd}-D {lead}Dv), got shape {tuple(v.shape)}")
+    """q, k (B, H, T, Dqk), v (B, H, T, Dv), i, f (B, H, T); without T for a step."""
+    fn = "mlstm" if seq else "mlstm_step"
+    check_floating(fn, q=q, k=k, v=v, i=i, f=f)
+    lead = "(B, H, T" if seq else "(B, H"
+    check_ndim(fn, "q", q, 4 if seq else 3, f"{lead}, Dqk)")
+    check_ndim(fn, "v", v, 4 if seq else 3, f"{lead}, Dv)")
+    check_shape(fn, "k", k, q.shape, f"q's shape {lead}, Dqk)")
+    check_shape(fn, "v", v, (*q.shape[:-1], v.shape[-1]), f"{lead}, Dv) from q")
     for name, x in (("i", i), ("f", f)):
-        if x.ndim != nd - 1:
-            raise ValueError(
-                f"mlstm: {name} must be {nd - 1}-D {lead.rstrip(', ')}), got shape {tuple(x.shape)}"
-            )
-    if k.shape != q.shape:
-        raise ValueError(
-            f"mlstm: k has shape {tuple(k.shape)}, expected q's shape {tuple(q.shape)}"
-        )
-    if v.shape[:-1] != q.shape[:-1]:
-        raise ValueError(
-            f"mlstm: v has shape {tuple(v.shape)}, expected leading dims "
-            f"{tuple(q.shape[:-1])} of q's shape {tuple(q.shape)}"
-        )
-    for name, x in (("i", i), ("f", f)):
-        if x.shape != q.shape[:-1]:
-            raise ValueError(
-                f"mlstm: {name} has shape {tuple(x.shape)}, expected {tuple(q.shape[:-1])} "
-                f"(q's shape {tuple(q.shape)} without its last dim)"
-            )
+        check_shape(fn, name, x, q.shape[:-1], f"{lead}) from q")
 
 
 def _init_state(
@@ -288,14 +260,12 @@ def mlstm(
             chunk_size <= 0 or an initial_state of the wrong shapes.
     """
     _check_inputs(q, k, v, i, f, seq=True)
-    if mode not in MODES:
-        raise ValueError(f"mlstm: unknown mode {mode!r}, expected one of {list(MODES)}")
-    if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size <= 0:
-        raise ValueError(f"mlstm: chunk_size must be a positive int, got {chunk_size!r}")
+    check_choice("mlstm", "mode", mode, list(MODES))
+    check_positive_int("mlstm", "chunk_size", chunk_size)
     B, H, T, Dqk = q.shape
     Dv = v.shape[-1]
     if initial_state is not None:
-        _check_state(initial_state, B, H, Dqk, Dv, "initial_state")
+        _check_state(initial_state, B, H, Dqk, Dv, "initial_state", "mlstm")
     state = _init_state(initial_state, B, H, Dqk, Dv, q.device)
 
     out_dtype = q.dtype
@@ -512,7 +482,7 @@ def mlstm_step(
     B, H, Dqk = q.shape
     Dv = v.shape[-1]
     if state is not None:
-        _check_state(state, B, H, Dqk, Dv, "state")
+        _check_state(state, B, H, Dqk, Dv, "state", "mlstm_step")
     state = _init_state(state, B, H, Dqk, Dv, q.device)
     h, state = _step(q.float() * Dqk**-0.5, k.float(), v.float(), i.float(), f.float(), state, eps)
     return h.to(q.dtype), state

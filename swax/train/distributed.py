@@ -15,6 +15,8 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from ..configutil import resolve_device
+
 
 @dataclass(frozen=True)
 class DistInfo:
@@ -37,16 +39,10 @@ def setup(device: str = "auto", backend: str = "auto") -> DistInfo:
     world = int(os.environ.get("WORLD_SIZE", "1"))
     rank = int(os.environ.get("RANK", "0"))
     local = int(os.environ.get("LOCAL_RANK", "0"))
-    if device == "auto":
-        device = "cuda" if torch.cuda.is_available() else "cpu"
-    if device == "cuda":
-        device = f"cuda:{local}"
-    dev = torch.device(device)
+    dev = resolve_device(device)
     if dev.type == "cuda":
-        if not torch.cuda.is_available():
-            from ..errors import ConfigError
-
-            raise ConfigError(f"device {device!r} requested but CUDA is not available")
+        if dev.index is None:  # each torchrun process on its own GPU
+            dev = torch.device("cuda", local)
         torch.cuda.set_device(dev)
     if world > 1 and not dist.is_initialized():
         if backend == "auto":

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
+from ..data.jsonl import iter_jsonl
 from ..errors import SwaxError
 
 
@@ -12,14 +12,7 @@ def read_metrics(run_dir: str | Path) -> list[dict]:
     path = Path(run_dir) / "metrics.jsonl"
     if not path.is_file():
         raise SwaxError(f"{path} does not exist (is {run_dir} a swax run folder?)")
-    records = []
-    for n, line in enumerate(path.read_text().splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            records.append(json.loads(line))
-        except json.JSONDecodeError:
-            raise SwaxError(f"{path}:{n} is not valid JSON") from None
+    records = [rec for _, rec in iter_jsonl(path)]
     if not records:
         raise SwaxError(f"{path} holds no metrics yet")
     return records
@@ -27,10 +20,9 @@ def read_metrics(run_dir: str | Path) -> list[dict]:
 
 def plot_run(run_dir: str | Path, out: str | Path | None = None) -> Path:
     """Training loss (with its running mean), validation loss and learning rate by step."""
-    import matplotlib
+    from ..eval.plots import pyplot
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     records = read_metrics(run_dir)
     out = Path(out) if out else Path(run_dir) / "loss.png"

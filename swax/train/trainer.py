@@ -20,12 +20,15 @@ import shutil
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 
-from ..data import PackedLoader, build_datasets, load_tokenizer, save_tokenizer
+from ..config import SwaxConfig
+from ..data import IGNORE_INDEX, PackedLoader, build_datasets, load_tokenizer, save_tokenizer
 from ..errors import ConfigError, SwaxError
 from ..model import SwaxLM
 from . import distributed as D
@@ -78,7 +81,23 @@ def param_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:
     ]
 
 
+class _PerLayerWindows:
+    """Per-layer window draws spread over the layer positions: each S layer takes the next draw
+    of ``sched``; the other layers get the long window (ignored by them)."""
+
+    def __init__(self, sched: StochasticWindow, layer_types: str):
+        self.sched, self.layer_types, self.long = sched, layer_types, sched.long
+
+    def __call__(self, step: int) -> tuple[int, ...]:
+        draws = iter(self.sched(step))
+        return tuple(next(draws) if k == "S" else self.long for k in self.layer_types)
+
+    def __repr__(self) -> str:
+        return repr(self.sched)
+
+
 def window_schedule(cfg: TrainConfig, n_layers: int, layer_types: str):
+    """The run's window schedule: step -> window (or a tuple of per-layer windows)."""
     w = cfg.window
     if w.kind == "fixed":
         return FixedWindow(w.fixed or w.long)
@@ -92,15 +111,7 @@ def window_schedule(cfg: TrainConfig, n_layers: int, layer_types: str):
         cfg.seed,
         per_layer=n_swa if (w.per_layer and n_swa > 1) else None,
     )
-    if sched.per_layer is None:
-        return sched
-
-    def per_layer(step):  # spread the S layers' draws over the layer positions
-        draws = iter(sched(step))
-        return tuple(next(draws) if k == "S" else w.long for k in layer_types)
-
-    per_layer.long = w.long
-    return per_layer
+    return sched if sched.per_layer is None else _PerLayerWindows(sched, layer_types)
 
 
 def _fmt_time(s: float) -> str:
@@ -188,18 +199,93 @@ class _Logger:
         self.fh.close()
 
 
+# ------------------------------------------------------------------------------ the run state
+
+
+@dataclass
+class RunState:
+    """Everything a training run carries from setup through its steps to the end: built by
+    :func:`setup_run`, advanced by :func:`train_step`, closed by :func:`finish`."""
+
+    cfg: TrainConfig
+    info: D.DistInfo
+    run_dir: Path
+    ckpt: Path | None
+    tok: Any
+    mcfg: SwaxConfig
+    train_tokens: int
+    loader: PackedLoader
+    val_loader: PackedLoader | None
+    model: torch.nn.Module
+    """The model as trained: wrapped by DDP or FSDP under torchrun."""
+    raw_model: SwaxLM
+    fwd: Callable
+    """What the forward pass calls: ``model`` or its torch.compile."""
+    optimizer: torch.optim.Optimizer
+    sched: Callable
+    amp_dtype: torch.dtype | None
+    n_params: int
+    start_step: int = 0
+    elapsed0: float = 0.0
+    """Seconds spent by earlier processes of this run (restored from the checkpoint)."""
+    tokens_seen: int = 0
+    summary: dict = field(default_factory=dict)
+    logger: _Logger | None = None
+    peak_flops: float = 1.0
+    t_start: float = field(default_factory=time.perf_counter)
+    """When this process started its steps (set again by :func:`run_steps`)."""
+    t_last: float = 0.0
+    tok_last: int = 0
+    """Time and tokens at the last throughput line."""
+
+    @property
+    def tokens_per_step(self) -> int:
+        return self.cfg.batch_size * self.cfg.seq_len
+
+    def elapsed(self) -> float:
+        """Seconds of training of the whole run so far, over all its processes."""
+        return self.elapsed0 + time.perf_counter() - self.t_start
+
+    def trainer_state(self) -> dict:
+        """The non-tensor part of a checkpoint: loader position, clocks, summary, config."""
+        return {
+            "loader": self.loader.state_dict(),
+            "elapsed": self.elapsed(),
+            "tokens": self.tokens_seen,
+            "summary": self.summary,
+            "config": self.cfg.to_dict(),
+        }
+
+    def save(self, step: int) -> None:
+        save_checkpoint(
+            self.run_dir,
+            step,
+            self.model,
+            self.optimizer,
+            self.trainer_state(),
+            self.cfg.checkpoint.keep,
+            self.info.is_main,
+        )
+
+
 # ------------------------------------------------------------------------------ the loop
 
 
 def train(cfg: TrainConfig, on_step_end: Callable[[int, dict], None] | None = None) -> dict:
-    """Run the training described by ``cfg``; return a summary (losses, tokens/s, paths).
+    """Run the training described by ``cfg``; return a summary (losses, tokens/s, paths;
+    ``steps_run``: the steps this call trained, 0 when it resumed a finished run).
 
     ``on_step_end(step, record)`` is called after every optimizer step (1-based step) with the
     step's metrics; an exception raised there stops the run like an interruption would.
     """
     info = D.setup(cfg.device, cfg.dist.backend)
     try:
-        return _train(cfg, info, on_step_end)
+        run = setup_run(cfg, info)
+        try:
+            run_steps(run, on_step_end)
+            return finish(run)
+        finally:
+            run.logger.close()
     finally:
         D.teardown()
 
@@ -226,16 +312,8 @@ def _prepare_run_dir(cfg: TrainConfig, info: D.DistInfo) -> tuple[Path, Path | N
     return run_dir, ckpt if cfg.resume else None
 
 
-def _train(cfg: TrainConfig, info: D.DistInfo, on_step_end) -> dict:
-    if cfg.threads:
-        torch.set_num_threads(cfg.threads)
-    run_dir, ckpt = _prepare_run_dir(cfg, info)
-    if info.distributed:
-        torch.distributed.barrier()
-    micro = cfg.micro_batch(info.world_size)
-    accum = cfg.optim.grad_accum
-
-    # -- data
+def _build_data(cfg: TrainConfig, info: D.DistInfo):
+    """(tokenizer, model config, training tokens, train loader, validation loader or None)."""
     tok = load_tokenizer(cfg.data.tokenizer)
     mcfg = cfg.model_config()
     if "vocab_size" not in cfg.model and mcfg.vocab_size < tok.vocab_size:
@@ -246,6 +324,7 @@ def _train(cfg: TrainConfig, info: D.DistInfo, on_step_end) -> dict:
             f"vocabulary ({tok.name}: {tok.vocab_size})"
         )
     train_ds, val_ds = build_datasets(cfg.data, tok, cfg.seq_len, cfg.seed)
+    micro = cfg.micro_batch(info.world_size)
     loader = PackedLoader(
         train_ds,
         cfg.seq_len,
@@ -258,246 +337,272 @@ def _train(cfg: TrainConfig, info: D.DistInfo, on_step_end) -> dict:
     )
     # validation batches are global batches (batch_size sequences), whatever the world size
     # and accumulation, so every run of a config is validated on the same sequences
-    val_loader = (
-        None
-        if val_ds is None
-        else PackedLoader(
-            val_ds,
-            cfg.seq_len,
-            cfg.batch_size // info.world_size,
-            info.rank,
-            info.world_size,
-            cfg.seed,
+    val_loader = None
+    if val_ds is not None:
+        per_rank = cfg.batch_size // info.world_size
+        val_loader = PackedLoader(
+            val_ds, cfg.seq_len, per_rank, info.rank, info.world_size, cfg.seed
         )
-    )
+    return tok, mcfg, train_ds.num_tokens, loader, val_loader
 
-    # -- model and optimizer
+
+def _build_model(cfg: TrainConfig, info: D.DistInfo, mcfg: SwaxConfig):
+    """(raw model, wrapped model, forward callable, optimizer) on the run's device."""
     torch.manual_seed(cfg.seed)
-    model = SwaxLM(mcfg).to(info.device)
+    raw_model = SwaxLM(mcfg).to(info.device)
     if cfg.activation_checkpointing:
-        model.gradient_checkpointing = True
-    raw_model = model
-    n_params = model.num_parameters()
-    model = D.wrap_model(model, info, cfg.dist.strategy)
+        raw_model.gradient_checkpointing = True
+    model = D.wrap_model(raw_model, info, cfg.dist.strategy)
     fwd = torch.compile(model) if cfg.compile else model
     o = cfg.optim
     optimizer = torch.optim.AdamW(
         param_groups(model, o.weight_decay), lr=o.lr, betas=(o.beta1, o.beta2), eps=o.eps
     )
-    sched = window_schedule(cfg, mcfg.n_layers, mcfg.layer_types)
-    amp_dtype = (
-        torch.bfloat16
-        if (cfg.dtype == "bfloat16" or (cfg.dtype == "auto" and info.device.type == "cuda"))
-        else None
-    )
+    return raw_model, model, fwd, optimizer
 
-    start_step, elapsed0, tokens_seen = 0, 0.0, 0
-    summary: dict = {"run_dir": str(run_dir), "params": n_params}
+
+def setup_run(cfg: TrainConfig, info: D.DistInfo) -> RunState:
+    """Prepare the run folder, data, model and optimizer; restore a checkpoint when resuming;
+    open the logger. Nothing is trained yet."""
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
+    run_dir, ckpt = _prepare_run_dir(cfg, info)
+    if info.distributed:
+        torch.distributed.barrier()
+    tok, mcfg, train_tokens, loader, val_loader = _build_data(cfg, info)
+    raw_model, model, fwd, optimizer = _build_model(cfg, info, mcfg)
+    bf16 = cfg.dtype == "bfloat16" or (cfg.dtype == "auto" and info.device.type == "cuda")
+    run = RunState(
+        cfg=cfg,
+        info=info,
+        run_dir=run_dir,
+        ckpt=ckpt,
+        tok=tok,
+        mcfg=mcfg,
+        train_tokens=train_tokens,
+        loader=loader,
+        val_loader=val_loader,
+        model=model,
+        raw_model=raw_model,
+        fwd=fwd,
+        optimizer=optimizer,
+        sched=window_schedule(cfg, mcfg.n_layers, mcfg.layer_types),
+        amp_dtype=torch.bfloat16 if bf16 else None,
+        n_params=raw_model.num_parameters(),
+        summary={"run_dir": str(run_dir), "params": raw_model.num_parameters()},
+    )
     if ckpt is not None:
         state = load_checkpoint(ckpt, model, optimizer)
-        start_step = state["step"]
+        run.start_step = state["step"]
         loader.load_state_dict(state["loader"])
-        elapsed0 = state.get("elapsed", 0.0)
-        tokens_seen = state.get("tokens", 0)
-        summary.update(state.get("summary", {}))
-    logger = _Logger(cfg, run_dir, info.is_main, start_step)
+        run.elapsed0 = state.get("elapsed", 0.0)
+        run.tokens_seen = state.get("tokens", 0)
+        run.summary.update(state.get("summary", {}))
+    run.logger = _Logger(cfg, run_dir, info.is_main, run.start_step)
     if info.is_main:
         save_train_config(cfg, run_dir / "config.yaml")
-    peak = measure_peak_flops(info.device)
-    tokens_per_step = cfg.batch_size * cfg.seq_len
-    logger.message(
-        f"swax train: {mcfg.layer_types} {n_params / 1e6:.2f}M params | {info.world_size} "
+    run.peak_flops = measure_peak_flops(info.device)
+    run.logger.message(
+        f"swax train: {mcfg.layer_types} {run.n_params / 1e6:.2f}M params | {info.world_size} "
         f"process(es) on {info.device} | {cfg.steps} steps × {cfg.batch_size} × {cfg.seq_len} "
-        f"= {cfg.steps * tokens_per_step / 1e6:.1f}M tokens | window {sched!r} | "
-        f"{train_ds.num_tokens / 1e6:.2f}M training tokens ({tok.name})"
+        f"= {cfg.steps * run.tokens_per_step / 1e6:.1f}M tokens | window {run.sched!r} | "
+        f"{train_tokens / 1e6:.2f}M training tokens ({tok.name})"
         + (f" | resumed from {ckpt.name}" if ckpt else "")
     )
+    return run
 
-    def evaluate() -> float:
-        if val_loader is None:  # data.val_fraction=0 and no data.val_source
-            return float("nan")
-        model.eval()
-        total = torch.zeros(2, dtype=torch.float64, device=info.device)
-        with torch.no_grad(), _autocast(info.device, amp_dtype):
-            for x, y in val_loader.eval_batches(cfg.log.val_batches):
-                x, y = x.to(info.device), y.to(info.device)
-                logits = fwd(x, window=sched.long if hasattr(sched, "long") else cfg.window.long)
-                total[0] += F.cross_entropy(
-                    logits.float().flatten(0, 1), y.flatten(), ignore_index=-100, reduction="sum"
-                ).double()
-                total[1] += (y != -100).sum()
-        D.all_reduce_sum(total)
-        model.train()
-        return (total[0] / total[1].clamp(min=1)).item()
 
-    def trainer_state(step):
-        return {
-            "loader": loader.state_dict(),
-            "elapsed": elapsed0 + time.perf_counter() - t_start,
-            "tokens": tokens_seen,
-            "summary": summary,
-            "config": cfg.to_dict(),
-        }
+def _cross_entropy_sum(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """Summed (not averaged) token cross-entropy in float32; IGNORE_INDEX targets count 0."""
+    return F.cross_entropy(
+        logits.float().flatten(0, 1),
+        targets.flatten(),
+        ignore_index=IGNORE_INDEX,
+        reduction="sum",
+    )
 
-    t_start = time.perf_counter()
-    if start_step == 0:
-        summary["initial_val_loss"] = evaluate()
-        logger.message(f"validation loss before training: {summary['initial_val_loss']:.4f}")
-        logger.write({"step": 0, "val_loss": summary["initial_val_loss"]})
 
-    model.train()
-    t_last, tok_last = time.perf_counter(), 0
-    step = start_step
+def evaluate(run: RunState) -> float:
+    """Mean validation loss per target token with the long window, over all ranks (NaN when
+    the run has no validation data: data.val_fraction=0 and no data.val_source)."""
+    if run.val_loader is None:
+        return float("nan")
+    dev = run.info.device
+    run.model.eval()
+    total = torch.zeros(2, dtype=torch.float64, device=dev)  # (loss sum, target tokens)
+    with torch.no_grad(), _autocast(dev, run.amp_dtype):
+        for x, y in run.val_loader.eval_batches(run.cfg.log.val_batches):
+            x, y = x.to(dev), y.to(dev)
+            total[0] += _cross_entropy_sum(run.fwd(x, window=run.sched.long), y).double()
+            total[1] += (y != IGNORE_INDEX).sum()
+    D.all_reduce_sum(total)
+    run.model.train()
+    return (total[0] / total[1].clamp(min=1)).item()
+
+
+def _forward_backward(run: RunState, batches: list, window) -> float:
+    """Accumulate the gradients of the step's micro-batches; return the step's mean loss per
+    target token over all ranks. Each micro-batch's summed loss is scaled by world_size / (all
+    target tokens of the step), so after DDP/FSDP average the gradients over ranks the update is
+    that of the mean loss over the global batch, whatever the split."""
+    info, dev = run.info, run.info.device
+    ntok = torch.tensor(
+        [float(sum(int((y != IGNORE_INDEX).sum()) for _, y in batches))],
+        dtype=torch.float64,
+        device=dev,
+    )
+    D.all_reduce_sum(ntok)
+    scale = info.world_size / ntok.item()
+    loss_sum = torch.zeros((), dtype=torch.float64, device=dev)
+    last = len(batches) - 1
+    for j, (x, y) in enumerate(batches):
+        x, y = x.to(dev), y.to(dev)
+        sync = contextlib.nullcontext()
+        if info.distributed and run.cfg.dist.strategy == "ddp" and j < last:
+            sync = run.model.no_sync()  # all-reduce the gradients once, after the last one
+        with sync, _autocast(dev, run.amp_dtype):
+            ce = _cross_entropy_sum(run.fwd(x, window=window), y)
+            (ce * scale).backward()
+        loss_sum += ce.detach().double()
+    D.all_reduce_sum(loss_sum)
+    return loss_sum.item() / ntok.item()
+
+
+def train_step(run: RunState, step: int) -> dict:
+    """Optimizer step ``step`` (0-based): window and learning rate of the step, forward and
+    backward over its micro-batches, clipping, AdamW. Returns the step's record (1-based
+    ``step``). A non-finite loss raises TrainingError before the weights change."""
+    cfg, o = run.cfg, run.cfg.optim
+    window = run.sched(step)
+    lr = lr_at(step, cfg.steps, o.lr, o.warmup_steps, o.schedule, o.min_lr_ratio, o.decay_frac)
+    for g in run.optimizer.param_groups:
+        g["lr"] = lr
+    batches = [run.loader.next_batch() for _ in range(o.grad_accum)]
+    loss = _forward_backward(run, batches, window)
+    if not math.isfinite(loss):
+        last = latest_checkpoint(run.run_dir)
+        raise TrainingError(
+            f"loss is {loss} at step {step + 1}; stopping. Last good checkpoint: "
+            f"{last if last else 'none'} (lower optim.lr or check the data)"
+        )
+    gnorm = float("nan")
+    if o.grad_clip > 0:
+        gnorm = torch.nn.utils.clip_grad_norm_(run.model.parameters(), o.grad_clip)
+        gnorm = float(gnorm.full_tensor() if hasattr(gnorm, "full_tensor") else gnorm)
+    run.optimizer.step()
+    run.optimizer.zero_grad(set_to_none=True)
+    run.tokens_seen += run.tokens_per_step
+    return {
+        "step": step + 1,
+        "loss": loss,
+        "lr": lr,
+        "window": _window_label(window),
+        "grad_norm": gnorm,
+        "tokens": run.tokens_seen,
+    }
+
+
+def _report_step(run: RunState, record: dict) -> None:
+    """Progress output of a finished step; every log.every steps (and the first and last of
+    this process) also throughput, MFU and ETA, added to the record."""
+    cfg, done = run.cfg, record["step"]
+    text = f"loss {record['loss']:.4f} | window {record['window']}"
+    if not (done % cfg.log.every == 0 or done == cfg.steps or done == run.start_step + 1):
+        run.logger.progress(done, text, line=False)
+        return
+    now = time.perf_counter()
+    dt = max(now - run.t_last, 1e-9)
+    tokens = run.tokens_seen - run.tok_last if run.tok_last else run.tokens_per_step
+    tps = tokens / dt
+    window = run.sched(done - 1)  # schedules are pure functions of the step
+    mfu = run.raw_model.flops_per_token(cfg.seq_len, window) * tps / run.peak_flops
+    eta = (cfg.steps - done) * run.tokens_per_step / max(tps, 1e-9)
+    record.update(tok_s=tps, mfu=mfu, elapsed=run.elapsed0 + now - run.t_start)
+    run.logger.progress(
+        done,
+        f"{text} | lr {record['lr']:.2e} | {tps:,.0f} tok/s | MFU {mfu:.1%} | ETA {_fmt_time(eta)}",
+        line=True,
+    )
+    run.t_last, run.tok_last = now, run.tokens_seen
+
+
+def run_steps(run: RunState, on_step_end: Callable[[int, dict], None] | None = None) -> None:
+    """Steps ``start_step`` … ``steps - 1``, with validation, metrics and checkpoints on their
+    schedules. Ctrl-C in a single process saves a checkpoint of the last finished step."""
+    cfg, logger = run.cfg, run.logger
+    run.t_start = time.perf_counter()
+    if run.start_step == 0:
+        run.summary["initial_val_loss"] = evaluate(run)
+        logger.message(f"validation loss before training: {run.summary['initial_val_loss']:.4f}")
+        logger.write({"step": 0, "val_loss": run.summary["initial_val_loss"]})
+    run.model.train()
+    run.t_last, run.tok_last = time.perf_counter(), 0
+    done = run.start_step
     try:
-        for step in range(start_step, cfg.steps):
-            window = sched(step)
-            lr = lr_at(
-                step, cfg.steps, o.lr, o.warmup_steps, o.schedule, o.min_lr_ratio, o.decay_frac
-            )
-            for g in optimizer.param_groups:
-                g["lr"] = lr
-            batches = [loader.next_batch() for _ in range(accum)]
-            ntok = torch.tensor(
-                [float(sum(int((y != -100).sum()) for _, y in batches))],
-                dtype=torch.float64,
-                device=info.device,
-            )
-            D.all_reduce_sum(ntok)
-            scale = info.world_size / ntok.item()
-            loss_sum = torch.zeros((), dtype=torch.float64, device=info.device)
-            for j, (x, y) in enumerate(batches):
-                x, y = x.to(info.device), y.to(info.device)
-                sync = contextlib.nullcontext()
-                if info.distributed and cfg.dist.strategy == "ddp" and j < accum - 1:
-                    sync = model.no_sync()
-                with sync, _autocast(info.device, amp_dtype):
-                    logits = fwd(x, window=window)
-                    ce = F.cross_entropy(
-                        logits.float().flatten(0, 1),
-                        y.flatten(),
-                        ignore_index=-100,
-                        reduction="sum",
-                    )
-                    (ce * scale).backward()
-                loss_sum += ce.detach().double()
-            D.all_reduce_sum(loss_sum)
-            loss = loss_sum.item() / ntok.item()
-            if not math.isfinite(loss):
-                last = latest_checkpoint(run_dir)
-                raise TrainingError(
-                    f"loss is {loss} at step {step + 1}; stopping. Last good checkpoint: "
-                    f"{last if last else 'none'} (lower optim.lr or check the data)"
-                )
-            gnorm = float("nan")
-            if o.grad_clip > 0:
-                gnorm = torch.nn.utils.clip_grad_norm_(model.parameters(), o.grad_clip)
-                gnorm = float(gnorm.full_tensor() if hasattr(gnorm, "full_tensor") else gnorm)
-            optimizer.step()
-            optimizer.zero_grad(set_to_none=True)
-            tokens_seen += tokens_per_step
-            done = step + 1
-
-            record = {
-                "step": done,
-                "loss": loss,
-                "lr": lr,
-                "window": _window_label(window),
-                "grad_norm": gnorm,
-                "tokens": tokens_seen,
-            }
-            now = time.perf_counter()
-            if done % cfg.log.every == 0 or done == cfg.steps or done == start_step + 1:
-                dt = max(now - t_last, 1e-9)
-                tps = (tokens_seen - tok_last) / dt if tok_last else tokens_per_step / dt
-                mfu = raw_model.flops_per_token(cfg.seq_len, window) * tps / peak
-                eta = (cfg.steps - done) * tokens_per_step / max(tps, 1e-9)
-                record.update(tok_s=tps, mfu=mfu, elapsed=elapsed0 + now - t_start)
-                logger.progress(
-                    done,
-                    f"loss {loss:.4f} | window {_window_label(window)} | lr "
-                    f"{lr:.2e} | {tps:,.0f} tok/s | MFU {mfu:.1%} | ETA "
-                    f"{_fmt_time(eta)}",
-                    line=True,
-                )
-                t_last, tok_last = now, tokens_seen
-            else:
-                logger.progress(
-                    done, f"loss {loss:.4f} | window {_window_label(window)}", line=False
-                )
+        for step in range(run.start_step, cfg.steps):
+            record = train_step(run, step)
+            done = record["step"]
+            _report_step(run, record)
             if cfg.log.val_every and done % cfg.log.val_every == 0 and done < cfg.steps:
-                record["val_loss"] = evaluate()
+                record["val_loss"] = evaluate(run)
                 logger.message(f"step {done}: validation loss {record['val_loss']:.4f}")
             logger.write(record)
             if cfg.checkpoint.every and done % cfg.checkpoint.every == 0 and done < cfg.steps:
-                save_checkpoint(
-                    run_dir,
-                    done,
-                    model,
-                    optimizer,
-                    trainer_state(done),
-                    cfg.checkpoint.keep,
-                    info.is_main,
-                )
+                run.save(done)
             if on_step_end is not None:
                 on_step_end(done, record)
     except KeyboardInterrupt:
-        if not info.distributed and step > start_step:
+        if not run.info.distributed and done > run.start_step:
             logger.message(
-                f"interrupted: saving a checkpoint at step {step} (resume=true continues)"
+                f"interrupted: saving a checkpoint at step {done} (resume=true continues)"
             )
-            save_checkpoint(
-                run_dir,
-                step,
-                model,
-                optimizer,
-                trainer_state(step),
-                cfg.checkpoint.keep,
-                info.is_main,
-            )
-        logger.close()
+            run.save(done)
         raise
 
-    # -- the end: validation, checkpoint, export
-    summary["final_val_loss"] = evaluate()
-    elapsed = elapsed0 + time.perf_counter() - t_start
-    summary.update(
-        steps=cfg.steps,
-        tokens=tokens_seen,
-        elapsed=elapsed,
-        tok_s=(tokens_seen - start_step * tokens_per_step)
-        / max(time.perf_counter() - t_start, 1e-9),
-    )
-    logger.write({"step": cfg.steps, "val_loss": summary["final_val_loss"]})
-    save_checkpoint(
-        run_dir,
-        cfg.steps,
-        model,
-        optimizer,
-        trainer_state(cfg.steps),
-        cfg.checkpoint.keep,
-        info.is_main,
-    )
+
+def finish(run: RunState) -> dict:
+    """The end of a run: final validation, last checkpoint, the exported model (safetensors
+    and tokenizer in run_dir/model) and summary.json. Returns the summary."""
+    cfg, summary = run.cfg, run.summary
+    summary["final_val_loss"] = evaluate(run)
+    steps_run = cfg.steps - run.start_step
+    summary.update(steps=cfg.steps, tokens=run.tokens_seen, elapsed=run.elapsed())
+    summary["steps_run"] = steps_run
+    if steps_run:  # else the run had finished before: keep the throughput it had then
+        wall = max(time.perf_counter() - run.t_start, 1e-9)
+        summary["tok_s"] = steps_run * run.tokens_per_step / wall
+    run.logger.write({"step": cfg.steps, "val_loss": summary["final_val_loss"]})
+    run.save(cfg.steps)
+    _export(run)
+    return summary
+
+
+def _export(run: RunState) -> None:
+    """Gather the full weights (from every rank under FSDP) and, on rank 0, save them under
+    the run's config with its tokenizer, and write summary.json."""
     from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
     full = get_model_state_dict(
-        model, options=StateDictOptions(full_state_dict=True, cpu_offload=True)
+        run.model, options=StateDictOptions(full_state_dict=True, cpu_offload=True)
     )
-    if info.is_main:
-        with torch.device("meta"):  # the gathered weights, saved under the run's config
-            export = SwaxLM(mcfg)
-        export = export.to_empty(device="cpu")
-        export.load_state_dict(full)
-        export.save_pretrained(run_dir / "model")
-        save_tokenizer(tok, run_dir / "model")
-        summary["model_dir"] = str(run_dir / "model")
-        logger.message(
-            f"done: {cfg.steps} steps, {tokens_seen / 1e6:.2f}M tokens in {_fmt_time(elapsed)} | "
-            f"validation loss {summary.get('initial_val_loss', float('nan')):.4f} -> "
-            f"{summary['final_val_loss']:.4f} | model saved to {run_dir / 'model'}"
-        )
-        (run_dir / "summary.json").write_text(json.dumps(summary, indent=1))
-    logger.close()
-    return summary
+    if not run.info.is_main:
+        return
+    with torch.device("meta"):
+        export = SwaxLM(run.mcfg)
+    export = export.to_empty(device="cpu")
+    export.load_state_dict(full)
+    model_dir = run.run_dir / "model"
+    export.save_pretrained(model_dir)
+    save_tokenizer(run.tok, model_dir)
+    summary = run.summary
+    summary["model_dir"] = str(model_dir)
+    run.logger.message(
+        f"done: {run.cfg.steps} steps, {run.tokens_seen / 1e6:.2f}M tokens in "
+        f"{_fmt_time(summary['elapsed'])} | validation loss "
+        f"{summary.get('initial_val_loss', float('nan')):.4f} -> "
+        f"{summary['final_val_loss']:.4f} | model saved to {model_dir}"
+    )
+    (run.run_dir / "summary.json").write_text(json.dumps(summary, indent=1))
 
 
 def _autocast(device: torch.device, dtype):

@@ -1,0 +1,220 @@
+"""The configs of the ``swax`` commands: one dataclass per command, a docstring per field.
+
+The command line is made from them (:func:`swax.configutil.add_arguments`: ``--field-name``
+per field, the docstring and default as help), and the same objects can be built in Python::
+
+    from swax.cli import cmd_generate
+    from swax.cliconfig import GenerateConfig
+    cmd_generate(GenerateConfig(model="runs/tiny/model", prompt="In the beginning"))
+
+``swax train`` and ``swax sweep`` read their own dataclass configs from YAML files with
+``key=value`` overrides (:mod:`swax.train.config`, :mod:`swax.sweep`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from .config import PRESETS
+from .configutil import WindowSetting, check_minimums, option, parse_window
+
+
+def _check(cfg) -> None:
+    check_minimums(cfg)
+    if hasattr(cfg, "window"):
+        cfg.window = parse_window(cfg.window)
+
+
+@dataclass
+class ModelChoice:
+    """The model a command runs: a checkpoint folder, or a preset with random weights."""
+
+    model: str | None = option(None, group="model", metavar="DIR")
+    """Checkpoint folder (written by save_pretrained or swax train), with its tokenizer."""
+    preset: str | None = option(None, group="model", choices=list(PRESETS))
+    """Random-weight preset used when no --model is given (default: tiny)."""
+
+    def __post_init__(self) -> None:
+        _check(self)
+
+
+@dataclass
+class LoadConfig(ModelChoice):
+    """A model loaded for inference."""
+
+    device: str = "auto"
+    """auto (cuda when available, else cpu), cpu, cuda or cuda:N."""
+    dtype: Literal["float32", "bfloat16"] = "float32"
+    """Dtype of the weights and activations."""
+    seed: int = 0
+    """Seed of the random weights of a preset and of sampling."""
+
+
+@dataclass
+class InfoConfig(ModelChoice):
+    """Parameters, layers and training FLOPs per token of a preset or a checkpoint."""
+
+    seq_len: list[int] = option(default_factory=lambda: [2048], minimum=1)
+    """Sequence lengths to give the FLOPs per token at."""
+
+
+@dataclass
+class GenerateConfig(LoadConfig):
+    """Generate text: chunked prefill of the prompt, then constant-memory step decode."""
+
+    prompt: str = option("In the beginning", group="prompt")
+    """The prompt text."""
+    prompt_file: str | None = option(None, group="prompt", metavar="PATH")
+    """Read the prompt from this UTF-8 file instead."""
+    max_new_tokens: int = 64
+    """Tokens to generate."""
+    window: WindowSetting = option("default", parse=parse_window)
+    """Attention window: default (the model's), full (no window) or a number of tokens."""
+    temperature: float = 0.0
+    """Sampling temperature; 0 = greedy (default)."""
+    top_k: int | None = option(None, minimum=1)
+    """Sample among the k most likely tokens only."""
+    top_p: float | None = None
+    """Sample among the most likely tokens of total probability p only (nucleus)."""
+    stop: list[str] = option(default_factory=list, repeat=True, metavar="TEXT")
+    """Stop at this string (may be given several times)."""
+    prefill_chunk: int = option(2048, minimum=1)
+    """Prompt tokens per forward pass of the prefill."""
+    stream: bool = True
+    """Print the text token by token (--no-stream: at the end)."""
+
+
+@dataclass
+class EvalConfig(LoadConfig):
+    """What every ``swax eval`` command over a model shares."""
+
+    window: WindowSetting = option("default", parse=parse_window)
+    """Attention window: default (the model's, i.e. the long window), full, or a number."""
+    label: str | None = None
+    """Name of the model in reports (default: the run's folder name or the preset)."""
+    seed: int = 42
+    """Seed of the random weights of a preset and of the evaluation data."""
+    out: str | None = None
+    """Results folder (default: results/KIND-LABEL)."""
+
+
+@dataclass
+class NiahConfig(EvalConfig):
+    """RULER needle-in-a-haystack at long context lengths."""
+
+    lengths: str = "4k,8k,16k,32k,65k,131k"
+    """Comma list of context lengths in tokens (4k = 4096)."""
+    tasks: str = "all"
+    """'all' or a comma list of RULER NIAH tasks."""
+    samples: int = option(10, minimum=1)
+    """Samples per task and length."""
+    synthetic_keys: bool = False
+    """Draw keys from the evaluation key set (disjoint from the training episodes' keys)."""
+    haystack: str | None = option(None, metavar="PATH")
+    """Text for the essay haystack (default: the embedded King James Bible)."""
+    records: str | None = option(None, metavar="DIR")
+    """Read TASK-LENGTH.jsonl records written by --dump instead of generating them."""
+    dump: str | None = option(None, metavar="DIR")
+    """Only write the records (RULER's JSONL format) to this folder and exit; no model."""
+    tokenizer: str = "byte"
+    """With --dump: byte, gpt2 or a tokenizer path."""
+    prefill_chunk: int = option(2048, minimum=1)
+    """Prompt tokens per forward pass of the prefill."""
+
+
+@dataclass
+class TasksConfig(EvalConfig):
+    """Short-context tasks: ARC, HellaSwag, PIQA, LAMBADA, HumanEval, MBPP."""
+
+    tasks: str = "arc_easy,arc_challenge,hellaswag,piqa,lambada"
+    """Comma list or 'all': arc_easy, arc_challenge, hellaswag, piqa, lambada, humaneval,
+    mbpp."""
+    data_dir: str = "data/tasks"
+    """Folder of {task}.jsonl files in the upstream schemas (see README)."""
+    num_fewshot: int | None = option(None, minimum=0)
+    """Few-shot examples per prompt (default: each task's own)."""
+    limit: int | None = option(None, minimum=1)
+    """Evaluate the first N items of each task only."""
+    batch_size: int = option(8, minimum=1)
+    """Sequences per forward pass."""
+    code_timeout: float = 10.0
+    """Seconds per program of the code tasks."""
+
+
+@dataclass
+class PplConfig(EvalConfig):
+    """Loss by position, beyond the training length."""
+
+    data: str | None = None
+    """Held-out text: a file or folder (default: the KJV validation split)."""
+    field: str = "text"
+    """JSONL/Parquet field of --data."""
+    lengths: str = "512,1k,2k,4k,8k,16k"
+    """Comma list of bucket edges (positions); the last is the sequence length."""
+    samples: int = option(4, minimum=1)
+    """Sequences to average over."""
+    chunk: int = option(2048, minimum=1)
+    """Tokens per forward pass."""
+    train_len: int | None = option(None, minimum=1)
+    """Training length to mark (default: read from the run's config.yaml)."""
+
+
+@dataclass
+class CompareConfig:
+    """Merge results folders (NIAH, tasks, ppl) into one table and figure."""
+
+    results: list[str] = option(positional=True, metavar="RESULTS")
+    """Results folders written by swax eval."""
+    out: str = "results/compare"
+    """Output folder."""
+
+
+@dataclass
+class PlotRunConfig:
+    """Draw a run's loss curves to a PNG."""
+
+    run: str = option(positional=True, metavar="RUN")
+    """The run folder (holding metrics.jsonl)."""
+    out: str | None = None
+    """PNG path (default: RUN/loss.png)."""
+
+
+@dataclass
+class TrainArgs:
+    """Train a model: swax train [CONFIG.yaml] [key=value ...], e.g.
+    swax train configs/tiny.yaml optim.lr=3e-4 window.p_short=0.75"""
+
+    args: list[str] = option(
+        default_factory=list, positional=True, nargs="*", metavar="CONFIG | key=value"
+    )
+    """An optional YAML config, then overrides of its keys (listed below)."""
+
+
+@dataclass
+class SweepArgs:
+    """Train and evaluate a family of runs (resumable)."""
+
+    config: str = option(positional=True, metavar="SWEEP.yaml")
+    """The sweep's YAML file."""
+    quick: bool = False
+    """Run the reduced version of the sweep."""
+    only: str | None = None
+    """Comma list of run names to run."""
+
+
+@dataclass
+class DemoConfig:
+    """The default job: train the tiny model (or reuse a finished demo run), then generate."""
+
+    run_dir: str = "runs/demo"
+    """Folder of the demo's training run."""
+    context: int = option(32768, minimum=1)
+    """Long context for the constant-memory demonstration, in tokens."""
+    overrides: list[str] = option(
+        default_factory=list, positional=True, nargs="*", metavar="key=value"
+    )
+    """Training overrides, e.g. steps=100."""
+
+    def __post_init__(self) -> None:
+        _check(self)

@@ -1,0 +1,65 @@
+"""JSON Lines: the one reader and writer of the JSONL files swax reads and writes (RULER records,
+task data, corpora, training metrics)."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from collections.abc import Iterable, Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+from ..errors import SwaxError
+
+__all__ = ["iter_jsonl", "read_jsonl", "write_jsonl"]
+
+
+def iter_jsonl(
+    path: str | Path, hint: str = "", errors: str = "strict"
+) -> Iterator[tuple[int, Any]]:
+    """(line number, value) of every non-blank line of a JSON Lines file (gzip-compressed when
+    its name ends in ``.gz``). A missing or unreadable file and a line that is not JSON are
+    SwaxErrors naming the path and line, followed by ``hint`` (e.g. the expected schema).
+    ``errors``: how undecodable UTF-8 is handled (``"replace"`` to read it anyway)."""
+    path = Path(path)
+    tail = f"; {hint}" if hint else ""
+    if not path.is_file():
+        what = "is a folder" if path.is_dir() else "does not exist"
+        raise SwaxError(f"JSONL file {path} {what}{tail}")
+    opener = gzip.open if path.suffix == ".gz" else open
+    try:
+        with opener(path, "rt", encoding="utf-8", errors=errors) as f:
+            for lineno, line in enumerate(f, 1):
+                if not line.strip():
+                    continue
+                try:
+                    value = json.loads(line)
+                except json.JSONDecodeError as e:
+                    raise SwaxError(f"{path}:{lineno}: invalid JSON ({e.msg}){tail}") from None
+                yield lineno, value
+    except (OSError, UnicodeDecodeError, EOFError) as e:
+        raise SwaxError(f"cannot read JSONL file {path}: {e}{tail}") from None
+
+
+def read_jsonl(path: str | Path, required: Sequence[str] = ()) -> list[dict]:
+    """The objects of a JSONL file (blank lines skipped). A missing file, a line that is not a
+    JSON object, or one without a ``required`` field is a SwaxError naming the path and line."""
+    records = []
+    for lineno, rec in iter_jsonl(path):
+        if not isinstance(rec, dict):
+            raise SwaxError(f"{path}:{lineno}: expected a JSON object, got {type(rec).__name__}")
+        missing = [k for k in required if k not in rec]
+        if missing:
+            raise SwaxError(f"{path}:{lineno}: missing field(s) {', '.join(missing)}")
+        records.append(rec)
+    return records
+
+
+def write_jsonl(records: Iterable[dict], path: str | Path) -> Path:
+    """One JSON object per line (UTF-8, non-ASCII kept); parent folders are created."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w", encoding="utf-8") as f:
+        for rec in records:
+            f.write(json.dumps(rec, ensure_ascii=False) + "\n")
+    return path
