@@ -63,8 +63,13 @@ class SwaxConfig:
     """Width of the recurrent layers' v, as a fraction of d_model (xLSTM-7B: 1.0)."""
     gate_soft_cap: float = 15.0
     """Soft cap of the mLSTM input/forget gate pre-activations: cap * tanh(x / cap)."""
-    mlstm_igate_bias_init: float = -10.0
-    """Initial bias of the mLSTM input gate."""
+    mlstm_igate_bias_init: float = -5.0
+    """Initial bias of the mLSTM input gate. xLSTM-7B uses -10, which the 1.4b and 7b presets
+    keep. At smaller widths -10 switches the memory off at initialisation (the cell output's
+    variance falls far below the head norm's eps, so the normalised output is ~0.01 of its
+    size at d_model 128); each smaller preset uses the bias at which its normalised output at
+    initialisation matches the 1.4B model's with -10 (about 0.5): tiny -5, small -6, 125m -8,
+    350m -9. Measurements: experiments/window_sweep/NOTES.md."""
     mlstm_fgate_bias_init: tuple[float, float] = (3.0, 6.0)
     """Initial biases of the mLSTM forget gate, spread linearly over the heads."""
     conv_size: int = 4
@@ -89,11 +94,12 @@ class SwaxConfig:
     # ------------------------------------------------------------------ validation and derived
     def validate(self) -> None:
         """Raise ConfigError naming the first invalid field."""
-        # the layer letters come from the mixer table and the backend names from the op
-        # registry (imported here: swax.model imports this module)
-        from .model import LAYER_KINDS
-        from .ops import list_backends
+        self._validate_types()
+        self._validate_pattern()
+        self._validate_shapes()
 
+    def _validate_types(self) -> None:
+        """Every numeric field has a value of the right kind and sign."""
         for name in (
             "vocab_size",
             "d_model",
@@ -107,6 +113,24 @@ class SwaxConfig:
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise ConfigError(f"{name} must be a positive integer, got {v!r}")
+        for name in ("n_kv_heads", "head_dim", "recurrent_heads"):
+            v = getattr(self, name)
+            if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
+                raise ConfigError(f"{name} must be a positive integer or None, got {v!r}")
+        for name in ("rope_base", "mlp_ratio", "qk_dim_factor", "v_dim_factor", "norm_eps"):
+            v = getattr(self, name)
+            if not _is_finite_number(v) or v <= 0:
+                raise ConfigError(f"{name} must be a positive finite number, got {v!r}")
+        if not _is_finite_number(self.init_std) or self.init_std < 0:
+            raise ConfigError(f"init_std must be a finite number >= 0, got {self.init_std!r}")
+
+    def _validate_pattern(self) -> None:
+        """Known layer letters that tile n_layers, and a known attention backend. (The letters
+        come from the mixer table and the backend names from the op registry, imported here:
+        swax.model imports this module.)"""
+        from .model import LAYER_KINDS
+        from .ops import list_backends
+
         if not isinstance(self.layer_pattern, str) or not self.layer_pattern:
             raise ConfigError(
                 f"layer_pattern must be a non-empty string, got {self.layer_pattern!r}"
@@ -123,26 +147,14 @@ class SwaxConfig:
                 f"layer_pattern {self.layer_pattern!r} (length {len(self.layer_pattern)}) does not "
                 f"tile n_layers={self.n_layers}; n_layers must be a multiple of its length"
             )
-        for name in ("n_kv_heads", "head_dim", "recurrent_heads"):
-            v = getattr(self, name)
-            if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
-                raise ConfigError(f"{name} must be a positive integer or None, got {v!r}")
-        for name in ("rope_base", "mlp_ratio", "qk_dim_factor", "v_dim_factor", "norm_eps"):
-            v = getattr(self, name)
-            if (
-                isinstance(v, bool)
-                or not isinstance(v, (int, float))
-                or not math.isfinite(v)
-                or v <= 0
-            ):
-                raise ConfigError(f"{name} must be a positive finite number, got {v!r}")
-        if (
-            isinstance(self.init_std, bool)
-            or not isinstance(self.init_std, (int, float))
-            or not math.isfinite(self.init_std)
-            or self.init_std < 0
-        ):
-            raise ConfigError(f"init_std must be a finite number >= 0, got {self.init_std!r}")
+        backends = ["auto", *list_backends("swa")]
+        if self.attn_backend not in backends:
+            raise ConfigError(
+                f"attn_backend must be one of {', '.join(backends)}, got {self.attn_backend!r}"
+            )
+
+    def _validate_shapes(self) -> None:
+        """Head counts and widths that divide as the layers need."""
         if self.head_dim is None and self.d_model % self.n_heads:
             raise ConfigError(
                 f"d_model={self.d_model} is not divisible by n_heads={self.n_heads}; "
@@ -167,11 +179,6 @@ class SwaxConfig:
             raise ConfigError(
                 f"attention head width {self.attn_head_dim} (head_dim, or d_model // n_heads) "
                 f"must be even for RoPE"
-            )
-        backends = ["auto", *list_backends("swa")]
-        if self.attn_backend not in backends:
-            raise ConfigError(
-                f"attn_backend must be one of {', '.join(backends)}, got {self.attn_backend!r}"
             )
 
     @property
@@ -227,18 +234,42 @@ class SwaxConfig:
         )
 
 
+def _is_finite_number(v) -> bool:
+    return not isinstance(v, bool) and isinstance(v, (int, float)) and math.isfinite(v)
+
+
 GPT2_VOCAB = 50304  # GPT-2's 50257 rounded up to a multiple of 128
 
 PRESETS: dict[str, dict] = {
     # CPU-trainable, byte-level vocabulary
     "tiny": dict(d_model=128, n_layers=4, n_heads=4, window=128),
-    "small": dict(d_model=256, n_layers=6, n_heads=4, window=128),
+    "small": dict(d_model=256, n_layers=6, n_heads=4, window=128, mlstm_igate_bias_init=-6.0),
     # GPU sizes (GPT-2 BPE vocabulary)
-    "125m": dict(vocab_size=GPT2_VOCAB, d_model=768, n_layers=12, n_heads=12, window=2048),
-    "350m": dict(vocab_size=GPT2_VOCAB, d_model=1024, n_layers=24, n_heads=16, window=2048),
-    # the paper's two scales
+    "125m": dict(
+        vocab_size=GPT2_VOCAB,
+        d_model=768,
+        n_layers=12,
+        n_heads=12,
+        window=2048,
+        mlstm_igate_bias_init=-8.0,
+    ),
+    "350m": dict(
+        vocab_size=GPT2_VOCAB,
+        d_model=1024,
+        n_layers=24,
+        n_heads=16,
+        window=2048,
+        mlstm_igate_bias_init=-9.0,
+    ),
+    # the paper's two scales, with xLSTM-7B's gate initialisation
     "1.4b": dict(
-        vocab_size=GPT2_VOCAB, d_model=2048, n_layers=24, n_heads=16, recurrent_heads=4, window=2048
+        vocab_size=GPT2_VOCAB,
+        d_model=2048,
+        n_layers=24,
+        n_heads=16,
+        recurrent_heads=4,
+        window=2048,
+        mlstm_igate_bias_init=-10.0,
     ),
     "7b": dict(
         vocab_size=GPT2_VOCAB,
@@ -248,5 +279,6 @@ PRESETS: dict[str, dict] = {
         recurrent_heads=8,
         window=2048,
         tie_embeddings=False,
+        mlstm_igate_bias_init=-10.0,
     ),
 }

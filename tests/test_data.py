@@ -523,20 +523,20 @@ def test_episode_layout(kjv_docs, num_needles):
     rng = np.random.default_rng(0)
     for length in (450, 451, 1000, 4097):
         ep = make_episode(rng, tok, hay, length, cfg)
-        t = ep["tokens"]
+        t = ep.tokens
         assert len(t) == length and all(isinstance(i, int) for i in t)
-        key, value = ep["key"], ep["value"]
+        key, value = ep.key, ep.value
         assert len(value) == 7 and value.isdigit()
-        s, e = ep["needle_span"]
+        s, e = ep.needle_span
         assert tok.decode(t[s:e]).strip() == MAGIC.format(key=key, value=value)
-        assert ep["needle_positions"][0] == s
-        a0, a1 = ep["answer_span"]
+        assert ep.needle_positions[0] == s
+        a0, a1 = ep.answer_span
         assert a1 == length and tok.decode(t[a0:a1]) == " " + value
-        q0, q1 = ep["question_span"]
+        q0, q1 = ep.question_span
         assert q1 == a0 and tok.decode(t[q0:q1]).strip() == QUESTION.format(key=key)
-        assert ep["distance"] == q0 - e and 16 <= ep["distance"] <= length
-        assert len(set(ep["keys"])) == num_needles and len(set(ep["values"])) == num_needles
-        for pos, k, v in zip(ep["needle_positions"][1:], ep["keys"][1:], ep["values"][1:]):
+        assert ep.distance == q0 - e and 16 <= ep.distance <= length
+        assert len(set(ep.keys)) == num_needles and len(set(ep.values)) == num_needles
+        for pos, k, v in zip(ep.needle_positions[1:], ep.keys[1:], ep.values[1:]):
             text = MAGIC.format(key=k, value=v)
             assert tok.decode(t[pos : pos + len(text) + 1]).strip() == text
         text = tok.decode(t)
@@ -553,18 +553,18 @@ def test_episode_distance_uniform_and_bounded(kjv_docs):
     frac = []
     for _ in range(300):
         ep = make_episode(rng, tok, hay, 600, cfg)
-        key, value = ep["key"], ep["value"]
+        key, value = ep.key, ep.value
         # the farthest the needle can be: at the very start of the episode
         room = 600 - len(
             ("\n" + MAGIC + "\n" + QUESTION + " " + value).format(key=key, value=value)
         )
-        assert 10 <= ep["distance"] <= room
-        frac.append((ep["distance"] - 10) / (room - 10))
+        assert 10 <= ep.distance <= room
+        frac.append((ep.distance - 10) / (room - 10))
     frac = np.array(frac)  # uniform over [min_distance, room]: check the spread
     assert max(frac) > 0.95 and min(frac) < 0.05 and 0.4 < np.mean(frac) < 0.6
     assert 0.2 < np.mean(frac < 0.25) < 0.3
     cfg = SyntheticConfig(min_distance=50, max_distance=80)
-    d = [make_episode(rng, tok, hay, 600, cfg)["distance"] for _ in range(100)]
+    d = [make_episode(rng, tok, hay, 600, cfg).distance for _ in range(100)]
     assert min(d) >= 50 and max(d) <= 80 and len(set(d)) > 10
     # deterministic given the rng
     a = make_episode(np.random.default_rng(7), tok, hay, 500, cfg)
@@ -580,25 +580,25 @@ def test_compact_episode(kjv_docs):
     rng = np.random.default_rng(2)
     cfg = SyntheticConfig(compact=True, num_needles=2, min_distance=8)
     ep = make_episode(rng, tok, hay, 128, cfg, split="eval")
-    t, key, value = ep["tokens"], ep["key"], ep["value"]
+    t, key, value = ep.tokens, ep.key, ep.value
     assert len(t) == 128 and len(value) == 4 and key in key_vocabulary("eval", compact=True)
-    s, e = ep["needle_span"]
+    s, e = ep.needle_span
     assert tok.decode(t[s:e]).strip() == f"{key}:{value}."
-    q0, a0 = ep["question_span"][0], ep["answer_span"][0]
+    q0, a0 = ep.question_span[0], ep.answer_span[0]
     assert tok.decode(t[q0:a0]).strip() == f"?{key}:" and tok.decode(t[a0:]) == value
     full = make_episode(rng, tok, hay, 512, SyntheticConfig())
-    assert e - s < full["needle_span"][1] - full["needle_span"][0] - 30
-    assert 128 - q0 < 512 - full["question_span"][0] - 100
+    assert e - s < full.needle_span[1] - full.needle_span[0] - 30
+    assert 128 - q0 < 512 - full.question_span[0] - 100
 
 
 def test_episode_gpt2(kjv_docs, gpt2):
     hay = np.asarray([i for d in kjv_docs[:3] for i in gpt2.encode(d) + [gpt2.eot_id]])
     ep = make_episode(np.random.default_rng(3), gpt2, hay, 256, SyntheticConfig(num_needles=2))
-    t = ep["tokens"]
+    t = ep.tokens
     assert len(t) == 256 and gpt2.eot_id not in t
-    s, e = ep["needle_span"]
-    assert gpt2.decode(t[s:e]).strip() == MAGIC.format(key=ep["key"], value=ep["value"])
-    assert gpt2.decode(t[ep["answer_span"][0] :]) == " " + ep["value"]
+    s, e = ep.needle_span
+    assert gpt2.decode(t[s:e]).strip() == MAGIC.format(key=ep.key, value=ep.value)
+    assert gpt2.decode(t[ep.answer_span[0] :]) == " " + ep.value
 
 
 def test_synthetic_fraction_in_the_loader(kjv_docs):
@@ -637,15 +637,15 @@ def test_multi_query_episode_layout():
     hay = np.array(tok.encode("and the earth was without form, and void. " * 200))
     cfg = SyntheticConfig(compact=True, num_needles=6, num_queries=3)
     ep = make_episode(np.random.default_rng(5), tok, hay, 600, cfg)
-    assert len(ep["tokens"]) == 600
-    assert len(ep["answer_spans"]) == 3 and ep["answer_spans"][-1][1] == 600
-    text = tok.decode(ep["tokens"])
-    first_q = ep["question_spans"][0][0]
-    for j, ((qs, qe), (as_, ae)) in enumerate(zip(ep["question_spans"], ep["answer_spans"])):
-        key, value = ep["keys"][j], ep["values"][j]
-        assert tok.decode(ep["tokens"][qs:qe]) == f"\n?{key}:"
-        assert tok.decode(ep["tokens"][as_:ae]) == value
-        assert f"\n{key}:{value}." in tok.decode(ep["tokens"][:first_q])
+    assert len(ep.tokens) == 600
+    assert len(ep.answer_spans) == 3 and ep.answer_spans[-1][1] == 600
+    text = tok.decode(ep.tokens)
+    first_q = ep.question_spans[0][0]
+    for j, ((qs, qe), (as_, ae)) in enumerate(zip(ep.question_spans, ep.answer_spans)):
+        key, value = ep.keys[j], ep.values[j]
+        assert tok.decode(ep.tokens[qs:qe]) == f"\n?{key}:"
+        assert tok.decode(ep.tokens[as_:ae]) == value
+        assert f"\n{key}:{value}." in tok.decode(ep.tokens[:first_q])
     assert text.count(":") >= 6 + 3
     with pytest.raises(Exception, match="num_queries"):
         SyntheticConfig(num_needles=2, num_queries=3)
@@ -674,6 +674,6 @@ def test_answers_only_targets(tmp_path):
             assert (y[row] != -100).sum() == 256  # corpus rows: every target
             continue
         ep = loader.episode(0, int(loader._perm(0)[row]) - loader.corpus_sequences)
-        want = sorted(p - 1 for a0, a1 in ep["answer_spans"] for p in range(a0, a1))
+        want = sorted(p - 1 for a0, a1 in ep.answer_spans for p in range(a0, a1))
         assert torch.nonzero(y[row] != -100).flatten().tolist() == want
-        assert [int(y[row, p]) for p in want] == [ep["tokens"][p + 1] for p in want]
+        assert [int(y[row, p]) for p in want] == [ep.tokens[p + 1] for p in want]

@@ -304,15 +304,15 @@ def test_episode_accuracy_matches_a_full_forward():
             ep = make_episode(
                 np.random.default_rng([7, length, s]), tok, hay, length, cfg, split="eval"
             )
-            ids = torch.tensor([ep["tokens"]])
+            ids = torch.tensor([ep.tokens])
             with torch.no_grad():
                 logits = model(ids, window=16)[0]
             top = logits.argmax(-1)
             logp = torch.log_softmax(logits.double(), -1)
-            for a0, a1 in ep["answer_spans"]:
-                correct += all(int(top[p - 1]) == ep["tokens"][p] for p in range(a0, a1))
+            for a0, a1 in ep.answer_spans:
+                correct += all(int(top[p - 1]) == ep.tokens[p] for p in range(a0, a1))
                 total += 1
-                nll -= sum(float(logp[p - 1, ep["tokens"][p]]) for p in range(a0, a1))
+                nll -= sum(float(logp[p - 1, ep.tokens[p]]) for p in range(a0, a1))
                 n_tok += a1 - a0
         assert got[length]["n"] == total
         assert got[length]["nll"] == pytest.approx(nll / n_tok, rel=1e-4)

@@ -330,3 +330,31 @@ def test_a_model_on_the_meta_device_is_not_initialised():
     assert r.returncode == 0, r.stderr
     n, imported = r.stdout.split()
     assert int(n) > 6e9 and imported == "False"
+
+
+def _normed_mlstm_output_std(cfg: SwaxConfig) -> float:
+    """Std of the mLSTM head norm's output at initialisation (≈ 1 when the memory is on) on
+    unit-RMS inputs of 128 positions, for a one-layer model with cfg's widths and gates."""
+    cfg = cfg.replace(n_layers=1, layer_pattern="X", vocab_size=256)
+    torch.manual_seed(0)
+    layer = SwaxLM(cfg).blocks[0].mixer
+    x = torch.randn(2, 128, cfg.d_model)
+    seen = {}
+    hook = layer.norm.register_forward_hook(lambda m, i, o: seen.update(y=o))
+    with torch.no_grad():
+        layer(x)
+    hook.remove()
+    return seen["y"].std().item()
+
+
+def test_small_presets_do_not_start_with_the_memory_switched_off():
+    """The presets' input-gate biases give the normalised mLSTM output at initialisation about
+    the size xLSTM-7B's -10 gives the 1.4B model; -10 at the tiny width would not."""
+    ref = _normed_mlstm_output_std(SwaxConfig.preset("1.4b"))
+    assert 0.3 < ref < 0.8
+    for name in ("tiny", "small", "125m", "350m"):
+        std = _normed_mlstm_output_std(SwaxConfig.preset(name))
+        assert 0.5 * ref < std < 2 * ref, (name, std, ref)
+    off = _normed_mlstm_output_std(SwaxConfig.preset("tiny", mlstm_igate_bias_init=-10.0))
+    assert off < 0.1 * ref
+    assert SwaxConfig.preset("7b").mlstm_igate_bias_init == -10.0  # the paper's scales keep it

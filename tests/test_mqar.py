@@ -31,26 +31,26 @@ def _pairs_and_queries(tokens, cfg):
 def test_episode_layout(length):
     for s in range(20):
         ep = make_mqar_episode(np.random.default_rng(s), length, CFG)
-        t = ep["tokens"]
+        t = ep.tokens
         assert len(t) == length
         pairs, queries = _pairs_and_queries(t, CFG)
         assert len(pairs) == CFG.num_needles  # distinct keys
         assert len(queries) == CFG.num_queries and len({k for k, _ in queries}) == CFG.num_queries
-        for (k, v), (a0, a1) in zip(queries, ep["answer_spans"]):
+        for (k, v), (a0, a1) in zip(queries, ep.answer_spans):
             assert pairs[k] == v  # the answer is the value stored with the queried key
             assert t[a0:a1] == [v] and t[a0 - 1] == k
-        s0, s1 = ep["needle_span"]
+        s0, s1 = ep.needle_span
         assert s1 - s0 == 2 * CFG.num_needles
-        first_q = ep["question_spans"][0][0]
-        assert first_q - s1 == ep["distance"] >= CFG.min_distance
+        first_q = ep.question_spans[0][0]
+        assert first_q - s1 == ep.distance >= CFG.min_distance
         # the queried pairs' positions, in query order
-        for (k, _), pos in zip(queries, ep["needle_positions"]):
+        for (k, _), pos in zip(queries, ep.needle_positions):
             assert t[pos] == k
 
 
 def test_distances_cover_the_allowed_range():
     cfg = SyntheticConfig(task="mqar", num_needles=2, num_queries=2, min_distance=5, max_distance=9)
-    d = {make_mqar_episode(np.random.default_rng(s), 64, cfg)["distance"] for s in range(200)}
+    d = {make_mqar_episode(np.random.default_rng(s), 64, cfg).distance for s in range(200)}
     assert d == set(range(5, 10))
 
 
@@ -59,7 +59,7 @@ def test_text_filler_comes_from_the_haystack():
     hay = np.arange(1000, 1100)
     ep = make_mqar_episode(np.random.default_rng(0), 50, cfg, hay)
     keys, values, _ = (set(r.tolist()) for r in mqar_ids(cfg))
-    filler = [x for x in ep["tokens"] if x not in keys and x not in values]
+    filler = [x for x in ep.tokens if x not in keys and x not in values]
     assert len(filler) == 50 - 8 and all(1000 <= x < 1100 for x in filler)
     with pytest.raises(SwaxError, match="haystack"):
         make_mqar_episode(np.random.default_rng(0), 50, cfg, None)
@@ -166,24 +166,24 @@ def test_window_none_is_full_attention():
     cfg = SyntheticConfig(task="mqar", num_needles=2, num_queries=2, min_distance=4)
     got = episode_accuracy(model, None, [], [120], samples=1, cfg=cfg, window=None, progress=False)
     ep = make_mqar_episode(np.random.default_rng([1234, 120, 0]), 120, cfg)
-    ref = _answers_logp(model, torch.tensor([ep["tokens"]]), ep["answer_spans"], None)
+    ref = _answers_logp(model, torch.tensor([ep.tokens]), ep.answer_spans, None)
     assert got[120]["nll"] == pytest.approx(-sum(ref) / 2, rel=1e-5)
-    short = _answers_logp(model, torch.tensor([ep["tokens"]]), ep["answer_spans"], 4)
+    short = _answers_logp(model, torch.tensor([ep.tokens]), ep.answer_spans, 4)
     assert abs(sum(short) - sum(ref)) > 1e-4  # the window matters for this model
 
 
 def test_reset_recurrent_empties_only_the_recurrent_memory():
     cfg = SyntheticConfig(task="mqar", num_needles=2, num_queries=2, min_distance=4)
     ep = make_mqar_episode(np.random.default_rng([1234, 90, 0]), 90, cfg)
-    ids = torch.tensor([ep["tokens"]])
-    cut = ep["needle_span"][1]
-    # mLSTM only: a reset after the pairs is the same as starting at the cut
+    ids = torch.tensor([ep.tokens])
+    cut = ep.question_spans[0][0]
+    # mLSTM only: a reset before the question is the same as starting there
     x_model = _model("X")
     got = episode_accuracy(
         x_model, None, [], [90], samples=1, cfg=cfg, reset_recurrent=True, progress=False, chunk=32
     )
     ref = _answers_logp(
-        x_model, ids[:, cut:], [(a - cut, b - cut) for a, b in ep["answer_spans"]], None
+        x_model, ids[:, cut:], [(a - cut, b - cut) for a, b in ep.answer_spans], None
     )
     assert got[90]["nll"] == pytest.approx(-sum(ref) / 2, rel=1e-5)
     # attention only: nothing to reset
@@ -200,5 +200,26 @@ def test_reset_recurrent_empties_only_the_recurrent_memory():
         progress=False,
         chunk=32,
     )
-    ref = _answers_logp(s_model, ids, ep["answer_spans"], 16)
+    ref = _answers_logp(s_model, ids, ep.answer_spans, 16)
     assert a[90]["nll"] == pytest.approx(-sum(ref) / 2, rel=1e-5)
+
+
+def test_window_cut_and_reset_leave_no_path_from_the_pair_to_the_answer():
+    """With the window shorter than the pair-question distance and the recurrent memory emptied
+    before the question, a 2-layer SX model's answer cannot depend on the pair: changing the
+    stored value must not change the prediction (a reset right after the pair would fail this:
+    the attention layer still sees the pair for W tokens and feeds it to the mLSTM)."""
+    from swax.eval.episodes import _top1
+
+    model = _model("SX")
+    cfg = SyntheticConfig(task="mqar", num_needles=1, num_queries=1, min_distance=12)
+    ep = make_mqar_episode(np.random.default_rng(5), 60, cfg)
+    ids = torch.tensor([ep.tokens])
+    (a0, _), s0 = ep.answer_spans[0], ep.needle_span[0]
+    other = ids.clone()
+    other[0, s0 + 1] = 144 + (int(ids[0, s0 + 1]) - 144 + 5) % 16  # another value
+    q = ep.question_spans[0][0]
+    for reset, same in (([q], True), ([ep.needle_span[1]], False)):
+        _, lp = _top1(model, ids, 8, [a0 - 1], 16, reset)
+        _, lp2 = _top1(model, other, 8, [a0 - 1], 16, reset)
+        assert torch.equal(lp, lp2) == same

@@ -1,6 +1,7 @@
 """Tokenizers, sources, packing and synthetic retrieval episodes."""
 
 from .config import DataConfig, SyntheticConfig
+from .episode import Episode
 from .loader import IGNORE_INDEX, PackedLoader, TokenDataset, build_datasets, tokenize_documents
 from .sources import iter_documents, kjv_documents
 from .synthetic import KeyVocabulary, key_vocabulary, make_episode
@@ -16,6 +17,7 @@ __all__ = [
     "IGNORE_INDEX",
     "ByteTokenizer",
     "DataConfig",
+    "Episode",
     "HFTokenizer",
     "KeyVocabulary",
     "PackedLoader",

@@ -28,6 +28,7 @@ import torch
 
 from ..errors import SwaxError
 from .config import DataConfig, SyntheticConfig
+from .episode import Episode
 from .mqar import check_mqar_vocab
 from .sources import iter_documents
 from .synthetic import episode_overhead, make_episode
@@ -116,50 +117,7 @@ def build_datasets(
     need = seq_len + 1
     docs = list(iter_documents(cfg.source, cfg.format, cfg.field))
     n_docs = len(docs)
-    how = ""
-    val: TokenDataset | None = None
-    if cfg.val_source is not None:
-        val_docs = list(iter_documents(cfg.val_source, cfg.format, cfg.field))
-        train_tokens = tokenize_documents(docs, tokenizer)
-        val = TokenDataset(
-            tokenize_documents(val_docs, tokenizer),
-            tokenizer.eot_id,
-            len(val_docs),
-            cfg.val_source,
-            tokenizer,
-        )
-        how = f"validation from {cfg.val_source}"
-        train_docs = n_docs
-    elif cfg.val_fraction > 0:
-        is_val = [_is_val(d, cfg.val_fraction, cfg.split_seed) for d in docs]
-        val_docs = [d for d, v in zip(docs, is_val) if v]
-        tr_docs = [d for d, v in zip(docs, is_val) if not v]
-        val_tokens = tokenize_documents(val_docs, tokenizer)
-        if val_docs and tr_docs and len(val_tokens) >= need:
-            train_tokens = tokenize_documents(tr_docs, tokenizer)
-            train_docs = len(tr_docs)
-            val = TokenDataset(
-                val_tokens, tokenizer.eot_id, len(val_docs), f"{cfg.source} (val)", tokenizer
-            )
-            how = f"{len(val_docs)} documents held out by hash"
-        else:  # too few documents for a document-level split: hold out the stream's tail
-            everything = tokenize_documents(docs, tokenizer)
-            if len(everything) < 2 * need:
-                raise SwaxError(
-                    f"{cfg.source} has {len(everything)} tokens in all, too few for training and "
-                    f"validation sequences of seq_len={need - 1} (+1 target) tokens each; use a "
-                    f"shorter seq_len, more data, or data.val_source"
-                )
-            n_val = max(math.ceil(cfg.val_fraction * len(everything)), need)
-            n_val = min(n_val, len(everything))
-            train_tokens, val_tokens = everything[:-n_val], everything[-n_val:]
-            train_docs = n_docs
-            val = TokenDataset(val_tokens, tokenizer.eot_id, 1, f"{cfg.source} (val)", tokenizer)
-            how = f"last {n_val} tokens held out (too few documents to split by document)"
-    else:
-        train_tokens = tokenize_documents(docs, tokenizer)
-        train_docs = n_docs
-        how = "no validation set"
+    train_tokens, train_docs, val, how = _split(cfg, docs, tokenizer, need)
     train = TokenDataset(train_tokens, tokenizer.eot_id, train_docs, cfg.source, tokenizer)
     for name, ds in (("training", train), ("validation", val)):
         if ds is not None and len(ds) < need:
@@ -182,6 +140,57 @@ def build_datasets(
         time.perf_counter() - t0,
     )
     return train, val
+
+
+def _split(cfg: DataConfig, docs: list[str], tokenizer, need: int):
+    """(training tokens, training documents, validation dataset or None, how it was split)."""
+    if cfg.val_source is not None:
+        val_docs = list(iter_documents(cfg.val_source, cfg.format, cfg.field))
+        val = TokenDataset(
+            tokenize_documents(val_docs, tokenizer),
+            tokenizer.eot_id,
+            len(val_docs),
+            cfg.val_source,
+            tokenizer,
+        )
+        return (
+            tokenize_documents(docs, tokenizer),
+            len(docs),
+            val,
+            f"validation from {cfg.val_source}",
+        )
+    if cfg.val_fraction <= 0:
+        return tokenize_documents(docs, tokenizer), len(docs), None, "no validation set"
+    is_val = [_is_val(d, cfg.val_fraction, cfg.split_seed) for d in docs]
+    val_docs = [d for d, v in zip(docs, is_val) if v]
+    tr_docs = [d for d, v in zip(docs, is_val) if not v]
+    val_tokens = tokenize_documents(val_docs, tokenizer)
+    if val_docs and tr_docs and len(val_tokens) >= need:
+        val = TokenDataset(
+            val_tokens, tokenizer.eot_id, len(val_docs), f"{cfg.source} (val)", tokenizer
+        )
+        return (
+            tokenize_documents(tr_docs, tokenizer),
+            len(tr_docs),
+            val,
+            f"{len(val_docs)} documents held out by hash",
+        )
+    # too few documents for a document-level split: hold out the stream's tail
+    everything = tokenize_documents(docs, tokenizer)
+    if len(everything) < 2 * need:
+        raise SwaxError(
+            f"{cfg.source} has {len(everything)} tokens in all, too few for training and "
+            f"validation sequences of seq_len={need - 1} (+1 target) tokens each; use a "
+            f"shorter seq_len, more data, or data.val_source"
+        )
+    n_val = min(max(math.ceil(cfg.val_fraction * len(everything)), need), len(everything))
+    val = TokenDataset(everything[-n_val:], tokenizer.eot_id, 1, f"{cfg.source} (val)", tokenizer)
+    return (
+        everything[:-n_val],
+        len(docs),
+        val,
+        f"last {n_val} tokens held out (too few documents to split by document)",
+    )
 
 
 class PackedLoader:
@@ -315,7 +324,7 @@ class PackedLoader:
         y[:n] = chunk[1:]
         return x, y
 
-    def episode(self, epoch: int, index: int) -> dict:
+    def episode(self, epoch: int, index: int) -> Episode:
         """Synthetic episode ``index`` of ``epoch`` (seq_len + 1 tokens): a pure function of
         (seed, epoch, index)."""
         rng = np.random.default_rng([self.seed, epoch, index, _EPISODE_STREAM])
@@ -329,11 +338,11 @@ class PackedLoader:
         if idx < self.corpus_in_epoch:
             return self._corpus_row(idx)
         ep = self.episode(epoch, idx - self.corpus_in_epoch)
-        t = np.asarray(ep["tokens"], np.int64)
+        t = np.asarray(ep.tokens, np.int64)
         x, y = t[:-1], t[1:].copy()
         if self.synthetic.answers_only:  # supervise only the answers (targets are t[1:])
             keep = np.zeros(len(t), dtype=bool)
-            for a0, a1 in ep["answer_spans"]:
+            for a0, a1 in ep.answer_spans:
                 keep[a0:a1] = True
             y[~keep[1:]] = IGNORE_INDEX
         return x, y

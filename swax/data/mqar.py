@@ -17,8 +17,8 @@ whose keys are queried again later. An episode of exactly ``length`` tokens::
   [min_distance, max_distance] like the needle episodes', so lengths beyond the training
   length put the pairs beyond any fixed window.
 
-The returned dict has the keys of :func:`swax.data.synthetic.make_episode`, so the loader and
-:func:`swax.eval.episodes.episode_accuracy` treat both tasks alike. There is no train/eval key
+The result is an :class:`~swax.data.episode.Episode` like the needle episodes', so the loader
+and :func:`swax.eval.episodes.episode_accuracy` treat both tasks alike. There is no train/eval key
 split (the keys are a handful of symbols); evaluation episodes differ by their seed.
 """
 
@@ -28,6 +28,7 @@ import numpy as np
 
 from ..errors import SwaxError
 from .config import SyntheticConfig
+from .episode import Episode
 
 
 def mqar_ids(cfg: SyntheticConfig) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -58,7 +59,7 @@ def make_mqar_episode(
     length: int,
     cfg: SyntheticConfig,
     haystack: np.ndarray | None = None,
-) -> dict:
+) -> Episode:
     """One MQAR episode of exactly ``length`` tokens (see the module docstring)."""
     n, q = cfg.num_needles, cfg.num_queries
     keys_ids, value_ids, noise_ids = mqar_ids(cfg)
@@ -103,18 +104,14 @@ def make_mqar_episode(
     # the pairs' positions, the queried ones first (in query order), as make_episode orders them
     order = list(asked) + [j for j in range(n) if j not in set(asked.tolist())]
     positions = [start + 2 * j for j in order]
-    return {
-        "tokens": tokens.tolist(),
-        "answer_span": answer_spans[0],
-        "question_span": question_spans[0],
-        "answer_spans": answer_spans,
-        "question_spans": question_spans,
-        "needle_span": (start, start + 2 * n),
-        "needle_positions": positions,
-        "distance": distance,
-        "depth": start / max(context - 2 * n, 1),
-        "key": int(keys[asked[0]]),
-        "value": int(values[asked[0]]),
-        "keys": [int(keys[j]) for j in order],
-        "values": [int(values[j]) for j in order],
-    }
+    return Episode(
+        tokens=tokens.tolist(),
+        answer_spans=answer_spans,
+        question_spans=question_spans,
+        needle_span=(start, start + 2 * n),
+        needle_positions=positions,
+        distance=distance,
+        depth=start / max(context - 2 * n, 1),
+        keys=[int(keys[j]) for j in order],
+        values=[int(values[j]) for j in order],
+    )

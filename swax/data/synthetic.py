@@ -35,6 +35,7 @@ import numpy as np
 
 from ..errors import SwaxError
 from .config import SyntheticConfig
+from .episode import Episode
 from .mqar import make_mqar_episode, mqar_overhead
 
 SPLITS = ("train", "eval")
@@ -225,19 +226,14 @@ def make_episode(
     length: int,
     cfg: SyntheticConfig | None = None,
     split: str = "train",
-) -> dict:
-    """One retrieval episode of exactly ``length`` tokens (see the module docstring).
+) -> Episode:
+    """One retrieval episode of exactly ``length`` tokens (see the module docstring), as an
+    :class:`~swax.data.episode.Episode`; with ``cfg.task == "mqar"`` an MQAR episode
+    (:func:`swax.data.mqar.make_mqar_episode`).
 
     With ``cfg.num_queries = q`` the first q needles are queried one after the other at the end
     (question, answer, question, answer, ...); the distance rule applies to the first.
-
-    Returns a dict with ``tokens`` (list of ``length`` ints), ``answer_span`` (start, end) of
-    the first answer (the last tokens when q = 1), ``answer_spans`` and ``question_spans`` of
-    all queries, ``question_span``, ``needle_span`` (the first queried needle),
-    ``needle_positions`` (start of every needle, the queried one first), ``distance`` (tokens
-    between the queried needle's end and the question's start), ``depth`` (needle start /
-    context length, as RULER's depth), ``key``, ``value``, ``keys`` and ``values`` (all
-    needles, queried first). Deterministic given the state of ``rng``.
+    Deterministic given the state of ``rng``.
     """
     cfg = cfg or SyntheticConfig()
     if not isinstance(rng, np.random.Generator):
@@ -252,43 +248,31 @@ def make_episode(
     values = _values(rng, cfg.num_needles, cfg.digits)
     needles = [tokenizer.encode(needle_text(k, v, compact)) for k, v in zip(keys, values)]
     nq = cfg.num_queries
-    questions = [tokenizer.encode(question_text(k, compact)) for k in keys[:nq]]
-    answers = [tokenizer.encode(answer_text(v, compact)) for v in values[:nq]]
-    tail = sum(len(q) + len(a) for q, a in zip(questions, answers))
-
-    context = length - tail  # haystack + needles before the first question
+    qa = [
+        (tokenizer.encode(question_text(k, compact)), tokenizer.encode(answer_text(v, compact)))
+        for k, v in zip(keys[:nq], values[:nq])
+    ]
+    context = length - sum(len(q) + len(a) for q, a in qa)  # everything before the questions
     n0 = len(needles[0])
     others = sum(len(n) for n in needles[1:])
     max_d = context - n0 - others
     if cfg.max_distance is not None:
         max_d = min(max_d, cfg.max_distance)
     if max_d < cfg.min_distance:
-        need = tail + n0 + others + cfg.min_distance
+        need = length - context + n0 + others + cfg.min_distance
         raise SwaxError(
             f"episode length {length} too short: {cfg.num_needles} needle(s), the "
             f"question and min_distance={cfg.min_distance} need {need} tokens"
         )
     distance = int(rng.integers(cfg.min_distance, max_d + 1))
     needle_start = context - distance - n0
-
-    # Distractors go before or after the queried needle, with probability proportional to the
-    # room left there. Everything fits before it by construction (needle_start >= others).
-    room = [needle_start, distance]
-    where: list[list[int]] = [[], []]
-    for j in range(1, cfg.num_needles):
-        size = len(needles[j])
-        fits_after = room[1] >= size
-        p_after = room[1] / (room[0] + room[1]) if fits_after and room[0] + room[1] else 0.0
-        side = 1 if (fits_after and rng.random() < p_after) else 0
-        where[side].append(j)
-        room[side] -= size
+    where, room = _place_distractors(rng, needles, needle_start, distance)
     hay = _haystack(rng, hay_src, room[0] + room[1], tokenizer.eot_id, _newline_id(tokenizer))
-
     before, starts_b = _fill(rng, hay[: room[0]], [needles[j] for j in where[0]])
     after, starts_a = _fill(rng, hay[room[0] :], [needles[j] for j in where[1]])
     tokens = before + needles[0] + after
     answer_spans, question_spans = [], []
-    for q, a in zip(questions, answers):
+    for q, a in qa:
         question_spans.append((len(tokens), len(tokens) + len(q)))
         tokens += q
         answer_spans.append((len(tokens), len(tokens) + len(a)))
@@ -299,22 +283,35 @@ def make_episode(
     for j, s in zip(where[0], starts_b):
         positions[j] = s
     for j, s in zip(where[1], starts_a):
-        positions[j] = needle_start + n0 + s
-    return {
-        "tokens": tokens,
-        "answer_span": answer_spans[0],
-        "question_span": question_spans[0],
-        "answer_spans": answer_spans,
-        "question_spans": question_spans,
-        "needle_span": (needle_start, needle_start + n0),
-        "needle_positions": positions,
-        "distance": distance,
-        "depth": needle_start / max(context - n0, 1),
-        "key": keys[0],
-        "value": values[0],
-        "keys": keys,
-        "values": values,
-    }
+        positions[j] = needle_start + n0 + s  # after the queried needle
+    return Episode(
+        tokens=tokens,
+        answer_spans=answer_spans,
+        question_spans=question_spans,
+        needle_span=(needle_start, needle_start + n0),
+        needle_positions=positions,
+        distance=distance,
+        depth=needle_start / max(context - n0, 1),
+        keys=keys,
+        values=values,
+    )
+
+
+def _place_distractors(rng, needles, needle_start: int, distance: int):
+    """Which side of the queried needle (0 before, 1 after) each distractor needle goes to,
+    with probability proportional to the haystack room left on each side; returns the lists
+    of distractor indices per side and the haystack tokens left per side. Everything fits
+    before the queried needle by construction (needle_start >= the distractors' length)."""
+    room = [needle_start, distance]
+    where: list[list[int]] = [[], []]
+    for j in range(1, len(needles)):
+        size = len(needles[j])
+        fits_after = room[1] >= size
+        p_after = room[1] / (room[0] + room[1]) if fits_after and room[0] + room[1] else 0.0
+        side = 1 if (fits_after and rng.random() < p_after) else 0
+        where[side].append(j)
+        room[side] -= size
+    return where, room
 
 
 def _newline_id(tokenizer) -> int | None:

@@ -17,9 +17,11 @@ reported: a continuous measure that shows partial use of the needle before answe
 (uniform guessing of a digit costs ln 10 = 2.30 nats).
 
 **Which memory carries the answer** (:func:`episode_accuracy` ``reset_recurrent=True``): the
-recurrent layers' state (mLSTM, Gated DeltaNet) is reset to empty right after the queried
-needle, so only attention can still bring the needle to the question; combined with a window
-shorter than the needle–question distance, neither can.
+recurrent layers' state (mLSTM, Gated DeltaNet) is reset to empty right before the first
+question, so only attention can still bring the needle to the question; combined with a window
+shorter than the needle–question distance, neither can. (A reset right after the needle would
+not do: for W more tokens the attention layers still see the needle and hand it to the
+recurrent layers above them.)
 """
 
 from __future__ import annotations
@@ -109,10 +111,10 @@ def episode_accuracy(
     distance between needle and question.
 
     ``window``: the attention window of the S layers (None = full attention, as everywhere in
-    swax). ``reset_recurrent``: empty the recurrent layers' state right after the queried
-    needle (the first query's needle, or the MQAR pair block), so that only attention can
-    carry it to the question (see the module docstring). Episode ``s`` of length ``n`` is drawn
-    with ``np.random.default_rng([seed, n, s])``, so every model sees the same episodes.
+    swax). ``reset_recurrent``: empty the recurrent layers' state right before the first
+    question, so that only attention can carry the needle to it (see the module docstring).
+    Episode ``s`` of length ``n`` is drawn with ``np.random.default_rng([seed, n, s])``, so every
+    model sees the same episodes.
 
     Returns {length: {"acc", "n", "nll" (mean nats per answer token), "by_depth": {bin:
     [correct, total]}, "by_distance": {upper bound: [correct, total]}}}.
@@ -158,13 +160,13 @@ class _Tally:
     def add_group(self, model, group: list[dict], window, chunk, device, reset: bool) -> None:
         # episodes of one length share their answer positions only for MQAR; read the union
         positions = sorted(
-            {p - 1 for ep in group for a0, a1 in ep["answer_spans"] for p in range(a0, a1)}
+            {p - 1 for ep in group for a0, a1 in ep.answer_spans for p in range(a0, a1)}
         )
         col = {p: j for j, p in enumerate(positions)}
-        ids = torch.tensor([ep["tokens"] for ep in group], device=device)
+        ids = torch.tensor([ep.tokens for ep in group], device=device)
         reset_at = None
         if reset:
-            ends = {ep["needle_span"][1] for ep in group}
+            ends = {ep.question_spans[0][0] for ep in group}
             if len(ends) > 1:  # different cut points: one row at a time
                 for ep in group:
                     self.add_group(model, [ep], window, chunk, device, reset)
@@ -172,15 +174,15 @@ class _Tally:
             reset_at = sorted(ends)
         top, logp = _top1(model, ids, window, positions, chunk, reset_at)
         for r, ep in enumerate(group):
-            context = ep["question_spans"][0][0]
-            for j, (a0, a1) in enumerate(ep["answer_spans"]):
+            context = ep.question_spans[0][0]
+            for j, (a0, a1) in enumerate(ep.answer_spans):
                 cols = [col[p - 1] for p in range(a0, a1)]
-                ok = all(int(top[r, c]) == ep["tokens"][p] for c, p in zip(cols, range(a0, a1)))
+                ok = all(int(top[r, c]) == ep.tokens[p] for c, p in zip(cols, range(a0, a1)))
                 self.nll_sum -= float(logp[r, cols].sum())
                 self.nll_n += a1 - a0
-                needle = ep["needle_positions"][j]
+                needle = ep.needle_positions[j]
                 depth = min(DEPTH_BINS - 1, int(DEPTH_BINS * needle / max(context, 1)))
-                dist = ep["question_spans"][j][0] - needle
+                dist = ep.question_spans[j][0] - needle
                 bucket = 2 ** max(0, math.ceil(math.log2(max(dist, 1))))
                 for table, key in ((self.by_depth, depth), (self.by_dist, bucket)):
                     table[key][0] += ok

@@ -5,7 +5,9 @@ input and one forget gate pre-activation per head, both soft-capped: cap · tanh
 h = mlstm(q, k, v, i, f); y = out_proj(sigmoid(o) * MultiHeadLayerNorm(h)). No convolution.
 
 Initialisation follows xLSTM-7B: input-gate bias -10, forget-gate biases spread linearly over
-[3, 6] across heads (long memory at the start of training), small gate weights.
+[3, 6] across heads (long memory at the start of training), small gate weights. The input-gate
+bias is a parameter: at small widths -10 switches the memory off at initialisation, and
+SwaxConfig's smaller presets use a smaller magnitude (see SwaxConfig.mlstm_igate_bias_init).
 Decode state: (C, n, m) in float32, shapes (B, H, Dqk, Dv), (B, H, Dqk), (B, H).
 """
 
