@@ -206,17 +206,24 @@ def cmd_sweep(args: C.SweepArgs) -> int:
     from .sweep import aggregate, load_sweep, run_sweep
 
     cfg = load_sweep(args.config, quick=args.quick)
+    if args.jobs is not None:
+        if args.jobs < 1:
+            raise SwaxError(f"--jobs must be >= 1, got {args.jobs}")
+        cfg.jobs = args.jobs
     only = [x.strip() for x in args.only.split(",")] if args.only else None
     agg = aggregate(run_sweep(cfg, only))
-    lengths = sorted({n for a in agg.values() for n in a.get("episodes_long", {})})
-    head = f"{'run':<22} {'val loss':>15}  " + "  ".join(f"{n:>11}" for n in lengths)
-    print(f"\nretrieval accuracy (%) with the long window, mean ± spread over seeds\n{head}")
+    lengths = sorted({n for a in agg.values() for n in a.get("episodes_deploy", {})})
+    head = f"{'run':<22} {'window':>6}  " + "  ".join(f"{n:>11}" for n in lengths)
+    print(
+        "\nrecall (%) at each length with each run's own window (its fixed window, or the long "
+        f"one after a stochastic schedule), mean ± spread over seeds\n{head}"
+    )
     for name, a in agg.items():
-        m, sp = a["val_loss"]
+        w = a["windows"]["train" if a["deploy"] == "train" else "long"]
         cells = "  ".join(
-            f"{a['episodes_long'][n][0]:6.1f}±{a['episodes_long'][n][1]:<4.1f}" for n in lengths
+            f"{a['episodes_deploy'][n][0]:6.1f}±{a['episodes_deploy'][n][1]:<4.1f}" for n in lengths
         )
-        print(f"{name:<22} {m:8.4f}±{sp:<6.4f}  {cells}")
+        print(f"{name:<22} {w:>6}  {cells}")
     return 0
 
 

@@ -201,6 +201,8 @@ class SweepArgs:
     """Run the reduced version of the sweep."""
     only: str | None = None
     """Comma list of run names to run."""
+    jobs: int | None = None
+    """Runs at a time, each in its own process (default: the sweep's `jobs`)."""
 
 
 @dataclass

@@ -50,12 +50,46 @@ class EvalSpec:
     ppl_multiples: list[int] = field(default_factory=lambda: [1, 2, 4, 8, 16])
     """Loss-by-position bucket edges as multiples of the training length."""
     ppl_samples: int = 2
-    """Stretches of held-out text for the loss by position."""
+    """Stretches of held-out text for the loss by position (0 = none)."""
     seed: int = 1234
     """Seed of the evaluation episodes (the same episodes for every run)."""
     text_samples: int = 64
     """Stretches of held-out text, each of the training length, for the text loss with each
-    evaluation window (the short-context quality)."""
+    evaluation window (the short-context quality; 0 = none)."""
+    curve_multiples: list[int] = field(default_factory=list)
+    """Learning curves: recall at these multiples of the training length (long window) for
+    every checkpoint the run kept (set checkpoint.every and checkpoint.keep in the base);
+    empty = no curves."""
+    curve_samples: int = 32
+    """Episodes per length and checkpoint for the learning curves."""
+    probe_multiple: int = 0
+    """Mechanism probe at this multiple of the training length (0 = no probe): recall with the
+    sliding window cut to probe_window, with the recurrent layers' state reset right after the
+    needle, and with both (which memory carries the answer)."""
+    probe_window: int | None = None
+    """Window of the probe's cut; None = the run's window.short."""
+    probe_samples: int = 64
+    """Episodes of the probe."""
+    batch_size: int = 16
+    """Episodes evaluated at once."""
+
+
+@dataclass
+class GridSpec:
+    """A grid of runs over two or more config keys (e.g. the phase diagram of which memory
+    learns retrieval: mLSTM input-gate bias × window). Every point starts from the overrides of
+    ``from_run`` and sets one value per axis; a point whose config equals a run of the sweep
+    reuses that run instead of training it again."""
+
+    from_run: str = ""
+    """The run whose overrides every grid point starts from ("" = the base alone)."""
+    axes: dict[str, list[Any]] = field(default_factory=dict)
+    """Dotted TrainConfig key -> values, e.g. {model.mlstm_igate_bias_init: [-10, -4, 0],
+    window.fixed: [8, 24, 64]}."""
+    labels: dict[str, str] = field(default_factory=dict)
+    """Dotted key -> short label used in run names (default: the key's last part)."""
+    seeds: list[int] = field(default_factory=list)
+    """Seeds of the grid runs (default: the sweep's first seed)."""
 
 
 @dataclass
@@ -74,13 +108,29 @@ class SweepConfig:
     """Seeds; every variant is trained once per seed."""
     eval: EvalSpec = field(default_factory=EvalSpec)
     """Evaluation of every run."""
+    grid: GridSpec | None = None
+    """An optional grid of extra runs (see GridSpec), evaluated like the others."""
     roles: dict[str, str] = field(default_factory=dict)
-    """Run names playing the roles `short`, `long` and `stochastic` in a report's claims."""
+    """Run names playing the roles `short`, `long` and `stochastic` in a report's claims (the
+    SWAX family)."""
+    families: dict[str, dict[str, str]] = field(default_factory=dict)
+    """Other families judged on the same claims: {family: {short, long, stochastic}} (e.g. the
+    Gated DeltaNet hybrid SD and the sliding-window + full-attention hybrid SA)."""
+    jobs: int = 1
+    """Runs trained and evaluated at the same time, each in its own process (with the base's
+    `threads`); 2 on a 2-core machine with threads=1."""
     notes: str = ""
     """Free text quoted in the report (what else was tried, caveats)."""
     quick: dict[str, Any] = field(default_factory=dict)
     """Overrides applied with --quick: `base` (merged into base), `seeds`, `runs` (a list of
-    variant names to keep), `eval` (merged into eval)."""
+    variant names to keep), `eval` (merged into eval), `grid` (merged into grid; null drops
+    it), `out_dir`, `jobs`."""
+    grid_runs: dict[str, dict] = field(default_factory=dict, init=False)
+    """Grid point name -> overrides (filled by load_sweep)."""
+    grid_points: dict[str, dict] = field(default_factory=dict, init=False)
+    """Grid point name -> {dotted key: value} (filled by load_sweep)."""
+    aliases: dict[str, str] = field(default_factory=dict, init=False)
+    """Grid point name -> the sweep run with the same config, trained once (by load_sweep)."""
 
 
 def _merge(a: dict, b: dict) -> dict:
@@ -100,22 +150,89 @@ def load_sweep(path: str | Path, quick: bool = False) -> SweepConfig:
         raise ConfigError(f"sweep config {p} is not valid YAML: {str(e).splitlines()[0]}") from None
     cfg = from_dict(SweepConfig, data)
     if quick and cfg.quick:
-        q = cfg.quick
-        cfg.base = _merge(cfg.base, q.get("base", {}))
-        if "seeds" in q:
-            cfg.seeds = list(q["seeds"])
-        if "runs" in q:
-            missing = [r for r in q["runs"] if r not in cfg.runs]
-            if missing:
-                raise ConfigError(f"quick.runs names unknown variant {missing[0]!r}")
-            cfg.runs = {r: cfg.runs[r] for r in q["runs"]}
-        if "eval" in q:
-            cfg.eval = from_dict(EvalSpec, _merge(_as_dict(cfg.eval), q["eval"]))
-        if "out_dir" in q:
-            cfg.out_dir = q["out_dir"]
+        _apply_quick(cfg, cfg.quick)
+    if cfg.jobs < 1:
+        raise ConfigError(f"jobs must be >= 1, got {cfg.jobs}")
     for name, overrides in cfg.runs.items():  # validate every run's config now
         train_config(cfg, name, cfg.seeds[0], overrides)
+    for family, roles in {"roles": cfg.roles, **cfg.families}.items():
+        unknown = [r for r in roles.values() if r not in cfg.runs]
+        if unknown and not quick:
+            raise ConfigError(f"{family} names unknown run {unknown[0]!r}")
+    _expand_grid(cfg)
     return cfg
+
+
+def _apply_quick(cfg: SweepConfig, q: dict) -> None:
+    cfg.base = _merge(cfg.base, q.get("base", {}))
+    if "seeds" in q:
+        cfg.seeds = list(q["seeds"])
+    if "runs" in q:
+        missing = [r for r in q["runs"] if r not in cfg.runs]
+        if missing:
+            raise ConfigError(f"quick.runs names unknown variant {missing[0]!r}")
+        cfg.runs = {r: cfg.runs[r] for r in q["runs"]}
+    if "eval" in q:
+        cfg.eval = from_dict(EvalSpec, _merge(_as_dict(cfg.eval), q["eval"]))
+    if "grid" in q:
+        g = q["grid"]
+        cfg.grid = (
+            None
+            if g is None
+            else from_dict(GridSpec, _merge(_as_dict(cfg.grid) if cfg.grid else {}, g))
+        )
+    for key in ("out_dir", "jobs"):
+        if key in q:
+            setattr(cfg, key, q[key])
+
+
+def _set_dotted(tree: dict, key: str, value) -> dict:
+    out = copy.deepcopy(tree)
+    node = out
+    *parents, last = key.split(".")
+    for part in parents:
+        node = node.setdefault(part, {})
+    node[last] = value
+    return out
+
+
+def _expand_grid(cfg: SweepConfig) -> None:
+    """Fill ``cfg.grid_runs`` {name: overrides} and ``cfg.grid_points`` {name: {axis: value}}
+    from ``cfg.grid``; a point equal to a sweep run (same config) is recorded in
+    ``cfg.aliases`` and trained once."""
+    import itertools
+
+    cfg.grid_runs, cfg.grid_points, cfg.aliases = {}, {}, {}
+    g = cfg.grid
+    if g is None or not g.axes:
+        return
+    if g.from_run and g.from_run not in cfg.runs:
+        raise ConfigError(f"grid.from_run names unknown run {g.from_run!r}")
+    start = cfg.runs.get(g.from_run, {})
+    keys = list(g.axes)
+    for values in itertools.product(*(g.axes[k] for k in keys)):
+        overrides, point = start, {}
+        for k, v in zip(keys, values):
+            overrides = _set_dotted(overrides, k, v)
+            point[k] = v
+        label = "-".join(f"{g.labels.get(k, k.split('.')[-1])}{v}" for k, v in point.items())
+        name = f"grid-{label}"
+        cfg.grid_runs[name] = overrides
+        cfg.grid_points[name] = point
+        train_config(cfg, name, cfg.seeds[0], overrides)  # validate
+        mine = _comparable(cfg, overrides)
+        for run, run_over in cfg.runs.items():
+            if _comparable(cfg, run_over) == mine:
+                cfg.aliases[name] = run
+                break
+
+
+def _comparable(cfg: SweepConfig, overrides: dict) -> dict:
+    return _as_dict(train_config(cfg, "_", 0, overrides))  # same run_dir and seed for all
+
+
+def grid_seeds(cfg: SweepConfig) -> list[int]:
+    return list(cfg.grid.seeds) if cfg.grid and cfg.grid.seeds else cfg.seeds[:1]
 
 
 def _as_dict(obj) -> dict:
@@ -125,13 +242,24 @@ def _as_dict(obj) -> dict:
 
 
 def run_dir(cfg: SweepConfig, name: str, seed: int) -> Path:
+    """The folder of run ``name`` (a grid point equal to a sweep run uses that run's folder)."""
+    name = getattr(cfg, "aliases", {}).get(name, name)
     return Path(cfg.out_dir) / "runs" / f"{name}-s{seed}"
+
+
+def run_overrides(cfg: SweepConfig, name: str) -> dict:
+    """The overrides of a sweep run or a grid point."""
+    if name in cfg.runs:
+        return cfg.runs[name]
+    if name in getattr(cfg, "grid_runs", {}):
+        return cfg.grid_runs[name]
+    raise ConfigError(f"unknown sweep run {name!r}; the sweep has {', '.join(cfg.runs)}")
 
 
 def train_config(cfg: SweepConfig, name: str, seed: int, overrides: dict | None = None):
     from .train.config import TrainConfig
 
-    data = _merge(cfg.base, overrides if overrides is not None else cfg.runs[name])
+    data = _merge(cfg.base, overrides if overrides is not None else run_overrides(cfg, name))
     data.update(run_dir=str(run_dir(cfg, name, seed)), seed=seed)
     data.setdefault("log", {}).setdefault("progress", False)
     try:
@@ -155,123 +283,289 @@ def _train_one(cfg: SweepConfig, name: str, seed: int) -> dict:
     return train(tcfg)
 
 
+def _episode_cfg(cfg: SweepConfig, tcfg) -> SyntheticConfig:
+    return from_dict(SyntheticConfig, _merge(_as_dict(tcfg.data.synthetic), cfg.eval.episodes))
+
+
+STAGES = ("recall", "text_loss", "ppl", "curve", "probe")
+"""Evaluation stages, each cached in the run's eval.json once done (a cache from an older
+version of the sweep is completed with the missing stages, not redone)."""
+
+
 def evaluate_run(cfg: SweepConfig, name: str, seed: int, progress: bool = False) -> dict:
-    """Episodes at every length (long window, and training window where different), loss by
-    position, and held-out text loss at the training length with each window; cached in the
-    run's eval.json (a cache from before the text loss existed is completed, not redone)."""
+    """Evaluate one finished run, stage by stage (see STAGES), cached in its eval.json:
+    episodes at every length (long window, and training window where different), held-out
+    text loss at the training length with each window, loss by position, recall at every kept
+    checkpoint (learning curves) and the mechanism probe."""
     from .data import DataConfig, build_datasets, load_model_tokenizer
-    from .eval.ppl import position_losses
     from .model import SwaxLM
 
     tcfg = train_config(cfg, name, seed)
     rd = Path(tcfg.run_dir)
     cache = rd / "eval.json"
-    out = json.loads(cache.read_text()) if cache.is_file() else None
-    if out is not None and "text_loss" in out:
-        return out
-    model = SwaxLM.from_pretrained(rd / "model")
-    tok = load_model_tokenizer(rd / "model")
-    _, val = build_datasets(
-        DataConfig(
-            source=tcfg.data.source,
-            format=tcfg.data.format,
-            field=tcfg.data.field,
-            tokenizer=tcfg.data.tokenizer,
-            val_source=tcfg.data.val_source,
-            val_fraction=tcfg.data.val_fraction,
-        ),
-        tok,
-        seq_len=1,
-        seed=0,
-    )
+    out = json.loads(cache.read_text()) if cache.is_file() else {}
     ev = cfg.eval
-    long_w = tcfg.window.long
-    if tcfg.window.kind == "fixed":
-        train_w = tcfg.window.fixed or tcfg.window.long
-    else:
-        train_w = tcfg.window.short
-    windows = {"long": long_w}
-    if ev.train_window and train_w != long_w and "S" in model.config.layer_types:
+    todo = [st for st in STAGES if _wanted(ev, st) and not _done(out, st)]
+    if not todo:
+        return out
+    model = SwaxLM.from_pretrained(rd / "model").eval()
+    tok = load_model_tokenizer(rd / "model")
+    data_cfg = DataConfig(
+        source=tcfg.data.source,
+        format=tcfg.data.format,
+        field=tcfg.data.field,
+        tokenizer=tcfg.data.tokenizer,
+        val_source=tcfg.data.val_source,
+        val_fraction=tcfg.data.val_fraction,
+    )
+    _, val = build_datasets(data_cfg, tok, seq_len=1, seed=0)
+    windows = {"long": tcfg.window.long}
+    train_w = (
+        (tcfg.window.fixed or tcfg.window.long)
+        if tcfg.window.kind == "fixed"
+        else tcfg.window.short
+    )
+    if ev.train_window and train_w != tcfg.window.long and "S" in model.config.layer_types:
         windows["train"] = train_w
+    # The window a run is used with: its own fixed window, or the long one after a stochastic
+    # schedule (which ends on it); learning curves and the probe read recall there.
+    deploy = "train" if tcfg.window.kind == "fixed" and "train" in windows else "long"
+    ctx = _EvalContext(cfg, tcfg, model, tok, val.tokens, windows, windows[deploy], progress)
     t0 = time.perf_counter()
-    if out is None:
-        out = _evaluate_recall(cfg, tcfg, model, tok, val, windows, name, seed, progress)
-    # held-out text at the training length, with each evaluation window (added to older caches)
-    out["text_loss"] = {
-        label: float(
-            position_losses(
-                model, val.tokens, tcfg.seq_len + 1, ev.text_samples, w, progress=False
-            ).mean()
+    for stage in todo:
+        out.update(getattr(ctx, stage)())
+        out.update(
+            name=name,
+            seed=seed,
+            windows=windows,
+            deploy=deploy,
+            pattern=model.config.layer_types,
+            seq_len=tcfg.seq_len,
         )
-        for label, w in windows.items()
-    }
-    out["eval_elapsed_s"] = out.get("eval_elapsed_s", 0.0) + time.perf_counter() - t0
-    cache.write_text(json.dumps(out, indent=1))
+        summary = json.loads((rd / "summary.json").read_text())
+        out["val_loss"] = summary["final_val_loss"]
+        out["train_elapsed_s"] = summary.get("elapsed")
+        out["eval_elapsed_s"] = out.get("eval_elapsed_s", 0.0) + time.perf_counter() - t0
+        t0 = time.perf_counter()
+        cache.write_text(json.dumps(out, indent=1))
     return json.loads(cache.read_text())  # the same form as a cached result (string keys)
 
 
-def _evaluate_recall(cfg, tcfg, model, tok, val, windows, name, seed, progress) -> dict:
-    from .eval.episodes import episode_accuracy
-    from .eval.ppl import bucketize, position_losses
+def _wanted(ev: EvalSpec, stage: str) -> bool:
+    return {
+        "recall": True,
+        "text_loss": ev.text_samples > 0,
+        "ppl": ev.ppl_samples > 0 and bool(ev.ppl_multiples),
+        "curve": bool(ev.curve_multiples),
+        "probe": ev.probe_multiple > 0,
+    }[stage]
 
-    ev = cfg.eval
-    ep_cfg = from_dict(SyntheticConfig, _merge(_as_dict(tcfg.data.synthetic), ev.episodes))
-    lengths = [m * tcfg.seq_len for m in ev.length_multiples]
-    long_w = windows["long"]
-    rd = Path(tcfg.run_dir)
-    out: dict[str, Any] = {
-        "name": name,
-        "seed": seed,
-        "windows": windows,
-        "pattern": model.config.layer_types,
-        "seq_len": tcfg.seq_len,
-    }
-    for label, w in windows.items():
+
+def _done(out: dict, stage: str) -> bool:
+    keys = {
+        "recall": ["episodes_long"],
+        "text_loss": ["text_loss"],
+        "ppl": ["ppl", "ppl_done"],
+        "curve": ["curve"],
+        "probe": ["probe"],
+    }[stage]
+    return any(k in out for k in keys)
+
+
+class _EvalContext:
+    """The pieces every evaluation stage of one run needs; one method per stage, each
+    returning the keys it adds to eval.json."""
+
+    def __init__(self, cfg, tcfg, model, tok, val_tokens, windows, deploy_window, progress):
+        self.cfg, self.tcfg, self.model, self.tok = cfg, tcfg, model, tok
+        self.val, self.windows, self.progress = val_tokens, windows, progress
+        self.deploy_window = deploy_window
+        self.ev = cfg.eval
+        self.ep_cfg = _episode_cfg(cfg, tcfg)
+
+    def _episodes(self, model, lengths, samples, window, **kw) -> dict:
+        from .eval.episodes import episode_accuracy
+
         res = episode_accuracy(
             model,
-            tok,
-            val.tokens,
+            self.tok,
+            self.val,
             lengths,
-            ev.samples,
-            ep_cfg,
-            window=w,
-            seed=ev.seed,
-            progress=progress,
+            samples,
+            self.ep_cfg,
+            window=window,
+            seed=self.ev.seed,
+            progress=self.progress,
+            batch_size=self.ev.batch_size,
+            **kw,
         )
-        out[f"episodes_{label}"] = {str(k): v for k, v in res.items()}
-    edges = [m * tcfg.seq_len for m in ev.ppl_multiples]
-    if len(val.tokens) >= edges[-1] and ev.ppl_samples:
+        return {str(k): v for k, v in res.items()}
+
+    def recall(self) -> dict:
+        lengths = [m * self.tcfg.seq_len for m in self.ev.length_multiples]
+        return {
+            f"episodes_{label}": self._episodes(self.model, lengths, self.ev.samples, w)
+            for label, w in self.windows.items()
+        }
+
+    def text_loss(self) -> dict:
+        """Held-out text at the training length, with each evaluation window."""
+        from .eval.ppl import position_losses
+
+        n = self.tcfg.seq_len + 1
+        return {
+            "text_loss": {
+                label: float(
+                    position_losses(
+                        self.model, self.val, n, self.ev.text_samples, w, progress=False
+                    ).mean()
+                )
+                for label, w in self.windows.items()
+            }
+        }
+
+    def ppl(self) -> dict:
+        from .eval.ppl import bucketize, position_losses
+
+        edges = [m * self.tcfg.seq_len for m in self.ev.ppl_multiples]
+        if len(self.val) < edges[-1]:
+            return {"ppl_done": True}
         losses = position_losses(
-            model, val.tokens, edges[-1], ev.ppl_samples, long_w, progress=progress
+            self.model,
+            self.val,
+            edges[-1],
+            self.ev.ppl_samples,
+            self.windows["long"],
+            progress=self.progress,
         )
-        out["ppl"] = bucketize(losses, edges)
-    summary = json.loads((rd / "summary.json").read_text())
-    out["val_loss"] = summary["final_val_loss"]
-    out["train_elapsed_s"] = summary.get("elapsed")
-    return out  # evaluate_run adds eval_elapsed_s, timed around all of the evaluation
+        return {"ppl": bucketize(losses, edges), "ppl_done": True}
+
+    def curve(self) -> dict:
+        """Recall (the run's own window) at every kept checkpoint: what it learned when."""
+        from .train.checkpoint import list_checkpoints
+
+        lengths = [m * self.tcfg.seq_len for m in self.ev.curve_multiples]
+        points = []
+        per_step = self.tcfg.batch_size * self.tcfg.seq_len
+        for ckpt in list_checkpoints(self.tcfg.run_dir):
+            step = int(ckpt.name.split("_")[1])
+            model = _checkpoint_model(self.model.config, ckpt)
+            res = self._episodes(model, lengths, self.ev.curve_samples, self.deploy_window)
+            points.append(
+                {
+                    "step": step,
+                    "tokens": step * per_step,
+                    "acc": {k: v["acc"] for k, v in res.items()},
+                    "nll": {k: v["nll"] for k, v in res.items()},
+                }
+            )
+        return {"curve": points}
+
+    def probe(self) -> dict:
+        """Recall at probe_multiple × the training length with the run's own window, with the
+        window cut, with the recurrent state reset after the needle, and with both."""
+        length = [self.ev.probe_multiple * self.tcfg.seq_len]
+        cut = self.ev.probe_window or self.tcfg.window.short
+        own = self.deploy_window
+        n = self.ev.probe_samples
+        out = {}
+        for label, w, reset in (
+            ("full", own, False),
+            ("window_cut", cut, False),
+            ("reset", own, True),
+            ("both", cut, True),
+        ):
+            r = self._episodes(self.model, length, n, w, reset_recurrent=reset)[str(length[0])]
+            out[label] = {"acc": r["acc"], "nll": r["nll"], "n": r["n"]}
+        return {"probe": out, "probe_window": cut}
 
 
-def run_sweep(cfg: SweepConfig, only: list[str] | None = None, progress: bool = True) -> dict:
-    """Train and evaluate every (variant, seed); return {name: [eval dict per seed]}."""
+def _checkpoint_model(config, ckpt: Path):
+    """The model weights of a training checkpoint (safetensors), in a fresh SwaxLM."""
+    from safetensors.torch import load_file
+
+    from .model import SwaxLM
+
+    model = SwaxLM(config)
+    sd = {
+        k: v
+        for k, v in load_file(str(ckpt / "model.safetensors")).items()
+        if not k.startswith("__rng__.")
+    }
+    model.load_state_dict(sd)
+    return model.eval()
+
+
+def all_jobs(cfg: SweepConfig, only: list[str] | None = None) -> list[tuple[str, int]]:
+    """(name, seed) of every run to train and evaluate: the sweep's runs (each variant once
+    before the second seed), then the grid points that are not sweep runs."""
     names = list(cfg.runs) if not only else only
-    unknown = [n for n in names if n not in cfg.runs]
+    unknown = [n for n in names if n not in cfg.runs and n not in cfg.grid_runs]
     if unknown:
-        raise ConfigError(f"unknown sweep run {unknown[0]!r}; the sweep has {', '.join(cfg.runs)}")
-    results: dict[str, list[dict]] = {}
-    jobs = [(n, s) for s in cfg.seeds for n in names]  # every variant once before seed 2
+        raise ConfigError(
+            f"unknown sweep run {unknown[0]!r}; the sweep has {', '.join(cfg.runs)}"
+            + (f" and grid points {', '.join(cfg.grid_runs)}" if cfg.grid_runs else "")
+        )
+    jobs = [(n, s) for s in cfg.seeds for n in names if n in cfg.runs]
+    grid = [n for n in cfg.grid_runs if (not only or n in only) and n not in cfg.aliases]
+    jobs += [(n, s) for s in grid_seeds(cfg) for n in grid]
+    return jobs
+
+
+def _job(cfg: SweepConfig, name: str, seed: int, threads: int | None) -> tuple[str, int, dict]:
+    """Train (unless done) and evaluate one run; the unit of work of a parallel sweep."""
+    import torch
+
+    if threads:
+        torch.set_num_threads(threads)
+    _train_one(cfg, name, seed)
+    return name, seed, evaluate_run(cfg, name, seed)
+
+
+def run_sweep(
+    cfg: SweepConfig, only: list[str] | None = None, progress: bool = True, jobs: int | None = None
+) -> dict:
+    """Train and evaluate every (variant, seed) and grid point; return {name: [eval dict per
+    seed]} (grid points included, under their grid names). ``jobs`` (default cfg.jobs) runs
+    that many at once, each in a fresh process."""
+    todo = all_jobs(cfg, only)
+    jobs = jobs or cfg.jobs
+    threads = cfg.base.get("threads") or None
     t0 = time.perf_counter()
-    for i, (name, seed) in enumerate(jobs, 1):
-        done = (run_dir(cfg, name, seed) / "eval.json").is_file()
+    done: dict[tuple[str, int], dict] = {}
+
+    def report(i, name, seed, what):
         if progress:
-            elapsed = time.perf_counter() - t0
             print(
-                f"[{i}/{len(jobs)}] {name} seed {seed}"
-                + (" (cached)" if done else "")
-                + (f" | {elapsed / 60:.1f} min so far" if i > 1 else ""),
+                f"[{i}/{len(todo)}] {name} seed {seed} {what} | "
+                f"{(time.perf_counter() - t0) / 60:.1f} min",
                 flush=True,
             )
-        _train_one(cfg, name, seed)
-        results.setdefault(name, []).append(evaluate_run(cfg, name, seed))
+
+    if jobs <= 1:
+        for i, (name, seed) in enumerate(todo, 1):
+            cached = (run_dir(cfg, name, seed) / "eval.json").is_file()
+            report(i, name, seed, "(cached, completing)" if cached else "started")
+            done[(name, seed)] = _job(cfg, name, seed, None)[2]
+    else:
+        import multiprocessing as mp
+        from concurrent.futures import ProcessPoolExecutor, as_completed
+
+        with ProcessPoolExecutor(jobs, mp_context=mp.get_context("spawn")) as pool:
+            futures = {pool.submit(_job, cfg, n, s, threads): (n, s) for n, s in todo}
+            for i, fut in enumerate(as_completed(futures), 1):
+                name, seed, out = fut.result()
+                done[(name, seed)] = out
+                report(i, name, seed, "done")
+    results: dict[str, list[dict]] = {}
+    for name, seed in todo:
+        results.setdefault(name, []).append(done[(name, seed)])
+    for name in cfg.aliases:  # grid points that are sweep runs
+        if not only or name in only:
+            src = cfg.aliases[name]
+            results[name] = [
+                done.get((src, s)) or evaluate_run(cfg, src, s) for s in grid_seeds(cfg)
+            ]
     return results
 
 
@@ -295,6 +589,7 @@ def aggregate(results: dict[str, list[dict]]) -> dict[str, dict]:
             "pattern": evs[0]["pattern"],
             "windows": evs[0]["windows"],
         }
+        a["deploy"] = evs[0].get("deploy", "long")
         for label in ("long", "train"):
             key = f"episodes_{label}"
             if key in evs[0]:
@@ -303,6 +598,9 @@ def aggregate(results: dict[str, list[dict]]) -> dict[str, dict]:
                     a[f"nll_{label}"] = {
                         int(n): mean_spread([e[key][n]["nll"] for e in evs]) for n in evs[0][key]
                     }
+        for what in ("episodes", "nll"):  # recall at the window the run is used with
+            if f"{what}_{a['deploy']}" in a:
+                a[f"{what}_deploy"] = a[f"{what}_{a['deploy']}"]
         for label in evs[0].get("text_loss", {}):
             a[f"text_loss_{label}"] = mean_spread([e["text_loss"][label] for e in evs])
         if "ppl" in evs[0]:
@@ -310,5 +608,36 @@ def aggregate(results: dict[str, list[dict]]) -> dict[str, dict]:
                 (r["bucket_end"], mean_spread([e["ppl"][i]["loss"] for e in evs]))
                 for i, r in enumerate(evs[0]["ppl"])
             ]
+        if evs[0].get("curve"):
+            steps = [p["tokens"] for p in evs[0]["curve"]]
+            a["curve"] = {
+                int(n): [
+                    (t, mean_spread([e["curve"][i]["acc"][n] for e in evs]))
+                    for i, t in enumerate(steps)
+                ]
+                for n in evs[0]["curve"][0]["acc"]
+            }
+            first = str(min(int(n) for n in evs[0]["curve"][0]["acc"]))
+            a["emergence"] = [emergence(e["curve"], first) for e in evs]
+        if "probe" in evs[0]:
+            a["probe"] = {
+                k: mean_spread([e["probe"][k]["acc"] for e in evs]) for k in evs[0]["probe"]
+            }
+            a["probe_nll"] = {
+                k: mean_spread([e["probe"][k]["nll"] for e in evs]) for k in evs[0]["probe"]
+            }
         agg[name] = a
     return agg
+
+
+EMERGED = 50.0
+"""Recall (%) at 1× the training length that marks retrieval as learned on a learning curve."""
+
+
+def emergence(curve: list[dict], length: str, threshold: float = EMERGED) -> int | None:
+    """Training tokens at the first checkpoint whose recall at ``length`` reaches
+    ``threshold`` %; None if none does."""
+    for p in curve:
+        if p["acc"][length] >= threshold:
+            return p["tokens"]
+    return None

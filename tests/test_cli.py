@@ -205,3 +205,12 @@ def test_parse_window_and_resolve_device():
         with pytest.raises(ConfigError, match="'cuda' requested but CUDA is not available"):
             resolve_device("cuda")
         assert resolve_device("cuda", fallback_to_cpu=True) == torch.device("cpu")
+
+
+def test_sweep_bad_arguments_are_one_line_errors(tmp_path):
+    from pathlib import Path
+
+    sweep = str(Path(__file__).resolve().parents[1] / "experiments/window_sweep/sweep.yaml")
+    assert_one_line_error(run("sweep", sweep, "--jobs", "0"), "--jobs", "0")
+    assert_one_line_error(run("sweep", sweep, "--only", "nope"), "unknown sweep run 'nope'")
+    assert_one_line_error(run("sweep", str(tmp_path / "none.yaml")), "does not exist")

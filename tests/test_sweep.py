@@ -9,7 +9,16 @@ import pytest
 import yaml
 
 from swax.errors import ConfigError
-from swax.sweep import aggregate, load_sweep, mean_spread, run_dir, run_sweep
+from swax.sweep import (
+    aggregate,
+    all_jobs,
+    emergence,
+    load_sweep,
+    mean_spread,
+    run_dir,
+    run_sweep,
+    train_config,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 SWEEP = ROOT / "experiments" / "window_sweep" / "sweep.yaml"
@@ -17,26 +26,61 @@ sys.path.insert(0, str(ROOT / "experiments" / "window_sweep"))
 import run as report  # noqa: E402
 
 
-def test_the_shipped_sweep_is_valid_and_has_the_issue_variants():
+@pytest.mark.parametrize(
+    "path", [SWEEP, SWEEP.with_name("sweep_gpu.yaml")], ids=["cpu_scale", "h200_scale"]
+)
+def test_the_shipped_sweeps_have_every_family_and_window(path):
+    cfg = load_sweep(path)
+    seq = cfg.base["seq_len"]
+    families = {"SX": cfg.roles, **cfg.families}
+    assert set(families) == {"SX", "SD", "SA"}
+    for family, roles in families.items():
+        runs = {role: cfg.runs[name] for role, name in roles.items()}
+        assert {r.get("model", {}).get("layer_pattern", "SX") for r in runs.values()} == {family}
+        short, long_ = runs["short"]["window"], runs["long"]["window"]
+        assert short["kind"] == long_["kind"] == "fixed"
+        assert short["fixed"] < long_["fixed"] == seq  # the long window is the training length
+        assert runs["stochastic"]["window"]["kind"] == "stochastic"
+    patterns = {r.get("model", {}).get("layer_pattern", "SX") for r in cfg.runs.values()}
+    assert {"X", "A"} <= patterns  # the pure baselines
+    assert cfg.base["data"]["synthetic"]["task"] == "mqar"
+
+
+def test_the_cpu_sweep_has_seeds_a_phase_diagram_curves_and_a_probe():
     cfg = load_sweep(SWEEP)
     assert len(cfg.seeds) >= 2
-    w = {
-        n: (r.get("window", {}), r.get("model", {}).get("layer_pattern", "SX"))
-        for n, r in cfg.runs.items()
-    }
-    patterns = {p for _, p in w.values()}
-    assert {"SX", "X", "S", "A", "SD"} <= patterns
-    fixed = sorted(
-        win.get("fixed") for win, p in w.values() if p == "SX" and win.get("kind") == "fixed"
-    )
-    assert fixed == [16, 64, cfg.base["seq_len"]]  # short, mid, long = training length
-    stoch = sorted(
-        win["p_short"] for win, p in w.values() if p == "SX" and win.get("kind") == "stochastic"
-    )
-    assert stoch == [0.5, 0.75]
-    assert set(cfg.roles.values()) <= set(cfg.runs)
+    # the phase diagram: input-gate bias x window, two points shared with the SX runs
+    assert set(cfg.grid.axes) == {"model.mlstm_igate_bias_init", "window.fixed"}
+    assert sorted(cfg.aliases.values()) == ["sx-long", "sx-short"]
+    assert cfg.eval.curve_multiples and cfg.eval.probe_multiple == 1
     quick = load_sweep(SWEEP, quick=True)
     assert quick.seeds == [0] and len(quick.runs) == 3
+
+
+def test_grid_points_expand_and_reuse_equal_runs(tmp_path):
+    data = _tiny_sweep(tmp_path, {"w8": {"window": {"fixed": 8}}})
+    data["grid"] = {
+        "from_run": "w8",
+        "axes": {"window.fixed": [8, 16], "model.mlstm_igate_bias_init": [-10, -3]},
+        "labels": {"window.fixed": "w", "model.mlstm_igate_bias_init": "b"},
+    }
+    data["base"]["model"]["mlstm_igate_bias_init"] = -3
+    cfg = load_sweep(_write(tmp_path, data))
+    # (the YAML writer sorted the axes: the bias comes first)
+    assert set(cfg.grid_runs) == {"grid-b-10-w8", "grid-b-3-w8", "grid-b-10-w16", "grid-b-3-w16"}
+    assert cfg.grid_points["grid-b-10-w16"] == {
+        "window.fixed": 16,
+        "model.mlstm_igate_bias_init": -10,
+    }
+    assert cfg.aliases == {"grid-b-3-w8": "w8"}  # the same config as run w8
+    assert run_dir(cfg, "grid-b-3-w8", 0) == run_dir(cfg, "w8", 0)
+    tc = train_config(cfg, "grid-b-10-w16", 0)
+    assert tc.window.fixed == 16 and tc.model["mlstm_igate_bias_init"] == -10
+    jobs = all_jobs(cfg)
+    assert jobs[0] == ("w8", 0) and ("grid-b-3-w8", 0) not in jobs and len(jobs) == 4
+    data["grid"]["from_run"] = "nope"
+    with pytest.raises(ConfigError, match="grid.from_run names unknown run 'nope'"):
+        load_sweep(_write(tmp_path, data))
 
 
 def _write(tmp_path, data) -> Path:
@@ -61,7 +105,16 @@ def _tiny_sweep(tmp_path, runs):
             "log": {"every": 1, "val_every": 0, "val_batches": 1},
         },
         "runs": runs,
-        "eval": {"length_multiples": [1, 2], "samples": 1, "ppl_multiples": [1], "ppl_samples": 1},
+        "eval": {
+            "length_multiples": [1, 2],
+            "samples": 1,
+            "ppl_multiples": [1],
+            "ppl_samples": 1,
+            "curve_multiples": [1],
+            "curve_samples": 1,
+            "probe_multiple": 1,
+            "probe_samples": 1,
+        },
     }
 
 
@@ -116,6 +169,15 @@ def test_a_finished_run_is_neither_retrained_nor_reevaluated(tmp_path):
     done = run_sweep(cfg, only=["x"], progress=False)["x"][0]
     assert done["episodes_long"]["64"]["acc"] == 42.0
     assert done["text_loss"] == first["x"][0]["text_loss"]
+    # learning curves read every kept checkpoint; the probe has its four settings
+    w8 = first["w8"][0]
+    assert [p["step"] for p in w8["curve"]] == [1, 2]
+    assert [p["tokens"] for p in w8["curve"]] == [2 * 64, 2 * 2 * 64]
+    assert set(w8["probe"]) == {"full", "window_cut", "reset", "both"}
+    assert w8["deploy"] == "train" and first["x"][0]["deploy"] == "long"
+    # the curve of the final checkpoint is the final model's recall (same weights, same
+    # episodes), computed from the checkpoint's safetensors
+    assert w8["curve"][-1]["acc"]["64"] == w8["episodes_train"]["64"]["acc"]
     # an interrupted run (checkpoint, no summary) is resumed, not restarted
     rd = run_dir(cfg, "w8", 0)
     (rd / "summary.json").unlink()
@@ -128,29 +190,42 @@ def test_a_finished_run_is_neither_retrained_nor_reevaluated(tmp_path):
 
 def test_mean_spread_and_aggregate():
     assert mean_spread([1.0, 3.0]) == (2.0, 1.0)
-    ev = lambda acc, nll, loss: {  # noqa: E731
+    curve = lambda accs: [  # noqa: E731
+        {"step": s, "tokens": 100 * s, "acc": {"32": a}, "nll": {"32": 1.0}}
+        for s, a in zip((1, 2, 3), accs)
+    ]
+    ev = lambda acc, nll, loss, accs: {  # noqa: E731
         "val_loss": loss,
         "pattern": "SXSX",
-        "windows": {"long": 32},
+        "windows": {"long": 32, "train": 8},
+        "deploy": "train",
         "text_loss": {"long": loss + 1},
         "episodes_long": {"32": {"acc": acc, "nll": nll}, "64": {"acc": acc / 2, "nll": nll}},
+        "episodes_train": {"32": {"acc": 1.0, "nll": 9.0}, "64": {"acc": 3.0, "nll": 9.0}},
+        "curve": curve(accs),
+        "probe": {"full": {"acc": acc, "nll": nll}, "reset": {"acc": 0.0, "nll": 3.0}},
     }
-    agg = aggregate({"r": [ev(50.0, 1.0, 2.0), ev(70.0, 2.0, 2.2)]})["r"]
+    agg = aggregate({"r": [ev(50.0, 1.0, 2.0, [10, 60, 90]), ev(70.0, 2.0, 2.2, [10, 20, 30])]})[
+        "r"
+    ]
     assert agg["episodes_long"][32] == (60.0, 10.0)
     assert agg["episodes_long"][64] == (30.0, 5.0)
     assert agg["nll_long"][32] == (1.5, 0.5)
+    assert agg["episodes_deploy"] == {32: (1.0, 0.0), 64: (3.0, 0.0)}  # the training window
     assert agg["val_loss"][0] == pytest.approx(2.1)
     assert agg["text_loss_long"][0] == pytest.approx(3.1)
+    assert agg["curve"][32] == [(100, (10.0, 0.0)), (200, (40.0, 20.0)), (300, (60.0, 30.0))]
+    assert agg["emergence"] == [200, None]  # first checkpoint at >= 50%, per seed
+    assert agg["probe"] == {"full": (60.0, 10.0), "reset": (0.0, 0.0)}
+    assert emergence(curve([49.9, 50.0, 10]), "32") == 200
 
 
-def _agg(acc_by_mult, val, spread=0.0, seq=256):
-    # the claims judge quality by the text loss with the long window; the training-window
-    # validation loss is set to something that would give other verdicts
+def _agg(acc_by_mult, seq=64, spread=0.0):
     return {
         "val_loss": (1.0, 0.0),
-        "text_loss_long": (val, spread),
-        "episodes_long": {m * seq: (a, 0.0) for m, a in acc_by_mult.items()},
-        "nll_long": {m * seq: (1.0, 0.0) for m in acc_by_mult},
+        "episodes_deploy": {m * seq: (a, spread) for m, a in acc_by_mult.items()},
+        "episodes_long": {m * seq: (0.0, 0.0) for m in acc_by_mult},  # not what is judged
+        "nll_deploy": {m * seq: (1.0, 0.0) for m in acc_by_mult},
     }
 
 
@@ -159,70 +234,81 @@ ROLES = {"short": "s", "long": "l", "stochastic": "st"}
 
 def test_claims_hold_on_the_papers_pattern():
     agg = {
-        "s": _agg({1: 90, 2: 85, 4: 80}, val=1.50, spread=0.005),
-        "l": _agg({1: 95, 2: 10, 4: 0}, val=1.40, spread=0.005),
-        "st": _agg({1: 95, 2: 80, 4: 75}, val=1.42, spread=0.005),
+        "s": _agg({1: 80, 2: 85, 4: 80}),
+        "l": _agg({1: 100, 2: 30, 4: 10}),
+        "st": _agg({1: 98, 2: 80, 4: 75}),
     }
-    verdicts = [v for _, v, _ in report.claims(agg, 256, ROLES)]
+    verdicts = [v for _, v, _ in report.claims(agg, 64, ROLES)]
     assert verdicts == ["held", "held", "held"]
 
 
 def test_claims_fail_when_the_numbers_say_so():
     agg = {
-        "s": _agg({1: 90, 2: 10, 4: 0}, val=1.50, spread=0.005),  # no extrapolation
-        "l": _agg({1: 95, 2: 90, 4: 90}, val=1.40, spread=0.005),  # no collapse
-        "st": _agg({1: 95, 2: 5, 4: 0}, val=1.49, spread=0.005),
-    }  # short-window quality
-    verdicts = [v for _, v, _ in report.claims(agg, 256, ROLES)]
+        "s": _agg({1: 90, 2: 10, 4: 0}),  # no extrapolation
+        "l": _agg({1: 95, 2: 90, 4: 90}),  # no collapse
+        "st": _agg({1: 40, 2: 5, 4: 0}),  # neither quality nor recall
+    }
+    verdicts = [v for _, v, _ in report.claims(agg, 64, ROLES)]
     assert verdicts == ["did not hold", "did not hold", "did not hold"]
+    # quality alone is not enough for claim 3, recall alone neither
+    agg["st"] = _agg({1: 95, 2: 5, 4: 0})
+    assert report.claims(agg, 64, ROLES)[2][1] == "did not hold"
 
 
-def test_claims_are_not_judged_when_nothing_was_learned():
-    agg = {n: _agg({1: 0, 2: 0, 4: 0}, val=1.45, spread=0.01) for n in ("s", "l", "st")}
-    verdicts = [v for _, v, _ in report.claims(agg, 256, ROLES)]
-    assert all(v.startswith("not testable") or "not testable" in v for v in verdicts), verdicts
+def test_a_model_that_learned_nothing_fails_the_claims_instead_of_escaping_them():
+    agg = {n: _agg({1: 6, 2: 6, 4: 6}) for n in ("s", "l", "st")}
+    verdicts = [v for _, v, _ in report.claims(agg, 64, ROLES)]
+    assert verdicts[:2] == ["did not hold", "did not hold"], verdicts
+
+
+def test_probe_reads_which_memory_carries_the_answer():
+    p = lambda full, cut, reset, both: {  # noqa: E731
+        "full": (full, 0),
+        "window_cut": (cut, 0),
+        "reset": (reset, 0),
+        "both": (both, 0),
+    }
+    assert report.carrier(p(100, 100, 6, 6)) == "recurrent memory"
+    assert report.carrier(p(100, 6, 100, 6)) == "attention"
+    assert report.carrier(p(100, 90, 90, 6)) == "either alone"
+    assert report.carrier(p(100, 10, 10, 6)) == "both together"
+    assert report.carrier(p(20, 10, 10, 6)) == "neither learned"
 
 
 @pytest.mark.slow
 def test_quick_sweep_writes_a_report_from_the_runs(tmp_path):
-    r = subprocess.run(
-        [
-            sys.executable,
-            str(ROOT / "experiments/window_sweep/run.py"),
-            "--quick",
-            "--report-dir",
-            str(tmp_path / "report"),
-        ],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    cmd = [
+        sys.executable,
+        str(ROOT / "experiments/window_sweep/run.py"),
+        "--quick",
+        "--report-dir",
+        str(tmp_path / "report"),
+    ]
+    r = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr[-3000:]
     text = (tmp_path / "report" / "REPORT.md").read_text()
-    for f in ("accuracy_vs_length.png", "heatmaps.png", "ppl_by_position.png"):
+    for f in ("accuracy_vs_length.png", "learning_curves.png", "phase_diagram.png"):
         assert (tmp_path / "report" / f).stat().st_size > 1000
     cfg = load_sweep(SWEEP, quick=True)
+    assert cfg.jobs == 2  # the parallel path
     for name in cfg.runs:
         ev = json.loads((tmp_path / run_dir(cfg, name, 0) / "eval.json").read_text())
         row = next(ln for ln in text.splitlines() if ln.startswith(f"| {name} | SX"))
         # the table's numbers are the run's own, not typed
-        assert f"| {ev['text_loss']['long']:.4f} ± 0.0000 |" in row
-        assert f"{ev['episodes_long']['256']['acc']:.1f} ± 0.0" in row
-    assert text.count("**1. ") == 1 and "## The paper's claims at this scale" in text
-    # a second invocation reuses every run: nothing is retrained
-    r2 = subprocess.run(
-        [
-            sys.executable,
-            str(ROOT / "experiments/window_sweep/run.py"),
-            "--quick",
-            "--report-dir",
-            str(tmp_path / "report"),
-        ],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert r2.returncode == 0 and "swax train:" not in r2.stdout
-    assert r2.stdout.count("(cached)") == len(cfg.runs)
+        own = ev[f"episodes_{ev['deploy']}"]
+        assert f"| {own['64']['acc']:.1f} ± 0.0 | {own['128']['acc']:.1f} ± 0.0 |" in row
+        assert len(ev["curve"]) == 2 and set(ev["probe"]) == {"full", "window_cut", "reset", "both"}
+    assert text.count("**1 (SX). ") == 1 and "## The paper's claims at this scale" in text
+    assert "not testable" not in text
+    assert "## Phase diagram" in text and "| -4 | 8 |" in text
+    results = json.loads((tmp_path / "report" / "results.json").read_text())
+    assert set(results) == {*cfg.runs, *cfg.grid_runs}
+    assert results["sx-short"][0]["pattern"] == "SX"
+    assert set(results["sx-short"][0]["episodes_long"]) == {"64", "128", "256"}
+    # a second invocation reuses every run: nothing is retrained or re-evaluated
+    stamps = {n: (tmp_path / run_dir(cfg, n, 0) / "eval.json").stat().st_mtime_ns for n in cfg.runs}
+    r2 = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert r2.returncode == 0 and "swax train:" not in r2.stdout + r2.stderr
+    assert stamps == {
+        n: (tmp_path / run_dir(cfg, n, 0) / "eval.json").stat().st_mtime_ns for n in cfg.runs
+    }
