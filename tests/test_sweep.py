@@ -269,10 +269,11 @@ def test_probe_reads_which_memory_carries_the_answer():
         "both": (both, 0),
     }
     assert report.carrier(p(100, 100, 6, 6)) == "recurrent memory"
-    assert report.carrier(p(100, 6, 100, 6)) == "attention"
+    assert report.carrier(p(100, 6, 100, 6)) == "sliding-window attention"
     assert report.carrier(p(100, 90, 90, 6)) == "either alone"
     assert report.carrier(p(100, 10, 10, 6)) == "both together"
     assert report.carrier(p(20, 10, 10, 6)) == "neither learned"
+    assert report.carrier(p(90, 90, 90, 90)) == "full attention (untouched by the probe)"
 
 
 @pytest.mark.slow
@@ -287,7 +288,7 @@ def test_quick_sweep_writes_a_report_from_the_runs(tmp_path):
     r = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr[-3000:]
     text = (tmp_path / "report" / "REPORT.md").read_text()
-    for f in ("accuracy_vs_length.png", "learning_curves.png", "phase_diagram.png"):
+    for f in ("recall_vs_length.png", "learning_curves.png", "phase_diagram.png"):
         assert (tmp_path / "report" / f).stat().st_size > 1000
     cfg = load_sweep(SWEEP, quick=True)
     assert cfg.jobs == 2  # the parallel path
@@ -298,7 +299,10 @@ def test_quick_sweep_writes_a_report_from_the_runs(tmp_path):
         own = ev[f"episodes_{ev['deploy']}"]
         assert f"| {own['64']['acc']:.1f} ± 0.0 | {own['128']['acc']:.1f} ± 0.0 |" in row
         assert len(ev["curve"]) == 2 and set(ev["probe"]) == {"full", "window_cut", "reset", "both"}
-    assert text.count("**1 (SX). ") == 1 and "## The paper's claims at this scale" in text
+    assert (
+        text.count("**1 (SX). A short training window makes the mLSTM layers") == 1
+        and "## The paper's claims at this scale" in text
+    )
     assert "not testable" not in text
     assert "## Phase diagram" in text and "| -4 | 8 |" in text
     results = json.loads((tmp_path / "report" / "results.json").read_text())
