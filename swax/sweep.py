@@ -210,6 +210,7 @@ def _expand_grid(cfg: SweepConfig) -> None:
         raise ConfigError(f"grid.from_run names unknown run {g.from_run!r}")
     start = cfg.runs.get(g.from_run, {})
     keys = list(g.axes)
+    resolved = {run: _comparable(cfg, over) for run, over in cfg.runs.items()}
     for values in itertools.product(*(g.axes[k] for k in keys)):
         overrides, point = start, {}
         for k, v in zip(keys, values):
@@ -221,10 +222,9 @@ def _expand_grid(cfg: SweepConfig) -> None:
         cfg.grid_points[name] = point
         train_config(cfg, name, cfg.seeds[0], overrides)  # validate
         mine = _comparable(cfg, overrides)
-        for run, run_over in cfg.runs.items():
-            if _comparable(cfg, run_over) == mine:
-                cfg.aliases[name] = run
-                break
+        same = [run for run, conf in resolved.items() if conf == mine]
+        if same:
+            cfg.aliases[name] = same[0]
 
 
 def _comparable(cfg: SweepConfig, overrides: dict) -> dict:
@@ -243,7 +243,7 @@ def _as_dict(obj) -> dict:
 
 def run_dir(cfg: SweepConfig, name: str, seed: int) -> Path:
     """The folder of run ``name`` (a grid point equal to a sweep run uses that run's folder)."""
-    name = getattr(cfg, "aliases", {}).get(name, name)
+    name = cfg.aliases.get(name, name)
     return Path(cfg.out_dir) / "runs" / f"{name}-s{seed}"
 
 
@@ -251,7 +251,7 @@ def run_overrides(cfg: SweepConfig, name: str) -> dict:
     """The overrides of a sweep run or a grid point."""
     if name in cfg.runs:
         return cfg.runs[name]
-    if name in getattr(cfg, "grid_runs", {}):
+    if name in cfg.grid_runs:
         return cfg.grid_runs[name]
     raise ConfigError(f"unknown sweep run {name!r}; the sweep has {', '.join(cfg.runs)}")
 
@@ -507,8 +507,12 @@ def all_jobs(cfg: SweepConfig, only: list[str] | None = None) -> list[tuple[str,
             + (f" and grid points {', '.join(cfg.grid_runs)}" if cfg.grid_runs else "")
         )
     jobs = [(n, s) for s in cfg.seeds for n in names if n in cfg.runs]
-    grid = [n for n in cfg.grid_runs if (not only or n in only) and n not in cfg.aliases]
-    jobs += [(n, s) for s in grid_seeds(cfg) for n in grid]
+    grid = [n for n in cfg.grid_runs if not only or n in only]
+    for s in grid_seeds(cfg):
+        for n in grid:
+            job = (cfg.aliases.get(n, n), s)  # a grid point equal to a run is that run
+            if job not in jobs:
+                jobs.append(job)
     return jobs
 
 
@@ -557,15 +561,12 @@ def run_sweep(
                 name, seed, out = fut.result()
                 done[(name, seed)] = out
                 report(i, name, seed, "done")
-    results: dict[str, list[dict]] = {}
-    for name, seed in todo:
-        results.setdefault(name, []).append(done[(name, seed)])
-    for name in cfg.aliases:  # grid points that are sweep runs
+    names = [n for n in cfg.runs if not only or n in only]
+    results = {n: [done[(n, s)] for s in cfg.seeds] for n in names}
+    for name in cfg.grid_runs:  # a grid point equal to a sweep run reads that run
         if not only or name in only:
-            src = cfg.aliases[name]
-            results[name] = [
-                done.get((src, s)) or evaluate_run(cfg, src, s) for s in grid_seeds(cfg)
-            ]
+            src = cfg.aliases.get(name, name)
+            results[name] = [done[(src, s)] for s in grid_seeds(cfg)]
     return results
 
 

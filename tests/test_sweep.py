@@ -78,6 +78,8 @@ def test_grid_points_expand_and_reuse_equal_runs(tmp_path):
     assert tc.window.fixed == 16 and tc.model["mlstm_igate_bias_init"] == -10
     jobs = all_jobs(cfg)
     assert jobs[0] == ("w8", 0) and ("grid-b-3-w8", 0) not in jobs and len(jobs) == 4
+    cfg.grid.seeds = [0, 7]  # a grid seed the sweep's runs do not have: the shared run trains it
+    assert ("w8", 7) in all_jobs(cfg) and len(all_jobs(cfg)) == 8
     data["grid"]["from_run"] = "nope"
     with pytest.raises(ConfigError, match="grid.from_run names unknown run 'nope'"):
         load_sweep(_write(tmp_path, data))
