@@ -71,7 +71,7 @@ def _style(name: str, a: dict) -> dict:
     return {"color": color, "ls": ls, "marker": "o", "ms": 3, "label": name}
 
 
-def figures(agg: dict, out: Path, results: dict, main: list[str], prefix: str) -> dict:
+def figures(agg: dict, out: Path, main: list[str], prefix: str) -> dict:
     """The report's figures (PNG next to it); returns {what: file name}."""
     import numpy as np
 
@@ -511,11 +511,12 @@ def write_report(
     main = [n for n in results if n in cfg.runs]
     scale = "" if report_name == "REPORT.md" else report_name.removesuffix(".md").split("_")[-1]
     prefix = f"{scale}_" if scale else ""
-    paths = figures(agg, out, results, main, prefix)
+    paths = figures(agg, out, main, prefix)
     phase = phase_figure(agg, cfg, out, seq_len, prefix)
     rel = cfg_path.relative_to(ROOT) if cfg_path.is_relative_to(ROOT) else cfg_path
-    run_time = sum(e.get("train_elapsed_s") or 0 for evs in results.values() for e in evs)
-    evals = sum(e.get("eval_elapsed_s", 0) for evs in results.values() for e in evs)
+    runs = {(e["name"], e["seed"]): e for evs in results.values() for e in evs}  # grid aliases once
+    run_time = sum(e.get("train_elapsed_s") or 0 for e in runs.values())
+    evals = sum(e.get("eval_elapsed_s", 0) for e in runs.values())
     lines = [
         f"# {cfg.name}: window size and long-range recall",
         "",
