@@ -553,9 +553,9 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     try:
         return args.fn(from_args(args.config_cls, args))
-    except KeyboardInterrupt:
-        print("swax: interrupted", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as e:  # TrainingStopped (a signal, checkpoint saved) or Ctrl-C
+        print(f"swax: {e or 'interrupted'}", file=sys.stderr)
+        return getattr(e, "exit_code", 130)
     except (SwaxError, ValueError, FileNotFoundError) as e:
         if os.environ.get("SWAX_DEBUG"):
             raise

@@ -11,3 +11,8 @@ class ConfigError(SwaxError, ValueError):
 
 class CheckpointError(SwaxError):
     """A missing, corrupt or mismatched checkpoint; the message names the file."""
+
+
+class CorruptCheckpointError(CheckpointError):
+    """A checkpoint or model file that cannot be read back as written (bad checksum, truncated
+    or unparsable file); resuming falls back to the checkpoint before it."""

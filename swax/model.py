@@ -21,6 +21,7 @@ from torch.utils.checkpoint import checkpoint
 
 from .config import SwaxConfig
 from .errors import CheckpointError, ConfigError
+from .integrity import match_umask, verify_checksum_file, write_checksum_file
 from .layers import (
     FullAttention,
     GatedDeltaNetLayer,
@@ -33,6 +34,29 @@ from .layers import (
 
 WEIGHTS_NAME = "model.safetensors"
 CONFIG_NAME = "config.json"
+
+
+def state_dict_mismatch(expected: dict, found: dict) -> str | None:
+    """How the tensors ``found`` (name -> tensor) differ from the state dict ``expected``, in
+    one line (missing and unexpected names, the first shape that differs); None when they
+    match in names and shapes."""
+    missing = [k for k in expected if k not in found]
+    unexpected = [k for k in found if k not in expected]
+    parts = []
+    if missing:
+        parts.append(
+            f"{len(missing)} missing ({', '.join(missing[:3])}{' …' if len(missing) > 3 else ''})"
+        )
+    if unexpected:
+        more = " …" if len(unexpected) > 3 else ""
+        parts.append(f"{len(unexpected)} unexpected ({', '.join(unexpected[:3])}{more})")
+    for k, v in expected.items():
+        if k in found and tuple(found[k].shape) != tuple(v.shape):
+            parts.append(
+                f"{k} has shape {tuple(found[k].shape)} where the model expects {tuple(v.shape)}"
+            )
+            break
+    return "; ".join(parts) or None
 
 
 class _Default:
@@ -362,7 +386,8 @@ class SwaxLM(nn.Module):
 
     # ------------------------------------------------------------------ checkpoints
     def save_pretrained(self, path: str | os.PathLike) -> Path:
-        """Write ``config.json`` and ``model.safetensors`` into the directory ``path``.
+        """Write ``config.json``, ``model.safetensors`` and the SHA-256 of the weights
+        (``checksums.sha256``) into the directory ``path``.
 
         Files are written under temporary names and renamed, so an interrupted save leaves any
         earlier checkpoint in that directory intact."""
@@ -373,9 +398,11 @@ class SwaxLM(nn.Module):
         tensors = {k: v.detach().contiguous().cpu() for k, v in self.state_dict().items()}
         tmp_w, tmp_c = path / (WEIGHTS_NAME + ".tmp"), path / (CONFIG_NAME + ".tmp")
         save_file(tensors, str(tmp_w), metadata={"format": "pt", "library": "swax"})
+        match_umask(tmp_w)
         self.config.save(tmp_c)
         os.replace(tmp_w, path / WEIGHTS_NAME)
         os.replace(tmp_c, path / CONFIG_NAME)
+        write_checksum_file(path, [WEIGHTS_NAME])
         return path
 
     @classmethod
@@ -384,11 +411,13 @@ class SwaxLM(nn.Module):
         path: str | os.PathLike,
         device: str | torch.device = "cpu",
         dtype: torch.dtype | None = None,
+        verify: bool = True,
     ) -> SwaxLM:
         """Load a directory written by :meth:`save_pretrained` (safetensors; never pickle).
 
-        Raises CheckpointError naming the file when the directory or a file is missing, corrupt,
-        or does not match the config."""
+        With ``verify`` (the default) the files are checked against ``checksums.sha256`` when
+        the folder has one. Raises CheckpointError naming the file when the directory or a file
+        is missing, corrupt (checksum or format), or does not match the config."""
         from safetensors import SafetensorError
         from safetensors.torch import load_file
 
@@ -400,6 +429,8 @@ class SwaxLM(nn.Module):
         for f in (cfg_file, w_file):
             if not f.is_file():
                 raise CheckpointError(f"checkpoint {path} has no {f.name}")
+        if verify:
+            verify_checksum_file(path, [WEIGHTS_NAME])
         try:
             config = SwaxConfig.load(cfg_file)
         except ConfigError as e:
@@ -410,22 +441,9 @@ class SwaxLM(nn.Module):
             raise CheckpointError(f"{w_file} is corrupt or not a safetensors file ({e})") from None
         with torch.device("meta"):
             model = cls(config)
-        expected = model.state_dict()
-        missing = [k for k in expected if k not in tensors]
-        unexpected = [k for k in tensors if k not in expected]
-        if missing or unexpected:
-            parts = []
-            if missing:
-                parts.append(f"missing {missing[:3]}{' …' if len(missing) > 3 else ''}")
-            if unexpected:
-                parts.append(f"unexpected {unexpected[:3]}{' …' if len(unexpected) > 3 else ''}")
-            raise CheckpointError(f"{w_file} does not match {cfg_file}: " + "; ".join(parts))
-        for k, v in expected.items():
-            if tuple(tensors[k].shape) != tuple(v.shape):
-                raise CheckpointError(
-                    f"{w_file} does not match {cfg_file}: {k} has shape "
-                    f"{tuple(tensors[k].shape)}, the config expects {tuple(v.shape)}"
-                )
+        problem = state_dict_mismatch(model.state_dict(), tensors)
+        if problem:
+            raise CheckpointError(f"{w_file} does not match {cfg_file}: {problem}")
         model = model.to_empty(device=device)
         model.load_state_dict(tensors, strict=True)
         if dtype is not None:

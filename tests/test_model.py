@@ -268,6 +268,7 @@ def test_save_and_load_roundtrip(tmp_path, tie):
     model = SwaxLM(small_cfg("SD", tie_embeddings=tie)).eval()
     model.save_pretrained(tmp_path / "ckpt")
     assert sorted(p.name for p in (tmp_path / "ckpt").iterdir()) == [
+        "checksums.sha256",
         "config.json",
         "model.safetensors",
     ]

@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import gzip
 import json
+import math
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 from ..errors import SwaxError
 
-__all__ = ["iter_jsonl", "read_jsonl", "write_jsonl"]
+__all__ = ["iter_jsonl", "read_jsonl", "write_jsonl", "json_safe"]
 
 
 def iter_jsonl(
@@ -63,3 +64,16 @@ def write_jsonl(records: Iterable[dict], path: str | Path) -> Path:
         for rec in records:
             f.write(json.dumps(rec, ensure_ascii=False) + "\n")
     return path
+
+
+def json_safe(value: Any) -> Any:
+    """``value`` with every NaN or infinite float (also inside lists and dicts) replaced by
+    None, so that ``json.dumps(..., allow_nan=False)`` writes standard JSON (a bare ``NaN`` is
+    not JSON: other tools reject the file)."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_safe(v) for v in value]
+    return value

@@ -19,12 +19,14 @@ import json
 import os
 import re
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
 import torch.distributed as dist
 
-from ..errors import CheckpointError
+from ..errors import CheckpointError, CorruptCheckpointError
+from ..integrity import checksums, match_umask, verify_checksums
 
 STEP_RE = re.compile(r"^step_(\d+)$")
 
@@ -57,6 +59,10 @@ def _options(**kw):
     return StateDictOptions(full_state_dict=True, cpu_offload=True, **kw)
 
 
+DATA_FILES = ("model.safetensors", "optimizer.safetensors", "optimizer.json")
+"""The files of a checkpoint whose SHA-256 ``trainer.json`` records (under ``checksums``)."""
+
+
 def _write_files(tmp: Path, model_sd: dict, optim_sd: dict, trainer_state: dict) -> None:
     from safetensors.torch import save_file
 
@@ -74,7 +80,10 @@ def _write_files(tmp: Path, model_sd: dict, optim_sd: dict, trainer_state: dict)
         for g in optim_sd.get("param_groups", [])
     ]
     (tmp / "optimizer.json").write_text(json.dumps({"param_groups": groups, "scalars": scalars}))
-    (tmp / "trainer.json").write_text(json.dumps(trainer_state, indent=1))
+    for name in DATA_FILES:
+        match_umask(tmp / name)
+    state = {**trainer_state, "checksums": checksums(tmp, list(DATA_FILES))}
+    (tmp / "trainer.json").write_text(json.dumps(state, indent=1))
 
 
 def save_checkpoint(
@@ -119,11 +128,53 @@ def save_checkpoint(
     return final if is_main else None
 
 
+def load_latest_checkpoint(
+    run_dir: str | Path, model, optimizer, warn: Callable[[str], None]
+) -> tuple[Path, dict]:
+    """Restore the newest checkpoint of ``run_dir`` that reads back intact: a corrupt one
+    (checksum, truncated or unparsable file) is skipped with ``warn`` naming it, and the one
+    before it is tried; it is left in place, for inspection (the run writes that step again).
+    Returns (checkpoint path, trainer state). A checkpoint that does not match the model is an
+    error at once: the older ones would not match either."""
+    ckpts = list_checkpoints(run_dir)
+    if not ckpts:
+        raise CheckpointError(f"{run_dir} holds no checkpoint to resume from")
+    skipped = []
+    for path in reversed(ckpts):
+        try:
+            return path, load_checkpoint(path, model, optimizer)
+        except CorruptCheckpointError as e:
+            skipped.append(path.name)
+            warn(f"warning: skipping {path.name}: {e}")
+    raise CheckpointError(
+        f"no intact checkpoint in {checkpoint_dir(run_dir)} (all of {', '.join(skipped)} are "
+        f"corrupt); start over with overwrite=true or restore a copy"
+    )
+
+
 def read_trainer_state(path: str | Path) -> dict:
     try:
         return json.loads((Path(path) / "trainer.json").read_text())
     except (OSError, json.JSONDecodeError) as e:
-        raise CheckpointError(f"checkpoint {path} is unreadable: {e}") from None
+        raise CorruptCheckpointError(f"checkpoint {path} is unreadable: {e}") from None
+
+
+def _check_model_matches(path: Path, state: dict, model, model_sd: dict) -> None:
+    """A CheckpointError saying how the checkpoint's tensors differ from ``model``'s and which
+    model settings it was trained with, before anything is loaded."""
+    from torch.distributed.checkpoint.state_dict import get_model_state_dict
+
+    from ..model import state_dict_mismatch
+
+    expected = get_model_state_dict(model, options=_options())
+    problem = state_dict_mismatch(expected, model_sd)
+    if problem is None:
+        return
+    saved = (state.get("config") or {}).get("model")
+    raise CheckpointError(
+        f"checkpoint {path} does not match this model: {problem}"
+        + (f"; it was trained with model={saved}" if saved is not None else "")
+    )
 
 
 def load_checkpoint(path: str | Path, model, optimizer) -> dict:
@@ -134,12 +185,14 @@ def load_checkpoint(path: str | Path, model, optimizer) -> dict:
 
     path = Path(path)
     state = read_trainer_state(path)
+    if "checksums" in state:  # checkpoints from before checksums load without the check
+        verify_checksums(path, state["checksums"], f"checkpoint {path}")
     try:
         model_sd = load_file(str(path / "model.safetensors"))
         optim_t = load_file(str(path / "optimizer.safetensors"))
         optim_meta = json.loads((path / "optimizer.json").read_text())
     except (SafetensorError, OSError, json.JSONDecodeError) as e:
-        raise CheckpointError(f"checkpoint {path} is corrupt: {e}") from None
+        raise CorruptCheckpointError(f"checkpoint {path} is corrupt: {e}") from None
     rng = {k.split(".", 1)[1]: model_sd.pop(k) for k in list(model_sd) if k.startswith("__rng__.")}
     optim_state: dict[str, dict] = {}
     for key, value in optim_t.items():
@@ -152,6 +205,7 @@ def load_checkpoint(path: str | Path, model, optimizer) -> dict:
     for g in groups:
         if "betas" in g:
             g["betas"] = tuple(g["betas"])
+    _check_model_matches(path, state, model, model_sd)
     try:
         set_state_dict(
             model,

@@ -26,8 +26,8 @@ def plot_run(run_dir: str | Path, out: str | Path | None = None) -> Path:
 
     records = read_metrics(run_dir)
     out = Path(out) if out else Path(run_dir) / "loss.png"
-    train = [(r["step"], r["loss"]) for r in records if "loss" in r]
-    val = [(r["step"], r["val_loss"]) for r in records if "val_loss" in r]
+    train = [(r["step"], r["loss"]) for r in records if r.get("loss") is not None]
+    val = [(r["step"], r["val_loss"]) for r in records if r.get("val_loss") is not None]
     lr = [(r["step"], r["lr"]) for r in records if "lr" in r]
     fig, (ax, ax2) = plt.subplots(
         2, 1, figsize=(8, 6), sharex=True, gridspec_kw={"height_ratios": [3, 1]}

@@ -29,11 +29,13 @@ import torch.nn.functional as F
 
 from ..config import SwaxConfig
 from ..data import IGNORE_INDEX, PackedLoader, build_datasets, load_tokenizer, save_tokenizer
+from ..data.jsonl import json_safe
 from ..errors import ConfigError, SwaxError
 from ..model import SwaxLM
 from . import distributed as D
-from .checkpoint import latest_checkpoint, list_checkpoints, load_checkpoint, save_checkpoint
+from .checkpoint import latest_checkpoint, list_checkpoints, load_latest_checkpoint, save_checkpoint
 from .config import TrainConfig, save_train_config
+from .runctl import RunLock, StopSignals, TrainingStopped, remove_stale_files
 from .schedules import FixedWindow, StochasticWindow, lr_at
 
 log = logging.getLogger("swax")
@@ -137,12 +139,7 @@ class _Logger:
         if not enabled:
             return
         if self.metrics_path.exists():  # resuming: drop lines beyond the checkpoint's step
-            keep = [
-                ln
-                for ln in self.metrics_path.read_text().splitlines()
-                if ln.strip() and json.loads(ln).get("step", 0) <= start_step
-            ]
-            self.metrics_path.write_text("".join(ln + "\n" for ln in keep))
+            self._trim_metrics(start_step)
         self.fh = self.metrics_path.open("a")
         if cfg.log.progress and sys.stderr.isatty():
             from tqdm import tqdm
@@ -162,10 +159,29 @@ class _Logger:
             except ImportError:
                 self.tb = None
 
+    def _trim_metrics(self, start_step: int) -> None:
+        """Keep the lines up to the resumed step; a line that is not JSON (a partial last line
+        after a crash or a full disk) is dropped with a warning naming the file and line."""
+        keep = []
+        lines = self.metrics_path.read_text(encoding="utf-8", errors="replace").splitlines()
+        for i, ln in enumerate(lines, 1):
+            if not ln.strip():
+                continue
+            try:
+                step = json.loads(ln).get("step", 0)
+            except (json.JSONDecodeError, AttributeError):
+                self.message(f"warning: {self.metrics_path}:{i} is not a JSON record; dropped")
+                continue
+            if isinstance(step, int) and step <= start_step:
+                keep.append(ln)
+        tmp = self.metrics_path.with_name(self.metrics_path.name + ".tmp")
+        tmp.write_text("".join(ln + "\n" for ln in keep), encoding="utf-8")
+        tmp.replace(self.metrics_path)
+
     def write(self, record: dict) -> None:
         if not self.enabled:
             return
-        self.fh.write(json.dumps(record) + "\n")
+        self.fh.write(json.dumps(json_safe(record), allow_nan=False) + "\n")
         self.fh.flush()
         if self.tb is not None:
             for k, v in record.items():
@@ -237,6 +253,8 @@ class RunState:
     t_last: float = 0.0
     tok_last: int = 0
     """Time and tokens at the last throughput line."""
+    stop: StopSignals | None = None
+    """SIGINT / SIGTERM received by this process (set by :func:`train`)."""
 
     @property
     def tokens_per_step(self) -> int:
@@ -279,15 +297,33 @@ def train(cfg: TrainConfig, on_step_end: Callable[[int, dict], None] | None = No
     step's metrics; an exception raised there stops the run like an interruption would.
     """
     info = D.setup(cfg.device, cfg.dist.backend)
+    lock = RunLock(cfg.run_dir)
     try:
+        _lock_run_dir(lock, info)
         run = setup_run(cfg, info)
         try:
-            run_steps(run, on_step_end)
-            return finish(run)
+            with StopSignals() as run.stop:
+                run_steps(run, on_step_end)
+                return finish(run)
         finally:
             run.logger.close()
     finally:
+        lock.release()
         D.teardown()
+
+
+def _lock_run_dir(lock: RunLock, info: D.DistInfo) -> None:
+    """Rank 0 takes the run folder's lock; every rank learns whether it got it, so that all
+    stop with the same error instead of waiting for rank 0 at a barrier."""
+    error = None
+    if info.is_main:
+        try:
+            lock.acquire()
+        except ConfigError as e:
+            error = str(e)
+    error = D.broadcast_object(error)
+    if error is not None:
+        raise ConfigError(error)
 
 
 def _prepare_run_dir(cfg: TrainConfig, info: D.DistInfo) -> tuple[Path, Path | None]:
@@ -309,6 +345,8 @@ def _prepare_run_dir(cfg: TrainConfig, info: D.DistInfo) -> tuple[Path, Path | N
         ckpt = None
     if info.is_main:
         run_dir.mkdir(parents=True, exist_ok=True)
+        for p in remove_stale_files(run_dir):
+            log.info("removed %s, left by an interrupted write", p)
     return run_dir, ckpt if cfg.resume else None
 
 
@@ -392,7 +430,8 @@ def setup_run(cfg: TrainConfig, info: D.DistInfo) -> RunState:
         summary={"run_dir": str(run_dir), "params": raw_model.num_parameters()},
     )
     if ckpt is not None:
-        state = load_checkpoint(ckpt, model, optimizer)
+        ckpt, state = load_latest_checkpoint(run_dir, model, optimizer, _warn_main(info))
+        run.ckpt = ckpt
         run.start_step = state["step"]
         loader.load_state_dict(state["loader"])
         run.elapsed0 = state.get("elapsed", 0.0)
@@ -410,6 +449,11 @@ def setup_run(cfg: TrainConfig, info: D.DistInfo) -> RunState:
         + (f" | resumed from {ckpt.name}" if ckpt else "")
     )
     return run
+
+
+def _warn_main(info: D.DistInfo) -> Callable[[str], None]:
+    """A warning printer that writes on rank 0 only."""
+    return lambda text: print(text, file=sys.stderr, flush=True) if info.is_main else None
 
 
 def _cross_entropy_sum(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
@@ -485,10 +529,11 @@ def train_step(run: RunState, step: int) -> dict:
             f"loss is {loss} at step {step + 1}; stopping. Last good checkpoint: "
             f"{last if last else 'none'} (lower optim.lr or check the data)"
         )
-    gnorm = float("nan")
-    if o.grad_clip > 0:
-        gnorm = torch.nn.utils.clip_grad_norm_(run.model.parameters(), o.grad_clip)
-        gnorm = float(gnorm.full_tensor() if hasattr(gnorm, "full_tensor") else gnorm)
+    # the norm is measured (and logged) even without clipping: an infinite max_norm scales
+    # the gradients by exactly 1
+    max_norm = o.grad_clip if o.grad_clip > 0 else math.inf
+    gnorm = torch.nn.utils.clip_grad_norm_(run.model.parameters(), max_norm)
+    gnorm = float(gnorm.full_tensor() if hasattr(gnorm, "full_tensor") else gnorm)
     run.optimizer.step()
     run.optimizer.zero_grad(set_to_none=True)
     run.tokens_seen += run.tokens_per_step
@@ -528,7 +573,8 @@ def _report_step(run: RunState, record: dict) -> None:
 
 def run_steps(run: RunState, on_step_end: Callable[[int, dict], None] | None = None) -> None:
     """Steps ``start_step`` … ``steps - 1``, with validation, metrics and checkpoints on their
-    schedules. Ctrl-C in a single process saves a checkpoint of the last finished step."""
+    schedules. A SIGINT or SIGTERM (``run.stop``) stops the loop at the next step boundary
+    with a checkpoint of the last finished step: see :func:`_stop_at`."""
     cfg, logger = run.cfg, run.logger
     run.t_start = time.perf_counter()
     if run.start_step == 0:
@@ -537,27 +583,51 @@ def run_steps(run: RunState, on_step_end: Callable[[int, dict], None] | None = N
         logger.write({"step": 0, "val_loss": run.summary["initial_val_loss"]})
     run.model.train()
     run.t_last, run.tok_last = time.perf_counter(), 0
-    done = run.start_step
-    try:
-        for step in range(run.start_step, cfg.steps):
-            record = train_step(run, step)
-            done = record["step"]
-            _report_step(run, record)
-            if cfg.log.val_every and done % cfg.log.val_every == 0 and done < cfg.steps:
-                record["val_loss"] = evaluate(run)
-                logger.message(f"step {done}: validation loss {record['val_loss']:.4f}")
-            logger.write(record)
-            if cfg.checkpoint.every and done % cfg.checkpoint.every == 0 and done < cfg.steps:
-                run.save(done)
-            if on_step_end is not None:
-                on_step_end(done, record)
-    except KeyboardInterrupt:
-        if not run.info.distributed and done > run.start_step:
-            logger.message(
-                f"interrupted: saving a checkpoint at step {done} (resume=true continues)"
-            )
+    done = saved = run.start_step
+    for step in range(run.start_step, cfg.steps):
+        if _stop_requested(run):
+            _stop_at(run, done, saved)
+        record = train_step(run, step)
+        done = record["step"]
+        _report_step(run, record)
+        if cfg.log.val_every and done % cfg.log.val_every == 0 and done < cfg.steps:
+            record["val_loss"] = evaluate(run)
+            logger.message(f"step {done}: validation loss {record['val_loss']:.4f}")
+        logger.write(record)
+        if cfg.checkpoint.every and done % cfg.checkpoint.every == 0 and done < cfg.steps:
             run.save(done)
-        raise
+            saved = done
+        if on_step_end is not None:
+            on_step_end(done, record)
+
+
+def _stop_requested(run: RunState) -> bool:
+    """Whether any rank received SIGINT/SIGTERM (one tiny all-reduce per step when
+    distributed, so that every rank stops at the same step)."""
+    local = run.stop.signum if run.stop is not None and run.stop.signum else 0
+    if not run.info.distributed:
+        return bool(local)
+    flag = torch.tensor([float(local)], device=run.info.device)
+    D.all_reduce_sum(flag)
+    if flag.item() and run.stop is not None and not run.stop.signum:
+        run.stop.signum = 15  # another rank was signalled: stop as for SIGTERM
+    return bool(flag.item())
+
+
+def _stop_at(run: RunState, done: int, saved: int) -> None:
+    """Checkpoint step ``done`` (unless that step is saved already) and raise TrainingStopped.
+    The loop calls this between steps only, so the checkpoint's weights, optimizer moments, data
+    position and RNG all belong to the same step and a resumed run trains exactly as an
+    uninterrupted one would."""
+    signum, name = run.stop.signum, run.stop.name or "signal"
+    if done == 0:
+        what = "no step had run, nothing saved"
+    else:
+        if done != saved:  # else that step's checkpoint is on disk already
+            run.save(done)
+        what = f"checkpoint step_{done:06d} saved; resume=true continues from it"
+    run.logger.message(f"stopped by {name} after step {done}: {what}")
+    raise TrainingStopped(f"stopped by {name} after step {done}: {what}", signum)
 
 
 def finish(run: RunState) -> dict:
@@ -602,7 +672,7 @@ def _export(run: RunState) -> None:
         f"{summary.get('initial_val_loss', float('nan')):.4f} -> "
         f"{summary['final_val_loss']:.4f} | model saved to {model_dir}"
     )
-    (run.run_dir / "summary.json").write_text(json.dumps(summary, indent=1))
+    (run.run_dir / "summary.json").write_text(json.dumps(json_safe(summary), indent=1))
 
 
 def _autocast(device: torch.device, dtype):

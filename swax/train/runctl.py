@@ -1,0 +1,161 @@
+"""Run control: one writer per run folder, and stopping cleanly on SIGINT / SIGTERM.
+
+- :class:`RunLock` holds an exclusive ``flock`` on ``run_dir/.swax.lock`` for the life of a
+  training process, so a second ``swax train`` on the same folder stops at once with an error
+  naming the holder, instead of interleaving its metrics and checkpoints with the first. The
+  kernel drops the lock when the holder exits, however it exits (``kill -9`` included): there is
+  no stale lock to remove by hand. (``flock`` is advisory and local: two machines writing one
+  folder on a network file system are not stopped by it.)
+- :class:`StopSignals` turns the first SIGINT (Ctrl-C) or SIGTERM (what SLURM and most
+  schedulers send before preemption) into a request that the training loop honours at the next
+  step boundary: it saves a checkpoint of that step and exits, so that ``resume=true`` continues
+  exactly where it stopped. A second signal stops at once (the last complete checkpoint is kept;
+  a checkpoint being written is abandoned, never half-renamed).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import threading
+import time
+from pathlib import Path
+
+from ..errors import ConfigError
+
+__all__ = ["RunLock", "StopSignals", "TrainingStopped", "remove_stale_files"]
+
+LOCK_NAME = ".swax.lock"
+
+
+class RunLock:
+    """An exclusive, non-blocking lock on a run folder (a no-op where ``fcntl`` is missing)."""
+
+    def __init__(self, run_dir: str | Path):
+        self.path = Path(run_dir) / LOCK_NAME
+        self.fd: int | None = None
+
+    def acquire(self) -> None:
+        try:
+            import fcntl
+        except ImportError:  # Windows: no advisory locks; run folders are not guarded
+            return
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            holder = os.read(fd, 4096).decode(errors="replace").strip()
+            os.close(fd)
+            raise ConfigError(
+                f"run_dir {self.path.parent} is in use by another swax train "
+                f"({_describe(holder)}); "
+                f"wait for it to finish, stop it, or use another run_dir"
+            ) from None
+        os.ftruncate(fd, 0)
+        holder = {"pid": os.getpid(), "host": socket.gethostname(), "started": time.time()}
+        os.write(fd, json.dumps(holder).encode())
+        self.fd = fd
+
+    def release(self) -> None:
+        if self.fd is not None:
+            os.close(self.fd)  # closing the descriptor drops the flock
+            self.fd = None
+
+    def __enter__(self) -> RunLock:
+        self.acquire()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.release()
+
+
+def _describe(holder: str) -> str:
+    try:
+        h = json.loads(holder)
+        started = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(h["started"]))
+        return f"pid {h['pid']} on {h['host']}, started {started}"
+    except (ValueError, KeyError, TypeError):
+        return "holder unknown"
+
+
+def remove_stale_files(run_dir: Path) -> list[Path]:
+    """Remove what an interrupted writer of this run left behind (``checkpoints/*.tmp`` and
+    ``*.old`` folders, ``model/*.tmp`` files); only safe while holding the run's lock. Returns
+    the removed paths."""
+    stale = []
+    ckpts = run_dir / "checkpoints"
+    if ckpts.is_dir():
+        stale += [p for p in ckpts.iterdir() if p.suffix in (".tmp", ".old")]
+    model = run_dir / "model"
+    if model.is_dir():
+        stale += [p for p in model.iterdir() if p.suffix == ".tmp" or p.name.startswith(".tmp")]
+    for p in stale:
+        if p.is_dir():
+            shutil.rmtree(p, ignore_errors=True)
+        else:
+            p.unlink(missing_ok=True)
+    return stale
+
+
+class TrainingStopped(KeyboardInterrupt):
+    """Training stopped on a signal after saving a checkpoint; ``exit_code`` is the shell's
+    convention (128 + the signal number: 130 for SIGINT, 143 for SIGTERM)."""
+
+    def __init__(self, message: str, signum: int):
+        super().__init__(message)
+        self.signum = signum
+        self.exit_code = 128 + signum
+
+
+class StopSignals:
+    """Within the ``with`` block, SIGINT and SIGTERM set :attr:`signum` instead of stopping
+    the process; a second one raises KeyboardInterrupt at once. Outside the main thread (where
+    Python cannot install handlers) it does nothing."""
+
+    SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+    def __init__(self, what: str = "swax train"):
+        self.what = what
+        self.signum: int | None = None
+        self._old: dict = {}
+
+    @property
+    def name(self) -> str:
+        return signal.Signals(self.signum).name if self.signum else ""
+
+    def _handle(self, signum, frame) -> None:
+        if self.signum is not None:
+            self._restore()
+            _say(f"{self.what}: second {signal.Signals(signum).name}: stopping now, without saving")
+            raise KeyboardInterrupt
+        self.signum = signum
+        _say(
+            f"{self.what}: {signal.Signals(signum).name} received: stopping after the current "
+            f"step with a checkpoint (send it again to stop at once, without saving)"
+        )
+
+    def _restore(self) -> None:
+        for sig, old in self._old.items():
+            signal.signal(sig, old)
+        self._old = {}
+
+    def __enter__(self) -> StopSignals:
+        if threading.current_thread() is threading.main_thread():
+            for sig in self.SIGNALS:
+                self._old[sig] = signal.signal(sig, self._handle)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._restore()
+
+
+def _say(text: str) -> None:
+    # os.write, not print: a handler may run while the main thread is inside print()
+    try:
+        os.write(2, (text + "\n").encode())
+    except OSError:
+        pass
