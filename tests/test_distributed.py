@@ -73,3 +73,46 @@ def test_torch_compile_matches_eager(tmp_path, single):
         for key in ("loss", "val_loss"):
             if key in a:
                 assert abs(a[key] - b[key]) < 1e-5, (a["step"], key, a[key], b[key])
+
+
+def test_sigterm_to_torchrun_stops_every_rank_at_one_step_and_resumes(tmp_path):
+    """SIGTERM to torchrun (what a scheduler sends): it is forwarded to both ranks, which agree
+    on one step, save one checkpoint together and exit; resuming under torchrun ends with the
+    uninterrupted 2-process run's weights exactly."""
+    import signal
+    import time
+
+    import torch
+
+    from swax import SwaxLM
+
+    args = [*ARGS, "steps=14", "checkpoint.every=100", "log.val_every=0"]
+    ref = tmp_path / "ref"
+    run_swax([*args, f"run_dir={ref}"], nproc=2)
+    run = tmp_path / "int"
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2"]
+    proc = subprocess.Popen(
+        [*cmd, "-m", "swax", "train", *args, f"run_dir={run}"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    t0 = time.time()
+    while not (
+        (run / "metrics.jsonl").is_file()
+        and (run / "metrics.jsonl").read_text().count('"loss"') >= 4
+    ):
+        assert proc.poll() is None and time.time() - t0 < 300, proc.communicate()[1][-3000:]
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGTERM)
+    proc.wait(timeout=300)
+    err = proc.communicate()[1]
+    assert proc.returncode != 0
+    assert "stopped by SIGTERM after step" in err, err[-3000:]
+    stopped = [ln for ln in err.splitlines() if "stopped by SIGTERM after step" in ln]
+    assert len({ln.split("after step ")[1].split(":")[0] for ln in stopped}) == 1  # one step
+    run_swax([*args, f"run_dir={run}", "resume=true"], nproc=2)
+    a = SwaxLM.from_pretrained(ref / "model").state_dict()
+    b = SwaxLM.from_pretrained(run / "model").state_dict()
+    for name in a:
+        assert torch.equal(a[name], b[name]), name

@@ -183,7 +183,9 @@ def test_no_intact_checkpoint_is_one_error(tmp_path):
     train(small_cfg(tmp_path, "steps=4", "checkpoint.every=2", name="x"))
     for ck in list_checkpoints(tmp_path / "x"):
         (ck / "trainer.json").write_text('{"step": ')  # truncated
-    with pytest.raises(CheckpointError, match="no intact checkpoint.*step_000004, step_000002 are corrupt"):
+    with pytest.raises(
+        CheckpointError, match="no intact checkpoint.*step_000004, step_000002 are corrupt"
+    ):
         train(small_cfg(tmp_path, "steps=6", "resume=true", name="x"))
 
 

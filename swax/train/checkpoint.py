@@ -162,12 +162,13 @@ def read_trainer_state(path: str | Path) -> dict:
 def _check_model_matches(path: Path, state: dict, model, model_sd: dict) -> None:
     """A CheckpointError saying how the checkpoint's tensors differ from ``model``'s and which
     model settings it was trained with, before anything is loaded."""
-    from torch.distributed.checkpoint.state_dict import get_model_state_dict
-
     from ..model import state_dict_mismatch
 
-    expected = get_model_state_dict(model, options=_options())
-    problem = state_dict_mismatch(expected, model_sd)
+    # names and global shapes from the unwrapped module (DDP's .module; FSDP2 keeps the names
+    # and its DTensors report the full shape): the same on every rank and nothing gathered, so
+    # every rank reaches the same verdict
+    raw = model.module if hasattr(model, "module") else model
+    problem = state_dict_mismatch(raw.state_dict(), model_sd)
     if problem is None:
         return
     saved = (state.get("config") or {}).get("model")
