@@ -2,6 +2,7 @@
 
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -214,3 +215,87 @@ def test_sweep_bad_arguments_are_one_line_errors(tmp_path):
     assert_one_line_error(run("sweep", sweep, "--jobs", "0"), "--jobs", "0")
     assert_one_line_error(run("sweep", sweep, "--only", "nope"), "unknown sweep run 'nope'")
     assert_one_line_error(run("sweep", str(tmp_path / "none.yaml")), "does not exist")
+
+
+# ------------------------------------------------------------------------------ output folders
+
+
+def _unwritable(tmp_path, kind: str) -> str:
+    """A folder path root cannot write either: under a regular file, or in /proc or /sys."""
+    if kind == "under_file":
+        (tmp_path / "file").write_text("keep me")
+        return str(tmp_path / "file" / "out")
+    if not Path(f"/{kind}").is_dir():
+        pytest.skip(f"no /{kind} here")
+    return f"/{kind}/swax-test-out"
+
+
+def _boom(*args, **kwargs):
+    raise AssertionError("the work started before the output folder was checked")
+
+
+def _sweep_yaml(tmp_path, out: str) -> str:
+    p = tmp_path / "sweep.yaml"
+    base = "{steps: 1, seq_len: 64, window: {long: 64}}"
+    p.write_text(f"out_dir: {out}\nseeds: [0]\nbase: {base}\nruns: {{a: {{}}}}\n")
+    return str(p)
+
+
+OUTPUT_COMMANDS = {
+    # command line (OUT: the unwritable path) and what it must not reach: (module, attribute)
+    "train": (["train", "run_dir=OUT", "steps=1"], ("swax.train", "train")),
+    "demo": (["demo", "--run-dir", "OUT"], ("swax.train", "train")),
+    "eval_niah": (["eval", "niah", "--preset", "tiny", "--out", "OUT"], ("swax.cli", "_load")),
+    "eval_niah_dump": (["eval", "niah", "--dump", "OUT"], ("swax.eval.niah", "dump_records")),
+    "eval_tasks": (["eval", "tasks", "--preset", "tiny", "--out", "OUT"], ("swax.cli", "_load")),
+    "eval_ppl": (["eval", "ppl", "--preset", "tiny", "--out", "OUT"], ("swax.cli", "_load")),
+    "eval_compare": (
+        ["eval", "compare", "RESULTS", "--out", "OUT"],
+        ("swax.eval.compare", "compare"),
+    ),
+    "sweep": (["sweep", "SWEEP"], ("swax.sweep", "run_sweep")),
+    "plot_run": (["plot-run", "RUN", "--out", "OUT/loss.png"], ("swax.train.plot", "plot_run")),
+}
+
+
+@pytest.mark.parametrize("kind", ["under_file", "proc", "sys"])
+@pytest.mark.parametrize("command", list(OUTPUT_COMMANDS))
+def test_unwritable_output_is_one_line_before_the_work(
+    tmp_path, capsys, monkeypatch, command, kind
+):
+    # these were tracebacks (exit 1), or (eval ppl, eval tasks) failed only after evaluating
+    import importlib
+
+    out = _unwritable(tmp_path, kind)
+    args, (module, attr) = OUTPUT_COMMANDS[command]
+    monkeypatch.setattr(importlib.import_module(module), attr, _boom)
+    subs = {"OUT": out, "RESULTS": str(tmp_path), "RUN": str(tmp_path)}
+    subs["SWEEP"] = _sweep_yaml(tmp_path, out) if command == "sweep" else ""
+    args = [next((a.replace(k, v) for k, v in subs.items() if k in a), a) for a in args]
+    r = run_inprocess(capsys, *args)
+    assert_one_line_error(r, out)
+    assert "not writable" in r.stderr or "not a folder" in r.stderr
+    if kind == "under_file":  # nothing already saved is touched
+        assert (tmp_path / "file").read_text() == "keep me"
+
+
+def test_unwritable_run_dir_from_the_command_line(tmp_path):
+    (tmp_path / "f").write_text("")
+    r = run("train", f"run_dir={tmp_path / 'f' / 'run'}", "steps=1")
+    assert_one_line_error(r, "run_dir", str(tmp_path / "f" / "run"), "not writable")
+
+
+def test_check_writable_dir_leaves_no_trace(tmp_path):
+    from swax.errors import SwaxError
+    from swax.paths import check_writable_dir
+
+    (tmp_path / "old").mkdir()
+    (tmp_path / "old" / "keep.txt").write_text("x")
+    assert check_writable_dir(tmp_path / "old", "--out") == tmp_path / "old"
+    assert [p.name for p in (tmp_path / "old").iterdir()] == ["keep.txt"]
+    check_writable_dir(tmp_path / "a" / "b", "--out")  # checked, then the made folders removed
+    assert not (tmp_path / "a").exists()
+    check_writable_dir(tmp_path / "a" / "b", "run_dir", keep=True)
+    assert (tmp_path / "a" / "b").is_dir()
+    with pytest.raises(SwaxError, match="--out .*keep.txt exists and is not a folder"):
+        check_writable_dir(tmp_path / "old" / "keep.txt", "--out")
