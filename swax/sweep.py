@@ -28,7 +28,7 @@ from typing import Any
 
 import yaml
 
-from .configutil import from_dict
+from .configutil import check_bounds, from_dict
 from .data.config import SyntheticConfig
 from .errors import ConfigError
 
@@ -73,6 +73,9 @@ class EvalSpec:
     batch_size: int = 16
     """Episodes evaluated at once."""
 
+    def __post_init__(self) -> None:
+        check_bounds(self, EVAL_BOUNDS, prefix="eval.")
+
 
 @dataclass
 class GridSpec:
@@ -90,6 +93,32 @@ class GridSpec:
     """Dotted key -> short label used in run names (default: the key's last part)."""
     seeds: list[int] = field(default_factory=list)
     """Seeds of the grid runs (default: the sweep's first seed)."""
+
+    def __post_init__(self) -> None:
+        check_bounds(self, {"seeds": SEED}, prefix="grid.")
+
+
+SEED = f"[0, {2**63 - 1}]"
+"""The interval of a seed (a signed 64-bit integer that is not negative)."""
+
+EVAL_BOUNDS: dict[str, str] = {
+    "length_multiples": "[1, inf)",
+    "samples": "[1, inf)",
+    "ppl_multiples": "[1, inf)",
+    "ppl_samples": "[0, inf)",
+    "seed": SEED,
+    "text_samples": "[0, inf)",
+    "curve_multiples": "[1, inf)",
+    "curve_samples": "[1, inf)",
+    "probe_multiple": "[0, inf)",
+    "probe_window": "[1, inf)",
+    "probe_samples": "[1, inf)",
+    "batch_size": "[1, inf)",
+}
+"""The interval of every numeric EvalSpec field (see swax.configutil.check_bounds)."""
+
+SWEEP_BOUNDS: dict[str, str] = {"seeds": SEED, "jobs": "[1, inf)"}
+"""The interval of the numeric SweepConfig fields, checked after --quick is applied."""
 
 
 @dataclass
@@ -151,10 +180,15 @@ def load_sweep(path: str | Path, quick: bool = False) -> SweepConfig:
     cfg = from_dict(SweepConfig, data)
     if quick and cfg.quick:
         _apply_quick(cfg, cfg.quick)
-    if cfg.jobs < 1:
-        raise ConfigError(f"jobs must be >= 1, got {cfg.jobs}")
+    check_bounds(cfg, SWEEP_BOUNDS)
+    if not cfg.seeds:
+        raise ConfigError("seeds must name at least one seed, got []")
     for name, overrides in cfg.runs.items():  # validate every run's config now
-        train_config(cfg, name, cfg.seeds[0], overrides)
+        tcfg = train_config(cfg, name, cfg.seeds[0], overrides)
+        try:
+            _episode_cfg(cfg, tcfg)
+        except ConfigError as e:
+            raise ConfigError(f"eval.episodes of sweep run {name}: {e}") from None
     for family, roles in {"roles": cfg.roles, **cfg.families}.items():
         unknown = [r for r in roles.values() if r not in cfg.runs]
         if unknown and not quick:
