@@ -19,8 +19,10 @@ import time
 
 from . import cliconfig as C
 from .configutil import add_arguments, config_keys, from_args, resolve_window
-from .errors import SwaxError
+from .errors import ConfigError, SwaxError
 from .paths import check_writable_dir
+from .threads import ENV as THREADS_ENV
+from .threads import parse_threads, set_threads, threads_setting
 
 
 def _load(cfg: C.LoadConfig):
@@ -157,7 +159,7 @@ def cmd_generate(cfg: C.GenerateConfig) -> int:
     dec = max(elapsed - pre, 1e-9)
     print(
         f"[{ids.shape[1]} prompt tokens in {pre:.2f}s, {len(new)} new tokens at "
-        f"{len(new) / dec:.1f} tok/s, window {window}]",
+        f"{len(new) / dec:.1f} tok/s, window {window}, threads {torch.get_num_threads()}]",
         file=sys.stderr,
     )
     return 0
@@ -541,7 +543,24 @@ def _add_command(sub, name: str, entry: tuple) -> None:
         name, help=help_text, description=cls.__doc__, epilog=epilog, formatter_class=_HelpFormatter
     )
     add_arguments(sp, cls)
+    sp.add_argument(
+        "--threads",
+        type=_threads_arg,
+        metavar="N",
+        default=argparse.SUPPRESS,
+        help=f"CPU threads of torch (default: ${THREADS_ENV}, else 0 = torch's choice); on a "
+        "small or busy machine 1 can be several times faster",
+    )
     sp.set_defaults(fn=fn, config_cls=cls)
+
+
+def _threads_arg(text: str) -> int:
+    try:
+        return parse_threads(text)
+    except ConfigError:
+        raise argparse.ArgumentTypeError(
+            f"expected a whole number of threads >= 0 (0 = torch's default), got {text!r}"
+        ) from None
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -565,13 +584,21 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    # key=value overrides after an option (swax train steps=9 --threads 1 seq_len=64): argparse
+    # ends a positional list at the first option; the rest join it
+    dest = {C.TrainArgs: "args", C.DemoConfig: "overrides"}.get(getattr(args, "config_cls", None))
+    if extra and dest and not any(x.startswith("-") for x in extra):
+        setattr(args, dest, [*getattr(args, dest, []), *extra])
+    elif extra:
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
     if not getattr(args, "fn", None):
         if getattr(args, "command", None) == "eval":
             parser.parse_args(["eval", "--help"])
         parser.print_help()
         return 0
     try:
+        set_threads(threads_setting(getattr(args, "threads", None)))
         return args.fn(from_args(args.config_cls, args))
     except KeyboardInterrupt:
         print("swax: interrupted", file=sys.stderr)

@@ -552,10 +552,9 @@ def all_jobs(cfg: SweepConfig, only: list[str] | None = None) -> list[tuple[str,
 
 def _job(cfg: SweepConfig, name: str, seed: int, threads: int | None) -> tuple[str, int, dict]:
     """Train (unless done) and evaluate one run; the unit of work of a parallel sweep."""
-    import torch
+    from .threads import set_threads
 
-    if threads:
-        torch.set_num_threads(threads)
+    set_threads(threads or 0)
     _train_one(cfg, name, seed)
     return name, seed, evaluate_run(cfg, name, seed)
 
@@ -568,7 +567,10 @@ def run_sweep(
     that many at once, each in a fresh process."""
     todo = all_jobs(cfg, only)
     jobs = jobs or cfg.jobs
-    threads = cfg.base.get("threads") or None
+    from .threads import applied_threads
+
+    # each worker process: the base's threads, else the command's --threads / $SWAX_THREADS
+    threads = cfg.base.get("threads") or applied_threads() or None
     t0 = time.perf_counter()
     done: dict[tuple[str, int], dict] = {}
 

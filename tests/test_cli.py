@@ -299,3 +299,80 @@ def test_check_writable_dir_leaves_no_trace(tmp_path):
     assert (tmp_path / "a" / "b").is_dir()
     with pytest.raises(SwaxError, match="--out .*keep.txt exists and is not a folder"):
         check_writable_dir(tmp_path / "old" / "keep.txt", "--out")
+
+
+# ------------------------------------------------------------------------------ threads
+
+
+def test_every_command_takes_threads(capsys):
+    from swax.cli import COMMANDS
+
+    for name, entry in COMMANDS.items():
+        for sub in entry if isinstance(entry, dict) else [None]:
+            r = run_inprocess(capsys, name, *([sub] if sub else []), "--help")
+            assert "--threads N" in r.stdout and "SWAX_THREADS" in r.stdout, (name, sub)
+
+
+def test_threads_option_and_variable_reach_torch(capsys, monkeypatch):
+    n = torch.get_num_threads()
+    try:
+        monkeypatch.delenv("SWAX_THREADS", raising=False)
+        assert run_inprocess(capsys, "info", "--preset", "tiny", "--threads", "3").returncode == 0
+        assert torch.get_num_threads() == 3
+        monkeypatch.setenv("SWAX_THREADS", "2")
+        assert run_inprocess(capsys, "info", "--preset", "tiny").returncode == 0
+        assert torch.get_num_threads() == 2
+        # the option wins over the variable; 0 leaves torch's setting alone
+        assert run_inprocess(capsys, "info", "--preset", "tiny", "--threads", "3").returncode == 0
+        assert torch.get_num_threads() == 3
+        assert run_inprocess(capsys, "info", "--preset", "tiny", "--threads", "0").returncode == 0
+        assert torch.get_num_threads() == 3
+    finally:
+        torch.set_num_threads(n)
+
+
+def test_generate_reports_its_threads(ckpt):
+    import os
+
+    env = {**os.environ, "SWAX_THREADS": "1"}
+    args = ["generate", "--model", str(ckpt), "--max-new-tokens", "2", "--no-stream"]
+    r = subprocess.run(
+        [sys.executable, "-m", "swax", *args], capture_output=True, text=True, env=env, timeout=120
+    )
+    assert r.returncode == 0, r.stderr
+    assert "threads 1]" in r.stderr
+    r = run(*args, "--threads", "2")
+    assert r.returncode == 0 and "threads 2]" in r.stderr, r.stderr
+
+
+@pytest.mark.parametrize("value", ["-1", "x", "1.5"])
+def test_bad_threads_are_one_line(capsys, monkeypatch, value):
+    monkeypatch.delenv("SWAX_THREADS", raising=False)
+    r = run_inprocess(capsys, "info", "--preset", "tiny", f"--threads={value}")
+    assert_one_line_error(r, "--threads", "threads >= 0", repr(value))
+    monkeypatch.setenv("SWAX_THREADS", value)
+    r = run_inprocess(capsys, "info", "--preset", "tiny")
+    assert_one_line_error(r, "SWAX_THREADS", "threads >= 0", repr(value))
+    assert r.stdout == ""
+
+
+def test_train_threads_option_among_overrides(capsys, monkeypatch):
+    # argparse ends the key=value list at the first option; the rest still count as overrides
+    import swax.train
+
+    seen = {}
+
+    def fake_train(cfg):
+        seen["cfg"] = cfg
+        return {"final_val_loss": 1.0, "tok_s": 1.0, "model_dir": "m", "steps_run": 1}
+
+    monkeypatch.setattr(swax.train, "train", fake_train)
+    n = torch.get_num_threads()
+    try:
+        args = ["train", "steps=3", "--threads", "1", "seq_len=256", "run_dir=/tmp/swax-x"]
+        monkeypatch.setattr("swax.cli.check_writable_dir", lambda *a, **k: None)
+        assert run_inprocess(capsys, *args).returncode == 0
+        assert torch.get_num_threads() == 1
+    finally:
+        torch.set_num_threads(n)
+    assert seen["cfg"].steps == 3 and seen["cfg"].seq_len == 256
