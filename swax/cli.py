@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 import time
 
@@ -328,6 +329,12 @@ def _haystack(path):
             return fh.read()
     except FileNotFoundError:
         raise SwaxError(f"haystack file {path} does not exist") from None
+    except UnicodeDecodeError as e:
+        raise SwaxError(
+            f"haystack file {path} is not UTF-8 text (byte {e.start}: {e.reason})"
+        ) from None
+    except OSError as e:
+        raise SwaxError(f"cannot read haystack file {path}: {e.strerror or e}") from None
 
 
 def cmd_eval_niah(cfg: C.NiahConfig) -> int:
@@ -342,7 +349,7 @@ def cmd_eval_niah(cfg: C.NiahConfig) -> int:
     )
     from .eval.ruler import TASKS
 
-    lengths = parse_lengths(cfg.lengths)
+    lengths = parse_lengths(cfg.lengths, "--lengths")
     tasks = list(TASKS) if cfg.tasks == "all" else [t.strip() for t in cfg.tasks.split(",")]
     unknown = [t for t in tasks if t not in TASKS]
     if unknown:
@@ -459,7 +466,7 @@ def cmd_eval_ppl(cfg: C.PplConfig) -> int:
     from .eval.niah import parse_lengths
     from .eval.ppl import bucketize, position_losses, write_ppl
 
-    edges = sorted(set(parse_lengths(cfg.lengths)))
+    edges = sorted(set(parse_lengths(cfg.lengths, "--lengths")))
     out = _eval_out(cfg, "ppl")
     model, tok, label, window = _eval_model(cfg)
     tokens, source = _ppl_tokens(cfg, tok)
@@ -496,7 +503,13 @@ def cmd_eval_compare(cfg: C.CompareConfig) -> int:
 
 
 class _Parser(argparse.ArgumentParser):
-    """argparse with one-line usage errors: ``swax: error: … (see swax generate --help)``."""
+    """argparse with one-line usage errors: ``swax: error: … (see swax generate --help)``.
+    A value that starts with a minus and a digit (``--lengths -1k``) is read as the option's
+    value, as plain negative numbers are, so that its own check names it."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._negative_number_matcher = re.compile(r"^-\.?\d")
 
     def error(self, message: str):
         self.exit(2, f"swax: error: {message} (see {self.prog} --help)\n")

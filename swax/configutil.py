@@ -200,6 +200,31 @@ def _check_number(key: str, v: Any, interval: str, integer: bool) -> None:
         raise ConfigError(f"{key} must be {_interval_text(interval, integer, below)}, got {v!r}")
 
 
+def load_yaml_mapping(path: Any, what: str) -> dict:
+    """The mapping of keys in the YAML file ``path`` (empty file: {}). A missing or unreadable
+    file, one that is not UTF-8 text or not valid YAML, and one holding anything but a
+    mapping are ConfigErrors naming ``what`` (e.g. "config file") and the path."""
+    import pathlib
+
+    import yaml
+
+    p = pathlib.Path(path)
+    if not p.is_file():
+        raise ConfigError(f"{what} {p} {'is a folder' if p.is_dir() else 'does not exist'}")
+    try:
+        text = p.read_bytes().decode("utf-8")
+        data = yaml.safe_load(text) or {}
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"{what} {p} is not UTF-8 text (byte {e.start}: {e.reason})") from None
+    except OSError as e:
+        raise ConfigError(f"cannot read {what} {p}: {e.strerror or e}") from None
+    except yaml.YAMLError as e:
+        raise ConfigError(f"{what} {p} is not valid YAML: {str(e).splitlines()[0]}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{what} {p} must hold a mapping of keys")
+    return data
+
+
 def to_dict(obj: Any) -> dict:
     """A dataclass as plain JSON-able data (tuples become lists)."""
 

@@ -26,9 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from .configutil import check_bounds, from_dict
+from .configutil import check_bounds, from_dict, load_yaml_mapping
 from .data.config import SyntheticConfig
 from .errors import ConfigError
 
@@ -170,14 +168,7 @@ def _merge(a: dict, b: dict) -> dict:
 
 
 def load_sweep(path: str | Path, quick: bool = False) -> SweepConfig:
-    p = Path(path)
-    if not p.is_file():
-        raise ConfigError(f"sweep config {p} does not exist")
-    try:
-        data = yaml.safe_load(p.read_text()) or {}
-    except yaml.YAMLError as e:
-        raise ConfigError(f"sweep config {p} is not valid YAML: {str(e).splitlines()[0]}") from None
-    cfg = from_dict(SweepConfig, data)
+    cfg = from_dict(SweepConfig, load_yaml_mapping(path, "sweep config"))
     if quick and cfg.quick:
         _apply_quick(cfg, cfg.quick)
     check_bounds(cfg, SWEEP_BOUNDS)

@@ -376,3 +376,35 @@ def test_train_threads_option_among_overrides(capsys, monkeypatch):
     finally:
         torch.set_num_threads(n)
     assert seen["cfg"].steps == 3 and seen["cfg"].seq_len == 256
+
+
+# ------------------------------------------------------------------------------ input files
+
+
+def test_binary_inputs_name_the_file(tmp_path, capsys):
+    # a binary --haystack, sweep YAML or train config gave "'utf-8' codec can't decode ..."
+    binary = tmp_path / "binary.yaml"
+    binary.write_bytes(bytes(range(128, 256)) * 4)
+    for args in (
+        ["eval", "niah", "--preset", "tiny", "--lengths", "1k", "--haystack", str(binary)],
+        ["sweep", str(binary)],
+        ["train", str(binary)],
+    ):
+        r = run_inprocess(capsys, *args)
+        assert_one_line_error(r, str(binary), "not UTF-8")
+
+
+def test_corrupt_results_file_names_it(tmp_path, capsys):
+    (tmp_path / "r").mkdir()
+    (tmp_path / "r" / "results.json").write_text("{not json")
+    r = run_inprocess(capsys, "eval", "compare", str(tmp_path / "r"), "--out", str(tmp_path / "c"))
+    assert_one_line_error(r, "results.json")
+
+
+@pytest.mark.parametrize("command", ["niah", "ppl"])
+def test_negative_lengths_name_the_option(capsys, command):
+    # argparse read "-1k" as an option: "argument --lengths: expected one argument"
+    r = run_inprocess(capsys, "eval", command, "--preset", "tiny", "--lengths", "-1k")
+    assert_one_line_error(r, "--lengths", "-1k", "positive")
+    r = run_inprocess(capsys, "eval", command, "--preset", "tiny", "--lengths", "4k,abc")
+    assert_one_line_error(r, "--lengths", "'abc'")

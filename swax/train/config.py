@@ -19,7 +19,7 @@ from typing import Any, Literal
 import yaml
 
 from ..config import SwaxConfig
-from ..configutil import check_bounds, from_dict, to_dict
+from ..configutil import check_bounds, from_dict, load_yaml_mapping, to_dict
 from ..data import DataConfig
 from ..errors import ConfigError
 
@@ -281,17 +281,7 @@ def load_train_config(
     overrides. Errors name the file or the dotted key."""
     data: dict = {}
     if path is not None:
-        p = Path(path)
-        if not p.is_file():
-            raise ConfigError(f"config file {p} does not exist")
-        try:
-            data = yaml.safe_load(p.read_text()) or {}
-        except yaml.YAMLError as e:
-            raise ConfigError(
-                f"config file {p} is not valid YAML: {str(e).splitlines()[0]}"
-            ) from None
-        if not isinstance(data, dict):
-            raise ConfigError(f"config file {p} must hold a mapping of keys")
+        data = load_yaml_mapping(path, "config file")
     for text in overrides:
         keys, value = parse_override(text)
         _set(data, keys, value)
