@@ -14,12 +14,16 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 import time
 
 from . import cliconfig as C
 from .configutil import add_arguments, config_keys, from_args, resolve_window
-from .errors import SwaxError
+from .errors import ConfigError, SwaxError
+from .paths import check_writable_dir
+from .threads import ENV as THREADS_ENV
+from .threads import parse_threads, set_threads, threads_setting
 
 
 def _load(cfg: C.LoadConfig):
@@ -156,7 +160,7 @@ def cmd_generate(cfg: C.GenerateConfig) -> int:
     dec = max(elapsed - pre, 1e-9)
     print(
         f"[{ids.shape[1]} prompt tokens in {pre:.2f}s, {len(new)} new tokens at "
-        f"{len(new) / dec:.1f} tok/s, window {window}]",
+        f"{len(new) / dec:.1f} tok/s, window {window}, threads {torch.get_num_threads()}]",
         file=sys.stderr,
     )
     return 0
@@ -181,6 +185,8 @@ def cmd_train(cfg: C.TrainArgs) -> int:
 
     config, overrides = _split_train_args(cfg.args)
     cfg = load_train_config(config, overrides)
+    # keep=True: every rank of a distributed run checks; none may remove what another made
+    check_writable_dir(cfg.run_dir, "run_dir", keep=True)
     summary = train(cfg)
     if int(os.environ.get("RANK", "0")) == 0:
         print(
@@ -196,8 +202,14 @@ def cmd_train(cfg: C.TrainArgs) -> int:
 
 
 def cmd_plot_run(cfg: C.PlotRunConfig) -> int:
+    from pathlib import Path
+
     from .train.plot import plot_run
 
+    if cfg.out:
+        check_writable_dir(Path(cfg.out).parent, "--out folder")
+    elif Path(cfg.run).is_dir():  # (a missing run is plot_run's error)
+        check_writable_dir(cfg.run, "run folder")
     print(plot_run(cfg.run, cfg.out))
     return 0
 
@@ -210,6 +222,7 @@ def cmd_sweep(args: C.SweepArgs) -> int:
         if args.jobs < 1:
             raise SwaxError(f"--jobs must be >= 1, got {args.jobs}")
         cfg.jobs = args.jobs
+    check_writable_dir(cfg.out_dir, f"sweep {args.config}: out_dir")
     only = [x.strip() for x in args.only.split(",")] if args.only else None
     agg = aggregate(run_sweep(cfg, only))
     lengths = sorted({n for a in agg.values() for n in a.get("episodes_deploy", {})})
@@ -249,6 +262,7 @@ def cmd_demo(args: C.DemoConfig) -> int:
         summary = json.loads(summary_file.read_text())
         print(f"swax demo: reusing the finished run in {run_dir} (delete it to train again)")
     else:
+        check_writable_dir(run_dir, "--run-dir", keep=True)
         resume = latest_checkpoint(run_dir) is not None
         print(
             f"swax demo: training the tiny SWAX model on the King James Bible "
@@ -277,20 +291,30 @@ def cmd_demo(args: C.DemoConfig) -> int:
     return 0
 
 
-def _eval_model(cfg: C.EvalConfig):
-    """(model, tokenizer, label, window) for --model DIR or a random-weight --preset."""
+def _eval_label(cfg: C.EvalConfig) -> str:
+    """The model's name in reports: --label, else the run's folder name, else the preset."""
     from pathlib import Path
 
+    label = cfg.label or (Path(cfg.model).resolve().name if cfg.model else _preset_name(cfg))
+    if cfg.model and label == "model":  # runs/NAME/model -> NAME
+        label = Path(cfg.model).resolve().parent.name
+    return label
+
+
+def _eval_out(cfg: C.EvalConfig, kind: str):
+    """The results folder (--out, else results/KIND-LABEL), checked writable before the work."""
+    return check_writable_dir(cfg.out or f"results/{kind}-{_eval_label(cfg)}", "--out")
+
+
+def _eval_model(cfg: C.EvalConfig):
+    """(model, tokenizer, label, window) for --model DIR or a random-weight --preset."""
     model, tok, random_init = _load(cfg)
     if random_init:
         print(
             f"note: --preset {_preset_name(cfg)} has random weights (no --model given)",
             file=sys.stderr,
         )
-    label = cfg.label or (Path(cfg.model).resolve().name if cfg.model else _preset_name(cfg))
-    if cfg.model and label == "model":  # runs/NAME/model -> NAME
-        label = Path(cfg.model).resolve().parent.name
-    return model, tok, label, resolve_window(cfg.window, model.config.window)
+    return model, tok, _eval_label(cfg), resolve_window(cfg.window, model.config.window)
 
 
 def _model_name(cfg: C.EvalConfig) -> str:
@@ -305,10 +329,15 @@ def _haystack(path):
             return fh.read()
     except FileNotFoundError:
         raise SwaxError(f"haystack file {path} does not exist") from None
+    except UnicodeDecodeError as e:
+        raise SwaxError(
+            f"haystack file {path} is not UTF-8 text (byte {e.start}: {e.reason})"
+        ) from None
+    except OSError as e:
+        raise SwaxError(f"cannot read haystack file {path}: {e.strerror or e}") from None
 
 
 def cmd_eval_niah(cfg: C.NiahConfig) -> int:
-    from pathlib import Path
 
     from .eval.niah import (
         SwaxPredictor,
@@ -320,7 +349,7 @@ def cmd_eval_niah(cfg: C.NiahConfig) -> int:
     )
     from .eval.ruler import TASKS
 
-    lengths = parse_lengths(cfg.lengths)
+    lengths = parse_lengths(cfg.lengths, "--lengths")
     tasks = list(TASKS) if cfg.tasks == "all" else [t.strip() for t in cfg.tasks.split(",")]
     unknown = [t for t in tasks if t not in TASKS]
     if unknown:
@@ -333,6 +362,7 @@ def cmd_eval_niah(cfg: C.NiahConfig) -> int:
         from .data import load_tokenizer
 
         tok = load_tokenizer(cfg.tokenizer)
+        check_writable_dir(cfg.dump, "--dump")
         paths = dump_records(
             cfg.dump, tok, tasks, lengths, cfg.samples, cfg.seed, haystack, key_split
         )
@@ -340,8 +370,8 @@ def cmd_eval_niah(cfg: C.NiahConfig) -> int:
         return 0
     if not cfg.model and not cfg.preset:
         raise SwaxError("pass --model DIR (or --preset NAME for random weights, or --dump DIR)")
+    out = _eval_out(cfg, "niah")
     model, tok, label, window = _eval_model(cfg)
-    out = Path(cfg.out or f"results/niah-{label}")
     predict = SwaxPredictor(model, tok, window, cfg.prefill_chunk)
     result = run_niah(
         predict,
@@ -368,13 +398,13 @@ def cmd_eval_niah(cfg: C.NiahConfig) -> int:
 
 
 def cmd_eval_tasks(cfg: C.TasksConfig) -> int:
-    from pathlib import Path
 
     from .eval.tasks import evaluate_tasks, format_table, parse_tasks, write_results
 
     parse_tasks(cfg.tasks)  # an unknown task name fails before the model loads
     if not cfg.model and not cfg.preset:
         raise SwaxError("pass --model DIR (or --preset NAME for random weights)")
+    out = _eval_out(cfg, "tasks")
     model, tok, label, window = _eval_model(cfg)
     results = evaluate_tasks(
         model,
@@ -387,7 +417,6 @@ def cmd_eval_tasks(cfg: C.TasksConfig) -> int:
         window=window,
         code_timeout=cfg.code_timeout,
     )
-    out = Path(cfg.out or f"results/tasks-{label}")
     settings = {
         "label": label,
         "model": _model_name(cfg),
@@ -433,18 +462,17 @@ def _train_len(cfg: C.PplConfig) -> int | None:
 
 
 def cmd_eval_ppl(cfg: C.PplConfig) -> int:
-    from pathlib import Path
 
     from .eval.niah import parse_lengths
     from .eval.ppl import bucketize, position_losses, write_ppl
 
-    edges = sorted(set(parse_lengths(cfg.lengths)))
+    edges = sorted(set(parse_lengths(cfg.lengths, "--lengths")))
+    out = _eval_out(cfg, "ppl")
     model, tok, label, window = _eval_model(cfg)
     tokens, source = _ppl_tokens(cfg, tok)
     losses = position_losses(model, tokens, edges[-1], cfg.samples, window, cfg.chunk)
     rows = bucketize(losses, edges)
     train_len = _train_len(cfg)
-    out = Path(cfg.out or f"results/ppl-{label}")
     settings = {
         "label": label,
         "model": _model_name(cfg),
@@ -467,6 +495,7 @@ def cmd_eval_ppl(cfg: C.PplConfig) -> int:
 def cmd_eval_compare(cfg: C.CompareConfig) -> int:
     from .eval.compare import compare
 
+    check_writable_dir(cfg.out, "--out")
     table = compare(cfg.results, cfg.out)
     print(table)
     print(f"written to {cfg.out}")
@@ -474,7 +503,13 @@ def cmd_eval_compare(cfg: C.CompareConfig) -> int:
 
 
 class _Parser(argparse.ArgumentParser):
-    """argparse with one-line usage errors: ``swax: error: … (see swax generate --help)``."""
+    """argparse with one-line usage errors: ``swax: error: … (see swax generate --help)``.
+    A value that starts with a minus and a digit (``--lengths -1k``) is read as the option's
+    value, as plain negative numbers are, so that its own check names it."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._negative_number_matcher = re.compile(r"^-\.?\d")
 
     def error(self, message: str):
         self.exit(2, f"swax: error: {message} (see {self.prog} --help)\n")
@@ -521,7 +556,24 @@ def _add_command(sub, name: str, entry: tuple) -> None:
         name, help=help_text, description=cls.__doc__, epilog=epilog, formatter_class=_HelpFormatter
     )
     add_arguments(sp, cls)
+    sp.add_argument(
+        "--threads",
+        type=_threads_arg,
+        metavar="N",
+        default=argparse.SUPPRESS,
+        help=f"CPU threads of torch (default: ${THREADS_ENV}, else 0 = torch's choice); on a "
+        "small or busy machine 1 can be several times faster",
+    )
     sp.set_defaults(fn=fn, config_cls=cls)
+
+
+def _threads_arg(text: str) -> int:
+    try:
+        return parse_threads(text)
+    except ConfigError:
+        raise argparse.ArgumentTypeError(
+            f"expected a whole number of threads >= 0 (0 = torch's default), got {text!r}"
+        ) from None
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -545,13 +597,21 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    # key=value overrides after an option (swax train steps=9 --threads 1 seq_len=64): argparse
+    # ends a positional list at the first option; the rest join it
+    dest = {C.TrainArgs: "args", C.DemoConfig: "overrides"}.get(getattr(args, "config_cls", None))
+    if extra and dest and not any(x.startswith("-") for x in extra):
+        setattr(args, dest, [*getattr(args, dest, []), *extra])
+    elif extra:
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
     if not getattr(args, "fn", None):
         if getattr(args, "command", None) == "eval":
             parser.parse_args(["eval", "--help"])
         parser.print_help()
         return 0
     try:
+        set_threads(threads_setting(getattr(args, "threads", None)))
         return args.fn(from_args(args.config_cls, args))
     except KeyboardInterrupt as e:  # TrainingStopped (a signal, checkpoint saved) or Ctrl-C
         print(f"swax: {e or 'interrupted'}", file=sys.stderr)

@@ -15,6 +15,7 @@ import ast
 import dataclasses
 import inspect
 import logging
+import math
 import textwrap
 import types
 import typing
@@ -64,6 +65,9 @@ def coerce(value: Any, tp: Any, key: str) -> Any:
     if origin in (Union, types.UnionType):
         if value is None and type(None) in args:
             return None
+        options = [a for a in args if a is not type(None)]
+        if len(options) == 1:  # X | None: X's own error (e.g. a nested section's key)
+            return coerce(value, options[0], key)
         errors = []
         for a in args:
             if a is type(None):
@@ -132,6 +136,93 @@ def from_dict(cls: type, data: dict, prefix: str = "") -> Any:
         )
     kwargs = {k: coerce(v, hints[k], f"{prefix}{k}") for k, v in data.items()}
     return cls(**kwargs)
+
+
+def _interval(text: str) -> tuple[bool, float, float, bool]:
+    """ "[0, 1)" -> (closed below, 0, 1, closed above); "inf" bounds allowed."""
+    lo, hi = (s.strip() for s in text.strip()[1:-1].split(","))
+
+    def num(s: str) -> float:
+        try:
+            return int(s)
+        except ValueError:
+            return float(s)
+
+    return text.strip()[0] == "[", num(lo), num(hi), text.strip()[-1] == "]"
+
+
+def _interval_text(interval: str, integer: bool, below: bool = False) -> str:
+    """How a message states the interval; ``below``: the value is under its lower bound (an
+    upper bound beyond 2^53, such as a seed's, is then left out)."""
+    lo_in, lo, hi, hi_in = _interval(interval)
+    if math.isinf(hi) and math.isinf(lo):
+        return "a finite number" if not integer else "an integer"
+    if math.isinf(hi) or (below and hi >= 2**53):
+        if integer and lo == 1 and lo_in:
+            return "a positive integer"
+        return f"{'>=' if lo_in else '>'} {lo}"
+    return f"in {interval.replace(' ', '').replace(',', ', ')}"
+
+
+def check_bounds(obj: Any, table: dict[str, str], prefix: str = "") -> None:
+    """Check the numeric fields of dataclass ``obj`` named in ``table`` ({dotted field:
+    interval}, the interval written as in mathematics: "[0, 1)", "(0, inf)", "[1, inf)",
+    "(-inf, inf)" for any finite value). Fields annotated ``int`` must hold integers; floats
+    must be finite (no NaN or inf); None (an optional field left unset) passes; each item of a
+    list is checked. The first value outside its interval is a ConfigError naming the key
+    (``prefix`` + dotted field) and the value."""
+    for key, interval in table.items():
+        *parents, name = key.split(".")
+        owner = obj
+        for part in parents:
+            owner = getattr(owner, part)
+        tp = typing.get_type_hints(type(owner))[name]
+        if typing.get_origin(tp) in (Union, types.UnionType):
+            tp = next(a for a in typing.get_args(tp) if a is not type(None))
+        if typing.get_origin(tp) in (list, tuple):
+            tp = typing.get_args(tp)[0]
+        value = getattr(owner, name)
+        for v in value if isinstance(value, (list, tuple)) else [value]:
+            _check_number(prefix + key, v, interval, tp is int)
+
+
+def _check_number(key: str, v: Any, interval: str, integer: bool) -> None:
+    if v is None:
+        return
+    kind = "an integer" if integer else "a number"
+    if isinstance(v, bool) or not isinstance(v, int if integer else (int, float)):
+        raise ConfigError(f"{key} must be {kind}, got {v!r}")
+    if not math.isfinite(v):
+        raise ConfigError(f"{key} must be a finite number, got {v!r}")
+    lo_in, lo, hi, hi_in = _interval(interval)
+    below = v < lo or (v == lo and not lo_in)
+    if below or v > hi or (v == hi and not hi_in):
+        raise ConfigError(f"{key} must be {_interval_text(interval, integer, below)}, got {v!r}")
+
+
+def load_yaml_mapping(path: Any, what: str) -> dict:
+    """The mapping of keys in the YAML file ``path`` (empty file: {}). A missing or unreadable
+    file, one that is not UTF-8 text or not valid YAML, and one holding anything but a
+    mapping are ConfigErrors naming ``what`` (e.g. "config file") and the path."""
+    import pathlib
+
+    import yaml
+
+    p = pathlib.Path(path)
+    if not p.is_file():
+        raise ConfigError(f"{what} {p} {'is a folder' if p.is_dir() else 'does not exist'}")
+    try:
+        text = p.read_bytes().decode("utf-8")
+        data = yaml.safe_load(text) or {}
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"{what} {p} is not UTF-8 text (byte {e.start}: {e.reason})") from None
+    except OSError as e:
+        raise ConfigError(f"cannot read {what} {p}: {e.strerror or e}") from None
+    except yaml.YAMLError as e:
+        raise ConfigError(f"{what} {p} is not valid YAML: {str(e).splitlines()[0]}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{what} {p} must hold a mapping of keys")
+    return data
 
 
 def to_dict(obj: Any) -> dict:
@@ -251,12 +342,15 @@ def option(
 
 
 def check_minimums(obj: Any) -> None:
-    """ConfigError naming the first field below the ``minimum`` of its :func:`option`."""
+    """ConfigError naming the first field below the ``minimum`` of its :func:`option`, or a
+    float field holding NaN or an infinity."""
     for f in dataclasses.fields(obj):
         low = f.metadata.get("cli", {}).get("minimum")
         values = getattr(obj, f.name)
         values = values if isinstance(values, (list, tuple)) else [values]
         for v in values:
+            if isinstance(v, float) and not math.isfinite(v):
+                raise ConfigError(f"{f.name} must be a finite number, got {v!r}")
             if low is not None and v is not None and v < low:
                 raise ConfigError(f"{f.name} must be >= {low}, got {v!r}")
 

@@ -26,9 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from .configutil import from_dict
+from .configutil import check_bounds, from_dict, load_yaml_mapping
 from .data.config import SyntheticConfig
 from .errors import ConfigError
 
@@ -73,6 +71,9 @@ class EvalSpec:
     batch_size: int = 16
     """Episodes evaluated at once."""
 
+    def __post_init__(self) -> None:
+        check_bounds(self, EVAL_BOUNDS, prefix="eval.")
+
 
 @dataclass
 class GridSpec:
@@ -90,6 +91,32 @@ class GridSpec:
     """Dotted key -> short label used in run names (default: the key's last part)."""
     seeds: list[int] = field(default_factory=list)
     """Seeds of the grid runs (default: the sweep's first seed)."""
+
+    def __post_init__(self) -> None:
+        check_bounds(self, {"seeds": SEED}, prefix="grid.")
+
+
+SEED = f"[0, {2**63 - 1}]"
+"""The interval of a seed (a signed 64-bit integer that is not negative)."""
+
+EVAL_BOUNDS: dict[str, str] = {
+    "length_multiples": "[1, inf)",
+    "samples": "[1, inf)",
+    "ppl_multiples": "[1, inf)",
+    "ppl_samples": "[0, inf)",
+    "seed": SEED,
+    "text_samples": "[0, inf)",
+    "curve_multiples": "[1, inf)",
+    "curve_samples": "[1, inf)",
+    "probe_multiple": "[0, inf)",
+    "probe_window": "[1, inf)",
+    "probe_samples": "[1, inf)",
+    "batch_size": "[1, inf)",
+}
+"""The interval of every numeric EvalSpec field (see swax.configutil.check_bounds)."""
+
+SWEEP_BOUNDS: dict[str, str] = {"seeds": SEED, "jobs": "[1, inf)"}
+"""The interval of the numeric SweepConfig fields, checked after --quick is applied."""
 
 
 @dataclass
@@ -141,20 +168,18 @@ def _merge(a: dict, b: dict) -> dict:
 
 
 def load_sweep(path: str | Path, quick: bool = False) -> SweepConfig:
-    p = Path(path)
-    if not p.is_file():
-        raise ConfigError(f"sweep config {p} does not exist")
-    try:
-        data = yaml.safe_load(p.read_text()) or {}
-    except yaml.YAMLError as e:
-        raise ConfigError(f"sweep config {p} is not valid YAML: {str(e).splitlines()[0]}") from None
-    cfg = from_dict(SweepConfig, data)
+    cfg = from_dict(SweepConfig, load_yaml_mapping(path, "sweep config"))
     if quick and cfg.quick:
         _apply_quick(cfg, cfg.quick)
-    if cfg.jobs < 1:
-        raise ConfigError(f"jobs must be >= 1, got {cfg.jobs}")
+    check_bounds(cfg, SWEEP_BOUNDS)
+    if not cfg.seeds:
+        raise ConfigError("seeds must name at least one seed, got []")
     for name, overrides in cfg.runs.items():  # validate every run's config now
-        train_config(cfg, name, cfg.seeds[0], overrides)
+        tcfg = train_config(cfg, name, cfg.seeds[0], overrides)
+        try:
+            _episode_cfg(cfg, tcfg)
+        except ConfigError as e:
+            raise ConfigError(f"eval.episodes of sweep run {name}: {e}") from None
     for family, roles in {"roles": cfg.roles, **cfg.families}.items():
         unknown = [r for r in roles.values() if r not in cfg.runs]
         if unknown and not quick:
@@ -518,10 +543,9 @@ def all_jobs(cfg: SweepConfig, only: list[str] | None = None) -> list[tuple[str,
 
 def _job(cfg: SweepConfig, name: str, seed: int, threads: int | None) -> tuple[str, int, dict]:
     """Train (unless done) and evaluate one run; the unit of work of a parallel sweep."""
-    import torch
+    from .threads import set_threads
 
-    if threads:
-        torch.set_num_threads(threads)
+    set_threads(threads or 0)
     _train_one(cfg, name, seed)
     return name, seed, evaluate_run(cfg, name, seed)
 
@@ -534,7 +558,10 @@ def run_sweep(
     that many at once, each in a fresh process."""
     todo = all_jobs(cfg, only)
     jobs = jobs or cfg.jobs
-    threads = cfg.base.get("threads") or None
+    from .threads import applied_threads
+
+    # each worker process: the base's threads, else the command's --threads / $SWAX_THREADS
+    threads = cfg.base.get("threads") or applied_threads() or None
     t0 = time.perf_counter()
     done: dict[tuple[str, int], dict] = {}
 

@@ -2,6 +2,7 @@
 
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -214,3 +215,196 @@ def test_sweep_bad_arguments_are_one_line_errors(tmp_path):
     assert_one_line_error(run("sweep", sweep, "--jobs", "0"), "--jobs", "0")
     assert_one_line_error(run("sweep", sweep, "--only", "nope"), "unknown sweep run 'nope'")
     assert_one_line_error(run("sweep", str(tmp_path / "none.yaml")), "does not exist")
+
+
+# ------------------------------------------------------------------------------ output folders
+
+
+def _unwritable(tmp_path, kind: str) -> str:
+    """A folder path root cannot write either: under a regular file, or in /proc or /sys."""
+    if kind == "under_file":
+        (tmp_path / "file").write_text("keep me")
+        return str(tmp_path / "file" / "out")
+    if not Path(f"/{kind}").is_dir():
+        pytest.skip(f"no /{kind} here")
+    return f"/{kind}/swax-test-out"
+
+
+def _boom(*args, **kwargs):
+    raise AssertionError("the work started before the output folder was checked")
+
+
+def _sweep_yaml(tmp_path, out: str) -> str:
+    p = tmp_path / "sweep.yaml"
+    base = "{steps: 1, seq_len: 64, window: {long: 64}}"
+    p.write_text(f"out_dir: {out}\nseeds: [0]\nbase: {base}\nruns: {{a: {{}}}}\n")
+    return str(p)
+
+
+OUTPUT_COMMANDS = {
+    # command line (OUT: the unwritable path) and what it must not reach: (module, attribute)
+    "train": (["train", "run_dir=OUT", "steps=1"], ("swax.train", "train")),
+    "demo": (["demo", "--run-dir", "OUT"], ("swax.train", "train")),
+    "eval_niah": (["eval", "niah", "--preset", "tiny", "--out", "OUT"], ("swax.cli", "_load")),
+    "eval_niah_dump": (["eval", "niah", "--dump", "OUT"], ("swax.eval.niah", "dump_records")),
+    "eval_tasks": (["eval", "tasks", "--preset", "tiny", "--out", "OUT"], ("swax.cli", "_load")),
+    "eval_ppl": (["eval", "ppl", "--preset", "tiny", "--out", "OUT"], ("swax.cli", "_load")),
+    "eval_compare": (
+        ["eval", "compare", "RESULTS", "--out", "OUT"],
+        ("swax.eval.compare", "compare"),
+    ),
+    "sweep": (["sweep", "SWEEP"], ("swax.sweep", "run_sweep")),
+    "plot_run": (["plot-run", "RUN", "--out", "OUT/loss.png"], ("swax.train.plot", "plot_run")),
+}
+
+
+@pytest.mark.parametrize("kind", ["under_file", "proc", "sys"])
+@pytest.mark.parametrize("command", list(OUTPUT_COMMANDS))
+def test_unwritable_output_is_one_line_before_the_work(
+    tmp_path, capsys, monkeypatch, command, kind
+):
+    # these were tracebacks (exit 1), or (eval ppl, eval tasks) failed only after evaluating
+    import importlib
+
+    out = _unwritable(tmp_path, kind)
+    args, (module, attr) = OUTPUT_COMMANDS[command]
+    monkeypatch.setattr(importlib.import_module(module), attr, _boom)
+    subs = {"OUT": out, "RESULTS": str(tmp_path), "RUN": str(tmp_path)}
+    subs["SWEEP"] = _sweep_yaml(tmp_path, out) if command == "sweep" else ""
+    args = [next((a.replace(k, v) for k, v in subs.items() if k in a), a) for a in args]
+    r = run_inprocess(capsys, *args)
+    assert_one_line_error(r, out)
+    assert "not writable" in r.stderr or "not a folder" in r.stderr
+    if kind == "under_file":  # nothing already saved is touched
+        assert (tmp_path / "file").read_text() == "keep me"
+
+
+def test_unwritable_run_dir_from_the_command_line(tmp_path):
+    (tmp_path / "f").write_text("")
+    r = run("train", f"run_dir={tmp_path / 'f' / 'run'}", "steps=1")
+    assert_one_line_error(r, "run_dir", str(tmp_path / "f" / "run"), "not writable")
+
+
+def test_check_writable_dir_leaves_no_trace(tmp_path):
+    from swax.errors import SwaxError
+    from swax.paths import check_writable_dir
+
+    (tmp_path / "old").mkdir()
+    (tmp_path / "old" / "keep.txt").write_text("x")
+    assert check_writable_dir(tmp_path / "old", "--out") == tmp_path / "old"
+    assert [p.name for p in (tmp_path / "old").iterdir()] == ["keep.txt"]
+    check_writable_dir(tmp_path / "a" / "b", "--out")  # checked, then the made folders removed
+    assert not (tmp_path / "a").exists()
+    check_writable_dir(tmp_path / "a" / "b", "run_dir", keep=True)
+    assert (tmp_path / "a" / "b").is_dir()
+    with pytest.raises(SwaxError, match="--out .*keep.txt exists and is not a folder"):
+        check_writable_dir(tmp_path / "old" / "keep.txt", "--out")
+
+
+# ------------------------------------------------------------------------------ threads
+
+
+def test_every_command_takes_threads(capsys):
+    from swax.cli import COMMANDS
+
+    for name, entry in COMMANDS.items():
+        for sub in entry if isinstance(entry, dict) else [None]:
+            r = run_inprocess(capsys, name, *([sub] if sub else []), "--help")
+            assert "--threads N" in r.stdout and "SWAX_THREADS" in r.stdout, (name, sub)
+
+
+def test_threads_option_and_variable_reach_torch(capsys, monkeypatch):
+    n = torch.get_num_threads()
+    try:
+        monkeypatch.delenv("SWAX_THREADS", raising=False)
+        assert run_inprocess(capsys, "info", "--preset", "tiny", "--threads", "3").returncode == 0
+        assert torch.get_num_threads() == 3
+        monkeypatch.setenv("SWAX_THREADS", "2")
+        assert run_inprocess(capsys, "info", "--preset", "tiny").returncode == 0
+        assert torch.get_num_threads() == 2
+        # the option wins over the variable; 0 leaves torch's setting alone
+        assert run_inprocess(capsys, "info", "--preset", "tiny", "--threads", "3").returncode == 0
+        assert torch.get_num_threads() == 3
+        assert run_inprocess(capsys, "info", "--preset", "tiny", "--threads", "0").returncode == 0
+        assert torch.get_num_threads() == 3
+    finally:
+        torch.set_num_threads(n)
+
+
+def test_generate_reports_its_threads(ckpt):
+    import os
+
+    env = {**os.environ, "SWAX_THREADS": "1"}
+    args = ["generate", "--model", str(ckpt), "--max-new-tokens", "2", "--no-stream"]
+    r = subprocess.run(
+        [sys.executable, "-m", "swax", *args], capture_output=True, text=True, env=env, timeout=120
+    )
+    assert r.returncode == 0, r.stderr
+    assert "threads 1]" in r.stderr
+    r = run(*args, "--threads", "2")
+    assert r.returncode == 0 and "threads 2]" in r.stderr, r.stderr
+
+
+@pytest.mark.parametrize("value", ["-1", "x", "1.5"])
+def test_bad_threads_are_one_line(capsys, monkeypatch, value):
+    monkeypatch.delenv("SWAX_THREADS", raising=False)
+    r = run_inprocess(capsys, "info", "--preset", "tiny", f"--threads={value}")
+    assert_one_line_error(r, "--threads", "threads >= 0", repr(value))
+    monkeypatch.setenv("SWAX_THREADS", value)
+    r = run_inprocess(capsys, "info", "--preset", "tiny")
+    assert_one_line_error(r, "SWAX_THREADS", "threads >= 0", repr(value))
+    assert r.stdout == ""
+
+
+def test_train_threads_option_among_overrides(capsys, monkeypatch):
+    # argparse ends the key=value list at the first option; the rest still count as overrides
+    import swax.train
+
+    seen = {}
+
+    def fake_train(cfg):
+        seen["cfg"] = cfg
+        return {"final_val_loss": 1.0, "tok_s": 1.0, "model_dir": "m", "steps_run": 1}
+
+    monkeypatch.setattr(swax.train, "train", fake_train)
+    n = torch.get_num_threads()
+    try:
+        args = ["train", "steps=3", "--threads", "1", "seq_len=256", "run_dir=/tmp/swax-x"]
+        monkeypatch.setattr("swax.cli.check_writable_dir", lambda *a, **k: None)
+        assert run_inprocess(capsys, *args).returncode == 0
+        assert torch.get_num_threads() == 1
+    finally:
+        torch.set_num_threads(n)
+    assert seen["cfg"].steps == 3 and seen["cfg"].seq_len == 256
+
+
+# ------------------------------------------------------------------------------ input files
+
+
+def test_binary_inputs_name_the_file(tmp_path, capsys):
+    # a binary --haystack, sweep YAML or train config gave "'utf-8' codec can't decode ..."
+    binary = tmp_path / "binary.yaml"
+    binary.write_bytes(bytes(range(128, 256)) * 4)
+    for args in (
+        ["eval", "niah", "--preset", "tiny", "--lengths", "1k", "--haystack", str(binary)],
+        ["sweep", str(binary)],
+        ["train", str(binary)],
+    ):
+        r = run_inprocess(capsys, *args)
+        assert_one_line_error(r, str(binary), "not UTF-8")
+
+
+def test_corrupt_results_file_names_it(tmp_path, capsys):
+    (tmp_path / "r").mkdir()
+    (tmp_path / "r" / "results.json").write_text("{not json")
+    r = run_inprocess(capsys, "eval", "compare", str(tmp_path / "r"), "--out", str(tmp_path / "c"))
+    assert_one_line_error(r, "results.json")
+
+
+@pytest.mark.parametrize("command", ["niah", "ppl"])
+def test_negative_lengths_name_the_option(capsys, command):
+    # argparse read "-1k" as an option: "argument --lengths: expected one argument"
+    r = run_inprocess(capsys, "eval", command, "--preset", "tiny", "--lengths", "-1k")
+    assert_one_line_error(r, "--lengths", "-1k", "positive")
+    r = run_inprocess(capsys, "eval", command, "--preset", "tiny", "--lengths", "4k,abc")
+    assert_one_line_error(r, "--lengths", "'abc'")

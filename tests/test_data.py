@@ -195,6 +195,42 @@ def test_jsonl(tmp_path):
     assert list(iter_documents(str(f4))) == ["a", "b"]
 
 
+def test_invalid_utf8_is_replaced_with_one_warning_per_file(tmp_path, capsys):
+    # Latin-1 or random bytes used to train silently with U+FFFD in the text
+    latin = tmp_path / "latin.txt"
+    latin.write_bytes("caf\u00e9 na\u00efve\r\nend\n".encode("latin-1"))  # 2 bad bytes
+    assert list(iter_documents(str(latin))) == ["caf\ufffd na\ufffdve\nend\n"]
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"warning: {latin}: 2 bytes are not valid UTF-8 (replaced with U+FFFD)"]
+    list(iter_documents(str(latin)))  # once per file
+    assert capsys.readouterr().err == ""
+
+    jl = tmp_path / "bad.jsonl"  # bytes in two lines, counted together
+    jl.write_bytes(b'{"text": "a\xff\xfe"}\n{"text": "b\xe9"}\n{"text": "fine"}\n')
+    assert list(iter_documents(str(jl))) == ["a\ufffd\ufffd", "b\ufffd", "fine"]
+    assert capsys.readouterr().err.strip() == (
+        f"warning: {jl}: 3 bytes are not valid UTF-8 (replaced with U+FFFD)"
+    )
+    arr = tmp_path / "arr.json"  # a JSON array file
+    arr.write_bytes(b'[{"text": "x\x80y"}]')
+    assert list(iter_documents(str(arr))) == ["x\ufffdy"]
+    assert f"warning: {arr}: 1 byte is not valid UTF-8" in capsys.readouterr().err
+
+    good = tmp_path / "good.txt"  # valid UTF-8 (and CRLF read as LF, as before): no warning
+    good.write_bytes("na\u00efve\r\n".encode())
+    assert list(iter_documents(str(good))) == ["na\u00efve\n"]
+    assert capsys.readouterr().err == ""
+
+
+def test_jsonl_strict_reading_names_the_line(tmp_path):
+    from swax.data.jsonl import read_jsonl
+
+    f = tmp_path / "t.jsonl"
+    f.write_bytes(b'{"a": 1}\n{"a": "\xff"}\n')
+    with pytest.raises(SwaxError, match=r"t\.jsonl:2: not UTF-8 text"):
+        read_jsonl(f)
+
+
 def test_parquet(tmp_path):
     pa = pytest.importorskip("pyarrow")
     import pyarrow.parquet as pq

@@ -1,6 +1,7 @@
 """The window sweep: config validation, resumability, the claims' judgments, the quick run."""
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -136,6 +137,30 @@ def test_bad_sweep_configs_name_the_problem(tmp_path):
     cfg = load_sweep(_write(tmp_path, _tiny_sweep(tmp_path, {"a": {}})))
     with pytest.raises(ConfigError, match="unknown sweep run 'b'"):
         run_sweep(cfg, only=["b"], progress=False)
+
+
+@pytest.mark.parametrize(
+    "section,key,value,needle",
+    [
+        ("eval", "samples", 0, "eval.samples must be a positive integer, got 0"),
+        ("eval", "length_multiples", [1, 0], "eval.length_multiples must be a positive"),
+        ("eval", "ppl_samples", -1, "eval.ppl_samples must be >= 0, got -1"),
+        ("eval", "probe_window", 0, "eval.probe_window must be a positive integer"),
+        ("eval", "batch_size", 0, "eval.batch_size must be a positive integer"),
+        ("eval", "seed", -3, "eval.seed must be >= 0, got -3"),
+        (None, "seeds", [], "seeds must name at least one seed"),
+        (None, "seeds", [-1], "seeds must be >= 0, got -1"),
+        (None, "jobs", 0, "jobs must be a positive integer, got 0"),
+        ("grid", "seeds", [-2], "grid.seeds must be >= 0, got -2"),
+        ("eval", "episodes", {"min_distance": -1}, "eval.episodes of sweep run a: "),
+    ],
+)
+def test_sweep_numbers_are_checked_when_loaded(tmp_path, section, key, value, needle):
+    # these reached the evaluation (or an IndexError) before: seeds [] crashed in load_sweep
+    data = _tiny_sweep(tmp_path, {"a": {}})
+    (data.setdefault(section, {}) if section else data)[key] = value
+    with pytest.raises(ConfigError, match=re.escape(needle)):
+        load_sweep(_write(tmp_path, data))
 
 
 def test_a_finished_run_is_neither_retrained_nor_reevaluated(tmp_path):

@@ -162,6 +162,96 @@ def test_overrides_and_errors(tmp_path):
         load_train_config(p)  # every shipped config is valid
 
 
+# every numeric key outside its range, or not finite, is an error naming the dotted key (some
+# were accepted silently: val_batches=-1 reported a validation loss of 0, min_lr_ratio=-2 gave
+# a negative learning rate; threads=-3 and lr=nan crashed in torch without the key)
+@pytest.mark.parametrize(
+    "override,key",
+    [
+        ("log.val_batches=-1", "log.val_batches"),
+        ("log.val_batches=0", "log.val_batches"),
+        ("log.val_every=-1", "log.val_every"),
+        ("log.every=0", "log.every"),
+        ("optim.min_lr_ratio=-2", "optim.min_lr_ratio"),
+        ("optim.min_lr_ratio=1.5", "optim.min_lr_ratio"),
+        ("optim.weight_decay=-5", "optim.weight_decay"),
+        ("optim.eps=-1", "optim.eps"),
+        ("optim.eps=0", "optim.eps"),
+        ("optim.beta1=1.5", "optim.beta1"),
+        ("optim.beta2=1", "optim.beta2"),
+        ("optim.beta1=-0.1", "optim.beta1"),
+        ("optim.lr=nan", "optim.lr"),
+        ("optim.lr=inf", "optim.lr"),
+        ("optim.lr=-0.001", "optim.lr"),
+        ("optim.decay_frac=2", "optim.decay_frac"),
+        ("optim.grad_clip=-1", "optim.grad_clip"),
+        ("optim.grad_clip=nan", "optim.grad_clip"),
+        ("optim.warmup_steps=-1", "optim.warmup_steps"),
+        ("optim.grad_accum=0", "optim.grad_accum"),
+        ("threads=-3", "threads"),
+        ("seed=-1", "seed"),
+        ("steps=0", "steps"),
+        ("batch_size=-4", "batch_size"),
+        ("window.p_short=nan", "window.p_short"),
+        ("window.anneal_frac=-0.5", "window.anneal_frac"),
+        ("window.fixed=0", "window.fixed"),
+        ("checkpoint.every=-1", "checkpoint.every"),
+        ("checkpoint.keep=0", "checkpoint.keep"),
+        ("data.val_fraction=nan", "data.val_fraction"),
+        ("data.val_fraction=1", "data.val_fraction"),
+        ("data.synthetic.fraction=inf", "data.synthetic.fraction"),
+        ("data.synthetic.min_distance=-1", "data.synthetic.min_distance"),
+        ("data.synthetic.value_digits=19", "data.synthetic.value_digits"),
+        ("data.synthetic.mqar_noise=-2", "data.synthetic.mqar_noise"),
+    ],
+)
+def test_out_of_range_values_name_the_key(override, key):
+    value = override.split("=", 1)[1]
+    with pytest.raises(ConfigError, match=rf"^{key} must be .*, got -?{value.lstrip('-')}"):
+        load_train_config(None, [override])
+
+
+def _numeric_keys(cls, prefix=""):
+    """Dotted keys of every int or float field (optional ones too) under dataclass ``cls``."""
+    import dataclasses
+    import typing
+
+    keys = []
+    for name, tp in typing.get_type_hints(cls).items():
+        args = [a for a in typing.get_args(tp) if a is not type(None)] or [tp]
+        if dataclasses.is_dataclass(tp):
+            keys += _numeric_keys(tp, f"{prefix}{name}.")
+        elif set(args) <= {int, float} and tp is not bool:
+            keys.append((prefix + name, float in args))
+    return keys
+
+
+def test_every_numeric_key_has_a_range():
+    from swax.data.config import DATA_BOUNDS, SYNTHETIC_BOUNDS
+    from swax.train.config import BOUNDS, TrainConfig
+
+    tables = {
+        **BOUNDS,
+        **{f"data.{k}": v for k, v in DATA_BOUNDS.items()},
+        **{f"data.synthetic.{k}": v for k, v in SYNTHETIC_BOUNDS.items()},
+    }
+    keys = _numeric_keys(TrainConfig)
+    assert len(keys) > 30
+    assert sorted(k for k, _ in keys) == sorted(tables)
+    for key, is_float in keys:  # no float key takes NaN or an infinity
+        for bad in ("nan", "inf", "-inf") if is_float else ():
+            with pytest.raises(ConfigError, match=rf"^{key} must be a finite number"):
+                load_train_config(None, [f"{key}={bad}"])
+
+
+def test_train_cli_bad_value_is_one_line(tmp_path, capsys):
+    # threads=-3 reached torch.set_num_threads: a RuntimeError traceback
+    rc = cli("train", f"run_dir={tmp_path / 'r'}", *SMALL, "steps=1", "threads=-3")
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and err == ["swax: error: threads must be >= 0, got -3"], err
+    assert not (tmp_path / "r").exists()
+
+
 # ------------------------------------------------------------------------------ runs
 
 

@@ -53,50 +53,27 @@ class SyntheticConfig:
     filler is a slice of the corpus text."""
 
     def __post_init__(self):
-        if not 0.0 <= self.fraction <= 1.0:
-            raise ConfigError(
-                f"data.synthetic.fraction: expected a number in [0, 1], got {self.fraction!r}"
-            )
+        from ..configutil import check_bounds
+
         if self.task not in ("needle", "mqar"):
             raise ConfigError(
                 f"data.synthetic.task: expected 'needle' or 'mqar', got {self.task!r}"
             )
-        for name in ("mqar_first_id", "mqar_noise"):
-            if getattr(self, name) < 0:
-                raise ConfigError(
-                    f"data.synthetic.{name}: expected >= 0, got {getattr(self, name)!r}"
-                )
-        for name in ("mqar_keys", "mqar_values"):
-            if getattr(self, name) < 1:
-                raise ConfigError(
-                    f"data.synthetic.{name}: expected >= 1, got {getattr(self, name)!r}"
-                )
+        check_bounds(self, SYNTHETIC_BOUNDS, prefix="data.synthetic.")
         if self.task == "mqar" and self.num_needles > self.mqar_keys:
             raise ConfigError(
                 f"data.synthetic.num_needles: {self.num_needles} MQAR pairs need as many distinct "
                 f"keys, but mqar_keys={self.mqar_keys}"
-            )
-        if self.num_needles < 1:
-            raise ConfigError(
-                f"data.synthetic.num_needles: expected >= 1, got {self.num_needles!r}"
             )
         if not 1 <= self.num_queries <= self.num_needles:
             raise ConfigError(
                 f"data.synthetic.num_queries: expected 1 to num_needles "
                 f"({self.num_needles}), got {self.num_queries!r}"
             )
-        if self.min_distance < 0:
-            raise ConfigError(
-                f"data.synthetic.min_distance: expected >= 0, got {self.min_distance!r}"
-            )
         if self.max_distance is not None and self.max_distance < self.min_distance:
             raise ConfigError(
                 f"data.synthetic.max_distance: expected >= min_distance "
                 f"({self.min_distance}), got {self.max_distance!r}"
-            )
-        if self.value_digits is not None and not 1 <= self.value_digits <= 18:
-            raise ConfigError(
-                f"data.synthetic.value_digits: expected 1 to 18, got {self.value_digits!r}"
             )
 
     @property
@@ -134,11 +111,29 @@ class DataConfig:
     """Synthetic retrieval episodes mixed into training."""
 
     def __post_init__(self):
-        if not 0.0 <= self.val_fraction < 1.0:
-            raise ConfigError(
-                f"data.val_fraction: expected a number in [0, 1), got {self.val_fraction!r}"
-            )
-        if isinstance(self.synthetic, dict):
-            from ..configutil import from_dict
+        from ..configutil import check_bounds, from_dict
 
+        check_bounds(self, DATA_BOUNDS, prefix="data.")
+        if isinstance(self.synthetic, dict):
             self.synthetic = from_dict(SyntheticConfig, self.synthetic, prefix="data.synthetic.")
+
+
+SYNTHETIC_BOUNDS: dict[str, str] = {
+    "fraction": "[0, 1]",
+    "num_needles": "[1, inf)",
+    "num_queries": "[1, inf)",  # and at most num_needles
+    "min_distance": "[0, inf)",
+    "max_distance": "[0, inf)",  # and at least min_distance
+    "value_digits": "[1, 18]",
+    "mqar_first_id": "[0, inf)",
+    "mqar_keys": "[1, inf)",
+    "mqar_values": "[1, inf)",
+    "mqar_noise": "[0, inf)",
+}
+"""The interval of every numeric SyntheticConfig field (see swax.configutil.check_bounds)."""
+
+DATA_BOUNDS: dict[str, str] = {
+    "val_fraction": "[0, 1)",
+    "split_seed": "(-inf, inf)",  # any integer: it is hashed with each document
+}
+"""The interval of every numeric DataConfig field outside ``synthetic``."""

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import SwaxError
+from .utf8 import decode_replacing, warn_invalid
 
 __all__ = ["iter_jsonl", "read_jsonl", "write_jsonl", "json_safe"]
 
@@ -21,16 +22,30 @@ def iter_jsonl(
     """(line number, value) of every non-blank line of a JSON Lines file (gzip-compressed when
     its name ends in ``.gz``). A missing or unreadable file and a line that is not JSON are
     SwaxErrors naming the path and line, followed by ``hint`` (e.g. the expected schema).
-    ``errors``: how undecodable UTF-8 is handled (``"replace"`` to read it anyway)."""
+    ``errors``: how undecodable UTF-8 is handled: ``"strict"`` (an error naming the file) or
+    ``"replace"`` (read anyway, U+FFFD in place of the bad bytes, and a warning naming the
+    file and counting them)."""
     path = Path(path)
     tail = f"; {hint}" if hint else ""
     if not path.is_file():
         what = "is a folder" if path.is_dir() else "does not exist"
         raise SwaxError(f"JSONL file {path} {what}{tail}")
     opener = gzip.open if path.suffix == ".gz" else open
+    bad = 0
     try:
-        with opener(path, "rt", encoding="utf-8", errors=errors) as f:
-            for lineno, line in enumerate(f, 1):
+        with opener(path, "rb") as f:
+            for lineno, raw in enumerate(f, 1):
+                if errors == "replace":
+                    line, n = decode_replacing(raw)
+                    bad += n
+                else:
+                    try:
+                        line = raw.decode("utf-8", errors)
+                    except UnicodeDecodeError as e:
+                        raise SwaxError(
+                            f"{path}:{lineno}: not UTF-8 text (byte {e.start + 1} of the line: "
+                            f"{e.reason}){tail}"
+                        ) from None
                 if not line.strip():
                     continue
                 try:
@@ -40,6 +55,7 @@ def iter_jsonl(
                 yield lineno, value
     except (OSError, UnicodeDecodeError, EOFError) as e:
         raise SwaxError(f"cannot read JSONL file {path}: {e}{tail}") from None
+    warn_invalid(path, bad)
 
 
 def read_jsonl(path: str | Path, required: Sequence[str] = ()) -> list[dict]:

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from ..errors import SwaxError
 from .jsonl import iter_jsonl
+from .utf8 import read_text_replacing
 
 FORMATS = ("auto", "kjv", "text", "jsonl", "parquet", "hf")
 """Values of ``fmt``: ``hf`` is a Hugging Face dataset folder written by ``save_to_disk``."""
@@ -110,22 +111,22 @@ def _folder_files(folder: Path, fmt: str) -> list[tuple[Path, str]]:
 
 
 def _read_text(path: Path) -> Iterator[str]:
-    yield path.read_text(encoding="utf-8", errors="replace")
+    yield read_text_replacing(path)
 
 
 def _json_records(path: Path) -> Iterator[tuple[str, object]]:
-    """(where, object) of a JSON-lines file, or of a file holding one JSON array."""
-    with path.open("r", encoding="utf-8", errors="replace") as f:
+    """(where, object) of a JSON-lines file, or of a file holding one JSON array. Bytes that
+    are not UTF-8 are replaced, with a warning naming the file."""
+    with path.open("rb") as f:
         head = f.read(4096).lstrip()
-        f.seek(0)
-        if head.startswith("["):
-            try:
-                items = json.load(f)
-            except json.JSONDecodeError as e:
-                raise SwaxError(f"{path}:{e.lineno}: invalid JSON ({e.msg})") from None
-            for i, obj in enumerate(items):
-                yield f"{path}: item {i}", obj
-            return
+    if head.startswith(b"["):
+        try:
+            items = json.loads(read_text_replacing(path))
+        except json.JSONDecodeError as e:
+            raise SwaxError(f"{path}:{e.lineno}: invalid JSON ({e.msg})") from None
+        for i, obj in enumerate(items):
+            yield f"{path}: item {i}", obj
+        return
     for lineno, obj in iter_jsonl(path, errors="replace"):
         yield f"{path}:{lineno}", obj
 

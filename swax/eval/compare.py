@@ -18,16 +18,30 @@ def _label(folder: Path, settings: dict) -> str:
     return settings.get("label") or folder.name
 
 
+def _read_json(path: Path, key: str) -> dict:
+    """A results file written by swax eval; a file that is not such JSON (unreadable, not
+    UTF-8, not JSON, without ``key``) is a SwaxError naming it."""
+    try:
+        data = json.loads(path.read_bytes().decode("utf-8"))
+    except (OSError, ValueError) as e:  # UnicodeDecodeError and JSONDecodeError are ValueErrors
+        raise SwaxError(f"cannot read {path}: {e}") from None
+    if not isinstance(data, dict) or key not in data:
+        raise SwaxError(
+            f"{path} holds no {key!r} (compare reads the results of swax eval niah and ppl)"
+        )
+    return data
+
+
 def load_results(folders: list[str | Path]) -> tuple[dict, dict]:
     niah, ppl = {}, {}
     for f in map(Path, folders):
         if (f / "results.json").is_file():
-            data = json.loads((f / "results.json").read_text())
+            data = _read_json(f / "results.json", "average")
             niah[_label(f, data.get("settings", {}))] = {
                 int(k): v for k, v in data["average"].items()
             }
         elif (f / "ppl.json").is_file():
-            data = json.loads((f / "ppl.json").read_text())
+            data = _read_json(f / "ppl.json", "buckets")
             ppl[_label(f, data.get("settings", {}))] = data["buckets"]
         else:
             raise SwaxError(

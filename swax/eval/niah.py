@@ -51,11 +51,16 @@ def parse_length(text: str | int) -> int:
         raise SwaxError(f"cannot read length {text!r}; expected a number like 4096 or 4k") from None
 
 
-def parse_lengths(text: str | Sequence) -> list[int]:
+def parse_lengths(text: str | Sequence, what: str = "lengths") -> list[int]:
+    """A comma list of lengths ("4k,8k,2000"); an empty list, a length that is not a number
+    and one below 1 are SwaxErrors naming ``what`` (e.g. "--lengths") and the value."""
     items = text.split(",") if isinstance(text, str) else list(text)
-    lengths = [parse_length(x) for x in items if str(x).strip()]
+    try:
+        lengths = [parse_length(x) for x in items if str(x).strip()]
+    except SwaxError as e:
+        raise SwaxError(f"{what}: {e}") from None
     if not lengths or any(n < 1 for n in lengths):
-        raise SwaxError(f"lengths must be positive, got {text!r}")
+        raise SwaxError(f"{what} must be positive lengths in tokens (e.g. 4k,8k), got {text!r}")
     return lengths
 
 

@@ -19,7 +19,7 @@ from typing import Any, Literal
 import yaml
 
 from ..config import SwaxConfig
-from ..configutil import from_dict, to_dict
+from ..configutil import check_bounds, from_dict, load_yaml_mapping, to_dict
 from ..data import DataConfig
 from ..errors import ConfigError
 
@@ -167,45 +167,19 @@ class TrainConfig:
         return cfg.replace(window=self.window.long) if cfg.window != self.window.long else cfg
 
     def validate(self) -> None:
-        def positive(name, v):
-            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise ConfigError(f"{name} must be a positive integer, got {v!r}")
-
-        for name in ("steps", "seq_len", "batch_size"):
-            positive(name, getattr(self, name))
+        """Every numeric field against :data:`BOUNDS`, then what relates fields to each other.
+        The data section checks its own fields (DataConfig, SyntheticConfig)."""
+        check_bounds(self, BOUNDS)
         w = self.window
-        for name in ("short", "long"):
-            positive(f"window.{name}", getattr(w, name))
-        if w.fixed is not None:
-            positive("window.fixed", w.fixed)
-        for name, v in (
-            ("window.short", w.short),
-            ("window.long", w.long),
-            ("window.fixed", w.fixed),
-        ):
+        for name in ("short", "long", "fixed"):
+            v = getattr(w, name)
             if v is not None and v > self.seq_len:
                 raise ConfigError(
-                    f"{name}={v} is larger than seq_len={self.seq_len}; a window can be at most "
-                    f"the training sequence length"
+                    f"window.{name}={v} is larger than seq_len={self.seq_len}; a window can be "
+                    f"at most the training sequence length"
                 )
         if w.kind == "stochastic" and w.short > w.long:
             raise ConfigError(f"window.short={w.short} must not exceed window.long={w.long}")
-        if not 0.0 <= w.p_short <= 1.0:
-            raise ConfigError(f"window.p_short must be in [0, 1], got {w.p_short}")
-        if not 0.0 <= w.anneal_frac <= 1.0:
-            raise ConfigError(f"window.anneal_frac must be in [0, 1], got {w.anneal_frac}")
-        o = self.optim
-        if o.lr <= 0:
-            raise ConfigError(f"optim.lr must be > 0, got {o.lr}")
-        positive("optim.grad_accum", o.grad_accum)
-        if o.warmup_steps < 0:
-            raise ConfigError(f"optim.warmup_steps must be >= 0, got {o.warmup_steps}")
-        if self.checkpoint.every < 0 or self.checkpoint.keep < 1:
-            raise ConfigError(
-                f"checkpoint.every must be >= 0 and checkpoint.keep >= 1, got "
-                f"{self.checkpoint.every} and {self.checkpoint.keep}"
-            )
-        positive("log.every", self.log.every)
         if self.device not in ("auto", "cpu", "cuda") and not self.device.startswith("cuda:"):
             raise ConfigError(f"device must be auto, cpu or cuda, got {self.device!r}")
         if not isinstance(self.model, dict):
@@ -227,6 +201,38 @@ class TrainConfig:
 
     def replace(self, **changes) -> TrainConfig:
         return dataclasses.replace(self, **changes)
+
+
+BOUNDS: dict[str, str] = {
+    "steps": "[1, inf)",
+    "seq_len": "[1, inf)",
+    "batch_size": "[1, inf)",
+    "seed": f"[0, {2**63 - 1}]",
+    "threads": "[0, inf)",
+    "window.short": "[1, inf)",
+    "window.long": "[1, inf)",
+    "window.fixed": "[1, inf)",
+    "window.p_short": "[0, 1]",
+    "window.anneal_frac": "[0, 1]",
+    "optim.lr": "(0, inf)",
+    "optim.min_lr_ratio": "[0, 1]",
+    "optim.warmup_steps": "[0, inf)",
+    "optim.decay_frac": "[0, 1]",
+    "optim.weight_decay": "[0, inf)",
+    "optim.beta1": "[0, 1)",
+    "optim.beta2": "[0, 1)",
+    "optim.eps": "(0, inf)",
+    "optim.grad_clip": "[0, inf)",
+    "optim.grad_accum": "[1, inf)",
+    "checkpoint.every": "[0, inf)",
+    "checkpoint.keep": "[1, inf)",
+    "log.every": "[1, inf)",
+    "log.val_every": "[0, inf)",
+    "log.val_batches": "[1, inf)",
+}
+"""The interval of every numeric TrainConfig key outside ``data`` (checked by
+:func:`swax.configutil.check_bounds`; ``data.*``: :data:`swax.data.config.DATA_BOUNDS`). A new
+numeric field needs an entry here (a test checks that every one has)."""
 
 
 # ------------------------------------------------------------------------------ loading
@@ -275,17 +281,7 @@ def load_train_config(
     overrides. Errors name the file or the dotted key."""
     data: dict = {}
     if path is not None:
-        p = Path(path)
-        if not p.is_file():
-            raise ConfigError(f"config file {p} does not exist")
-        try:
-            data = yaml.safe_load(p.read_text()) or {}
-        except yaml.YAMLError as e:
-            raise ConfigError(
-                f"config file {p} is not valid YAML: {str(e).splitlines()[0]}"
-            ) from None
-        if not isinstance(data, dict):
-            raise ConfigError(f"config file {p} must hold a mapping of keys")
+        data = load_yaml_mapping(path, "config file")
     for text in overrides:
         keys, value = parse_override(text)
         _set(data, keys, value)
