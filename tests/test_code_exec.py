@@ -504,6 +504,12 @@ def refused(fn):
         return True
     return False
 os.symlink("/proc/%d" % os.getppid(), "parent")
+resource_module = sys.modules["resource"]
+# the hook uses only what it bound before the program ran
+os.readlink = posix.readlink = lambda *a, **k: "/tmp"
+os.lstat = posix.lstat = lambda *a, **k: os.stat("/tmp")
+import builtins
+builtins.isinstance = lambda *a: False
 checks = {
     "fork": lambda: posix.fork() == 0 and posix._exit(0),
     "system": lambda: posix.system("true"),
@@ -512,6 +518,8 @@ checks = {
     "current_frames": sys._current_frames,
     "gc.get_objects": gc.get_objects,
     "gc.get_referrers": lambda: gc.get_referrers(sys),
+    "gc.get_referents": lambda: gc.get_referents(sys),
+    "setrlimit": lambda: resource_module.setrlimit(resource_module.RLIMIT_CPU, (10**6, 10**6)),
     "settrace": lambda: sys.settrace(None),
     "setprofile": lambda: sys.setprofile(None),
     "ctypes": lambda: __import__("ctypes"),
@@ -582,6 +590,53 @@ for act in (lambda s: s.connect(("127.0.0.1", {port})), lambda s: s.bind(("127.0
         assert res.passed, res.detail + res.output
         with pytest.raises(BlockingIOError):
             server.accept()
+
+
+@pytest.mark.skipif(not SECCOMP, reason="no seccomp filter on this platform")
+@pytest.mark.parametrize("seccomp", [True, False], ids=["seccomp", "control-without-seccomp"])
+def test_seccomp_refuses_ptrace_and_reading_process_memory(seccomp):
+    """With the audit hook off, ctypes can call ptrace and process_vm_readv (another way to
+    read the verdict token from memory); the seccomp filter refuses them, and
+    open_by_handle_at where the program kept CAP_DAC_READ_SEARCH."""
+    program = f"""
+import ctypes, errno, os
+libc = ctypes.CDLL(None, use_errno=True)
+def refused(result):
+    return result == -1 and ctypes.get_errno() == errno.EPERM
+secret = ctypes.create_string_buffer(b"s3cret")
+copy = ctypes.create_string_buffer(6)
+class IOVec(ctypes.Structure):
+    _fields_ = [("base", ctypes.c_void_p), ("len", ctypes.c_size_t)]
+local, remote = IOVec(ctypes.addressof(copy), 6), IOVec(ctypes.addressof(secret), 6)
+results = {{
+    "process_vm_readv": refused(
+        libc.process_vm_readv(os.getpid(), ctypes.byref(local), 1, ctypes.byref(remote), 1, 0)
+    ),
+    "ptrace": refused(libc.ptrace(0, 0, None, None)),  # PTRACE_TRACEME
+}}
+if {"cap-dac-read-search" in BASELINE.guards}:
+    results["open_by_handle_at"] = refused(libc.open_by_handle_at(-1, None, 0))
+print(results)
+assert all(results.values()) if {seccomp} else not any(results.values()), results
+"""
+    disable = ("audit", "guard") + (() if seccomp else ("seccomp",))
+    res = code_exec._execute(program, disable=disable)
+    assert res.passed, res.detail + res.output
+
+
+def test_limits_are_set():
+    program = """
+import resource
+expect = {"AS": 300 * 2**20, "CPU": 9 + 2, "FSIZE": 3 * 2**20, "NOFILE": 256, "CORE": 0}
+for name, value in expect.items():
+    limits = resource.getrlimit(getattr(resource, "RLIMIT_" + name))
+    assert limits == (value, value), (name, limits)
+"""
+    res = code_exec._execute(
+        program, disable=("audit", "guard"), memory_mb=300, max_file_mb=3, timeout=9.5
+    )
+    assert res.passed, res.detail + res.output
+    assert "rlimits" in res.guards
 
 
 def test_file_size_bomb_is_stopped():

