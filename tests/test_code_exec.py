@@ -246,6 +246,29 @@ assert os.stat(".").st_uid == 65534
     assert res.uid == 65534 and "separate-uid" in res.guards
 
 
+@needs_root
+def test_keeps_no_capability_when_uid_65534_can_run_the_interpreter(tmp_path):
+    python = _python_for_nobody()
+    if python is None:
+        pytest.skip("no Python >= 3.10 that uid 65534 can run")
+    private = tmp_path / "root-only.txt"
+    private.write_text("secret")
+    private.chmod(0o600)
+    program = f"""
+import os
+assert os.getuid() == 65534
+try:
+    open({str(private)!r}).read()
+except PermissionError:
+    pass
+else:
+    raise AssertionError("read a root-only file")
+"""
+    res = run_program(program, python=python)
+    assert res.passed, res.detail + res.output
+    assert "separate-uid" in res.guards and "cap-dac-read-search" not in res.guards
+
+
 SPAWN = (
     BYPASS
     + """

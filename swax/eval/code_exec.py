@@ -40,7 +40,9 @@ Guarded (each claim has a test in ``tests/test_code_exec.py``, named after it):
   a pyenv under ``/root``) it keeps ``CAP_DAC_READ_SEARCH`` as its only capability
   (``cap-dac-read-search``): it can then read every file, as root could, but it still cannot
   write root's files, signal or trace root's processes or read their ``/proc`` files, and
-  ``RLIMIT_NPROC`` binds it. Which of the two works is found once per interpreter.
+  ``RLIMIT_NPROC`` binds it (``test_keeps_no_capability_when_uid_65534_can_run_the_interpreter``
+  checks the plain case). Which of the two works is found once per interpreter; if neither
+  does, a ``RuntimeWarning`` says so and programs run as root.
 - **No new processes** (``test_processes_cannot_be_started``), even by code that undoes the
   Python guard (``del sys.modules['posix']; import posix; posix.fork()``): a seccomp filter
   (Linux x86-64 and aarch64, ``seccomp``) makes ``fork``, ``vfork`` and ``clone`` without
@@ -136,6 +138,7 @@ import sys
 import tempfile
 import threading
 import time
+import warnings
 from collections.abc import Callable, Collection, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
@@ -177,7 +180,7 @@ class ExecResult:
 # kills the runner at the timeout, then every process left below it. Run with
 # `python -I -S -B -c`, so it imports nothing from swax.
 _LAUNCHER = r"""
-import json, os, signal, sys, time
+import json, os, resource, signal, sys, time
 
 cfg = json.loads(sys.argv[1])
 LINUX = sys.platform.startswith("linux")
@@ -379,8 +382,6 @@ def child(w):
             os.close(ruleset)
         if "seccomp" not in DISABLE and info["no_new_privs"]:
             info["seccomp"] = seccomp_no_processes()
-    import resource
-
     for name, value in cfg["limits"].items():
         lim = getattr(resource, name, None)
         if lim is not None and value is not None:
@@ -1028,17 +1029,28 @@ def _uid_mode(python: str) -> str | None:
     """How to run programs under another uid, found once per interpreter: None (not root, not
     Linux, or setuid refused), "plain" (uid/gid 65534, no capability), or "read-all" (the same,
     keeping CAP_DAC_READ_SEARCH, for an interpreter that uid 65534 cannot read, e.g. in /root)."""
-    if not sys.platform.startswith("linux") or os.geteuid() != 0 or _sandbox_parent() is None:
+    if not sys.platform.startswith("linux") or os.geteuid() != 0:
         return None
     with _UID_LOCK:
         if python not in _UID_MODES:
-            mode = None
-            for m in ("plain", "read-all"):
+            mode, why = None, []
+            if _sandbox_parent() is None:
+                why.append("no temporary folder that other uids can enter")
+            for m in ("plain", "read-all") if not why else ():
                 probe = f"import os\nassert os.getuid() == os.geteuid() == {_SANDBOX_UID}\n"
                 res = _launch(probe, 60.0, None, 16, True, python, frozenset(), m)
                 if res.passed:
                     mode = m
                     break
+                why.append(f"{m}: {res.status} {res.detail}")
+            if mode is None:
+                warnings.warn(
+                    f"code_exec: running as root, but programs cannot run as uid {_SANDBOX_UID} "
+                    f"with {python} ({'; '.join(why)}); they run as root, without the separate "
+                    "uid (see ExecResult.guards)",
+                    RuntimeWarning,
+                    stacklevel=4,
+                )
             _UID_MODES[python] = mode
         return _UID_MODES[python]
 
