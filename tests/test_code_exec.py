@@ -193,9 +193,7 @@ assert not leaks, leaks
 
 
 def _environ_scan(evaluator: int) -> str:
-    return f"EVALUATOR = {evaluator}\nCLEAN = {sorted(CLEAN_ENV)!r}\nCLEAN = set(CLEAN)\n" + (
-        ENVIRON_SCAN
-    )
+    return f"EVALUATOR = {evaluator}\nCLEAN = set({sorted(CLEAN_ENV)!r})\n" + ENVIRON_SCAN
 
 
 @needs_linux
