@@ -138,8 +138,8 @@ class TasksConfig(EvalConfig):
     """Evaluate the first N items of each task only."""
     batch_size: int = option(8, minimum=1)
     """Sequences per forward pass."""
-    code_timeout: float = 10.0
-    """Seconds per program of the code tasks."""
+    code_timeout: float = option(10.0, minimum=0.1)
+    """Seconds per program of the code tasks (at least 0.1)."""
 
 
 @dataclass

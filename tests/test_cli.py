@@ -408,3 +408,9 @@ def test_negative_lengths_name_the_option(capsys, command):
     assert_one_line_error(r, "--lengths", "-1k", "positive")
     r = run_inprocess(capsys, "eval", command, "--preset", "tiny", "--lengths", "4k,abc")
     assert_one_line_error(r, "--lengths", "'abc'")
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "nan"])
+def test_code_timeout_must_be_positive(capsys, value):
+    r = run_inprocess(capsys, "eval", "tasks", "--preset", "tiny", "--code-timeout", value)
+    assert_one_line_error(r, "code", value)
