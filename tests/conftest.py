@@ -1,7 +1,18 @@
+import atexit
 import os
+import shutil
+import tempfile
 
-import pytest
-import torch
+# torch.compile's on-disk cache (/tmp/torchinductor_<user>) is shared by every process of the
+# user: two test runs compiling the same kernel at once (two checkouts, or CI beside a developer's
+# run) can read each other's half-written .so ("file too short"). Each test process gets its own.
+if "TORCHINDUCTOR_CACHE_DIR" not in os.environ:
+    _cache = tempfile.mkdtemp(prefix="swax-test-inductor-")
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = _cache
+    atexit.register(shutil.rmtree, _cache, ignore_errors=True)
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
 
 # Under pytest-xdist every worker is its own process: one thread each avoids oversubscribing
 # the cores (small tensors are dominated by threading overhead anyway).
