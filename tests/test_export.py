@@ -253,3 +253,20 @@ def test_bad_input_one_line_exit_2(exported, tmp_path, capsys):
         "(see swax export onnx --help)"
     ]
     assert not list(tmp_path.glob(".*"))  # no temporary folders or files left behind
+
+
+@pytest.mark.parametrize("pattern", PATTERNS)
+def test_portable_ops_equal_default_ops(exported, pattern):
+    """What the ONNX export traces (pure-torch backends, forward-substitution solve) computes
+    what the default ops compute (the SD ONNX test itself is in the slow tier)."""
+    from swax.export import portable_ops
+    from swax.ops.registry import _FORCED
+
+    model = exported[pattern][0]
+    ids = torch.randint(0, 257, (2, 70), generator=torch.Generator().manual_seed(4))
+    with torch.no_grad():
+        ref = model(ids)
+        with portable_ops():
+            got = model(ids)
+    assert not _FORCED  # restored on exit
+    assert (got - ref).abs().max() <= 1e-5
