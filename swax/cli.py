@@ -502,6 +502,31 @@ def cmd_eval_compare(cfg: C.CompareConfig) -> int:
     return 0
 
 
+# ---------------------------------------------------------------- swax export (hf, onnx)
+def cmd_export_hf(cfg: C.ExportHFConfig) -> int:
+    from .export import export_hf
+
+    out = export_hf(cfg.model_dir, cfg.out_dir)
+    print(
+        f"wrote {out}: AutoModelForCausalLM.from_pretrained({str(out)!r}, trust_remote_code=True)"
+    )
+    return 0
+
+
+def cmd_export_onnx(cfg: C.ExportOnnxConfig) -> int:
+    from .export import export_onnx
+
+    out = export_onnx(cfg.model_dir, cfg.out, cfg.seq_len, cfg.window, cfg.batch_size)
+    print(f"wrote {out}: input_ids int64 ({cfg.batch_size}, {cfg.seq_len}) -> logits")
+    return 0
+
+
+EXPORT_COMMANDS: dict = {
+    "hf": (C.ExportHFConfig, cmd_export_hf, "a Hugging Face folder (transformers, lm-eval)"),
+    "onnx": (C.ExportOnnxConfig, cmd_export_onnx, "an ONNX graph of the forward (fixed shape)"),
+}
+
+
 class _Parser(argparse.ArgumentParser):
     """argparse with one-line usage errors: ``swax: error: … (see swax generate --help)``.
     A value that starts with a minus and a digit (``--lengths -1k``) is read as the option's
@@ -533,6 +558,7 @@ COMMANDS: dict = {
         "ppl": (C.PplConfig, cmd_eval_ppl, "loss by position beyond the training length"),
         "compare": (C.CompareConfig, cmd_eval_compare, "merge results folders into one table"),
     },
+    "export": EXPORT_COMMANDS,
     "sweep": (C.SweepArgs, cmd_sweep, "train and evaluate a family of runs (resumable)"),
     "demo": (C.DemoConfig, cmd_demo, "the default job: train the tiny model, then generate"),
 }
@@ -586,8 +612,9 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
     for name, entry in COMMANDS.items():
         if isinstance(entry, dict):
-            group = sub.add_parser(name, help=f"evaluate: {', '.join(entry)}")
-            esub = group.add_subparsers(dest="eval_command", metavar="EVAL")
+            what = {"eval": "evaluate", "export": "export for other tools"}.get(name, name)
+            group = sub.add_parser(name, help=f"{what}: {', '.join(entry)}")
+            esub = group.add_subparsers(dest=f"{name}_command", metavar=name.upper())
             for sub_name, sub_entry in entry.items():
                 _add_command(esub, sub_name, sub_entry)
         else:
@@ -606,8 +633,8 @@ def main(argv: list[str] | None = None) -> int:
     elif extra:
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
     if not getattr(args, "fn", None):
-        if getattr(args, "command", None) == "eval":
-            parser.parse_args(["eval", "--help"])
+        if isinstance(COMMANDS.get(getattr(args, "command", None)), dict):
+            parser.parse_args([args.command, "--help"])
         parser.print_help()
         return 0
     try:

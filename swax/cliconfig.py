@@ -220,3 +220,35 @@ class DemoConfig:
 
     def __post_init__(self) -> None:
         _check(self)
+
+
+# ---------------------------------------------------------------- swax export (hf, onnx)
+@dataclass
+class ExportHFConfig:
+    """Write a Hugging Face folder of a swax checkpoint: AutoModelForCausalLM.from_pretrained(
+    OUT_DIR, trust_remote_code=True) and lm_eval --model hf load it (both need swax installed)."""
+
+    model_dir: str = option(positional=True, metavar="MODEL_DIR")
+    """The swax checkpoint folder (save_pretrained or swax train), with its tokenizer."""
+    out_dir: str = option(positional=True, metavar="OUT_DIR")
+    """The folder to write; must not exist or be empty."""
+
+
+@dataclass
+class ExportOnnxConfig:
+    """Write the forward of a swax checkpoint as an ONNX graph of fixed shape: input_ids int64
+    (batch, seq-len) -> logits (batch, seq-len, vocab), at a fixed attention window."""
+
+    model_dir: str = option(positional=True, metavar="MODEL_DIR")
+    """The swax checkpoint folder."""
+    out: str = option(positional=True, metavar="OUT.onnx")
+    """The ONNX file to write; must not exist."""
+    seq_len: int = option(128, minimum=1)
+    """Tokens per sequence (fixed in the graph)."""
+    batch_size: int = option(1, minimum=1)
+    """Sequences per call (fixed in the graph)."""
+    window: int | None = option(None, minimum=1)
+    """Attention window of the S layers (default: the model's config.window)."""
+
+    def __post_init__(self) -> None:
+        check_minimums(self)

@@ -224,6 +224,8 @@ class SwaxConfig:
         if not isinstance(data, dict):
             raise ConfigError(f"config file {path} must hold a JSON object")
         data.pop("swax_version", None)
+        if data.get("model_type") == "swax":  # written by `swax export hf`: drop HF's keys
+            data = {k: v for k, v in data.items() if k in cls.__dataclass_fields__}
         return cls.from_dict(data)
 
     def save(self, path: str | Path) -> None:

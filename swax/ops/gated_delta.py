@@ -62,6 +62,8 @@ chunk, never ``T × T``, and loops over chunks, never over time steps).
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
+from contextlib import contextmanager
 from functools import lru_cache
 
 import torch
@@ -182,7 +184,7 @@ def _chunk(q, k, v, g, beta, S, chunk_size: int):
     A = (k @ k.transpose(-1, -2)) * decay.masked_fill(~strict, 0.0) * beta.unsqueeze(-1)
     rhs = torch.cat([beta.unsqueeze(-1) * v, (beta * eG).unsqueeze(-1) * k], dim=-1)
     # (I + A) X = rhs; unitriangular=True uses the implicit unit diagonal of I + A.
-    X = torch.linalg.solve_triangular(A, rhs, upper=False, unitriangular=True)
+    X = _solve_unit_lower(A, rhs)
     Uv, Wk = X[..., :Dv], X[..., Dv:]  # U = Uv - Wk @ S0
 
     # o_t = S_tᵀ q_t = (e^{G_t} q_t)ᵀ S0 + sum_{j<=t} D[t, j] (q_t·k_j) u_j, and the chunk's
@@ -269,6 +271,32 @@ def gated_delta_rule(
         )
     o, S = _native(q, k, v, g, beta, initial_state, output_final_state, chunk_size, scale, mode)
     return o, (S if output_final_state else None)
+
+
+_PLAIN_SOLVE = False
+
+
+@contextmanager
+def plain_solve() -> Iterator[None]:
+    """Within the block the chunk form solves its triangular system by forward substitution in
+    plain tensor ops (for exporters without ``linalg_solve_triangular``, such as ONNX)."""
+    global _PLAIN_SOLVE
+    saved, _PLAIN_SOLVE = _PLAIN_SOLVE, True
+    try:
+        yield
+    finally:
+        _PLAIN_SOLVE = saved
+
+
+def _solve_unit_lower(A: torch.Tensor, rhs: torch.Tensor) -> torch.Tensor:
+    """X with (I + A) X = rhs for A strictly lower triangular (..., C, C)."""
+    if not _PLAIN_SOLVE:
+        return torch.linalg.solve_triangular(A, rhs, upper=False, unitriangular=True)
+    rows = [rhs[..., 0, :]]
+    for t in range(1, A.shape[-1]):  # x_t = r_t - sum_{j<t} A[t, j] x_j
+        done = torch.stack(rows, -2)
+        rows.append(rhs[..., t, :] - (A[..., t : t + 1, :t] @ done).squeeze(-2))
+    return torch.stack(rows, -2)
 
 
 def _native(q, k, v, g, beta, initial_state, output_final_state, chunk_size, scale, mode="chunk"):

@@ -10,7 +10,8 @@ automatic choice and logs a warning once — a fallback is never silent.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 log = logging.getLogger("swax")
@@ -35,6 +36,23 @@ class Backend:
 
 _REGISTRY: dict[str, dict[str, Backend]] = {}
 _WARNED: set[tuple[str, str, str]] = set()
+_FORCED: dict[str, str] = {}
+
+
+@contextmanager
+def forced_backends(**names: str) -> Iterator[None]:
+    """Within the block, op ``op`` runs backend ``names[op]`` whatever backend a caller asks for
+    (e.g. pure-torch references while exporting to ONNX, which cannot hold custom ops)."""
+    for op, name in names.items():
+        if name not in _REGISTRY.get(op, {}):
+            raise ValueError(f"unknown {op} backend {name!r}")
+    saved = dict(_FORCED)
+    _FORCED.update(names)
+    try:
+        yield
+    finally:
+        _FORCED.clear()
+        _FORCED.update(saved)
 
 
 def register_backend(
@@ -72,6 +90,8 @@ def select_backend(op: str, name: str | None, *args, **kwargs) -> Backend:
     table = _REGISTRY.get(op)
     if not table:
         raise ValueError(f"unknown op {op!r}; known ops: {sorted(_REGISTRY)}")
+    if op in _FORCED:
+        return table[_FORCED[op]]
     if name not in (None, "auto"):
         if name not in table:
             raise ValueError(
