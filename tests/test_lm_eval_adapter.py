@@ -327,3 +327,25 @@ def test_command_line_route(task_dir, model):
     acc, acc_norm = ref_arc_metrics(model)
     assert res["acc,none"] == pytest.approx(acc)
     assert res["acc_norm,none"] == pytest.approx(acc_norm)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", ["offline", "bad_args"])
+def test_command_line_errors_are_one_line(task_dir, case):
+    """A built-in task without network (lm-eval fetches its data from the hub) and bad
+    --model_args: one line each and exit 2 (both were tracebacks)."""
+    env = dict(os.environ, HF_DATASETS_OFFLINE="1", HF_HUB_OFFLINE="1")
+    model_args = f"pretrained={task_dir / 'model'}" if case == "offline" else "preset=tiny"
+    proc = subprocess.run(
+        [sys.executable, "-m", "swax.eval.lm_eval_adapter", "--model_args", model_args]
+        + ["--tasks", "arc_easy", "--limit", "2"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+    )
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    assert "Traceback" not in proc.stderr
+    errors = [ln for ln in proc.stderr.splitlines() if "error:" in ln]
+    assert len(errors) == 1 and errors[0].startswith("swax-lm-eval: error: "), proc.stderr[-2000:]
+    assert ("HF_DATASETS_CACHE" if case == "offline" else "pretrained=DIR") in errors[0]

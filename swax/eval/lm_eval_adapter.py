@@ -326,7 +326,51 @@ def main(argv: Sequence[str] | None = None) -> None:
     ):
         args = ["run", "--model", "swax", *args[1:]]
     sys.argv = ["swax-lm-eval", *args]
-    cli_evaluate()
+    try:
+        cli_evaluate()
+    except SwaxError as e:
+        _fail(str(e))
+    except Exception as e:
+        if not _is_offline_error(e):
+            raise
+        _fail(
+            f"{_first_line(e)}: lm-eval's built-in tasks download their data from the Hugging "
+            "Face Hub, which cannot be reached; copy a HF_DATASETS_CACHE from a machine that has "
+            "it and set HF_DATASETS_OFFLINE=1, or use a local YAML task with --include_path "
+            "(README, 'Exchange')"
+        )
+
+
+OFFLINE_ERRORS = {
+    "ConnectionError",
+    "OfflineModeIsEnabled",
+    "LocalEntryNotFoundError",
+    "ConnectTimeout",
+    "MaxRetryError",
+    "NameResolutionError",
+}
+"""Names of the exceptions (requests, urllib3, huggingface_hub, datasets) that mean the hub
+could not be reached."""
+
+
+def _is_offline_error(e: BaseException | None) -> bool:
+    seen = set()
+    while e is not None and id(e) not in seen:
+        seen.add(id(e))
+        if isinstance(e, ConnectionError) or type(e).__name__ in OFFLINE_ERRORS:
+            return True
+        e = e.__cause__ or e.__context__
+    return False
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip()
+    return text.splitlines()[0] if text else type(e).__name__
+
+
+def _fail(message: str) -> None:
+    print(f"swax-lm-eval: error: {message.strip().splitlines()[0]}", file=sys.stderr)
+    raise SystemExit(2)
 
 
 if __name__ == "__main__":
