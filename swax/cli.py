@@ -502,6 +502,37 @@ def cmd_eval_compare(cfg: C.CompareConfig) -> int:
     return 0
 
 
+# ---- swax data prepare (pre-tokenized shards; see swax.data.shards) ----
+
+
+def cmd_data_prepare(cfg: C.DataPrepareConfig) -> int:
+    from .data.shards import prepare_shards
+
+    if not cfg.out:
+        raise SwaxError("swax data prepare needs --out DIR, the folder of the shard set")
+    index = prepare_shards(
+        cfg.source,
+        cfg.out,
+        tokenizer=cfg.tokenizer,
+        shard_tokens=cfg.shard_tokens,
+        workers=cfg.workers,
+        val_fraction=cfg.val_fraction,
+        split_seed=cfg.split_seed,
+        fmt=cfg.format,
+        field=cfg.field,
+        overwrite=cfg.overwrite,
+        progress=cfg.progress,
+    )
+    tr, va = index["train"], index["val"]
+    print(
+        f"{index['documents']:,} documents -> {tr['tokens']:,} training tokens in "
+        f"{len(tr['shards'])} shards, {va['tokens']:,} validation tokens in "
+        f"{len(va['shards'])} shards ({index['dtype']}, tokenizer {index['tokenizer']['name']})"
+    )
+    print(f"shard set: {cfg.out} (train with data.source={cfg.out})")
+    return 0
+
+
 class _Parser(argparse.ArgumentParser):
     """argparse with one-line usage errors: ``swax: error: … (see swax generate --help)``.
     A value that starts with a minus and a digit (``--lengths -1k``) is read as the option's
@@ -535,6 +566,13 @@ COMMANDS: dict = {
     },
     "sweep": (C.SweepArgs, cmd_sweep, "train and evaluate a family of runs (resumable)"),
     "demo": (C.DemoConfig, cmd_demo, "the default job: train the tiny model, then generate"),
+    "data": {
+        "prepare": (
+            C.DataPrepareConfig,
+            cmd_data_prepare,
+            "tokenize a corpus into memory-mapped shards",
+        ),
+    },
 }
 """command -> (config dataclass, function, one-line help); "eval" holds its subcommands."""
 
@@ -586,8 +624,9 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
     for name, entry in COMMANDS.items():
         if isinstance(entry, dict):
-            group = sub.add_parser(name, help=f"evaluate: {', '.join(entry)}")
-            esub = group.add_subparsers(dest="eval_command", metavar="EVAL")
+            what = "evaluate" if name == "eval" else name
+            group = sub.add_parser(name, help=f"{what}: {', '.join(entry)}")
+            esub = group.add_subparsers(dest=f"{name}_command", metavar=name.upper())
             for sub_name, sub_entry in entry.items():
                 _add_command(esub, sub_name, sub_entry)
         else:
@@ -606,8 +645,8 @@ def main(argv: list[str] | None = None) -> int:
     elif extra:
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
     if not getattr(args, "fn", None):
-        if getattr(args, "command", None) == "eval":
-            parser.parse_args(["eval", "--help"])
+        if isinstance(COMMANDS.get(getattr(args, "command", None)), dict):
+            parser.parse_args([args.command, "--help"])
         parser.print_help()
         return 0
     try:
