@@ -304,3 +304,19 @@ def test_train_from_shards_cli_and_exact_resume(prepared, tmp_path):
 
     assert losses("a") == losses("b") and sorted(losses("a")) == list(range(1, 7))
     assert resumed["final_val_loss"] == full["final_val_loss"]
+
+
+@pytest.mark.slow
+def test_shards_rss_benchmark_quick():
+    import pathlib
+
+    root = pathlib.Path(__file__).resolve().parents[1]
+    r = subprocess.run(
+        [sys.executable, "benchmarks/shards_rss.py", "--quick"],
+        capture_output=True,
+        text=True,
+        cwd=root,
+    )
+    assert r.returncode == 0, r.stdout + r.stderr
+    ratio = float(r.stdout.split("tokens: ")[-1])
+    assert 0.5 < ratio < 1.5, r.stdout

@@ -454,10 +454,21 @@ def prepare_shards(
         if bar is not None:
             bar.close()
 
+    index = make_index(tok, spec, dtype, shard_tokens, settings, done, n_docs)
+    if not done["train"]:
+        raise SwaxError(f"{source}: every document went to validation; lower --val-fraction")
+    _atomic_json(out / INDEX, index)
+    (out / PROGRESS).unlink(missing_ok=True)
+    return index
+
+
+def make_index(tok, spec: str, dtype, shard_tokens: int, settings: dict, shards, documents):
+    """The ``index.json`` object of a shard set: ``shards`` and ``documents`` map each split
+    ("train", "val") to its shard records ({file, tokens, sha256}) and document count."""
     index = {
         "format": FORMAT,
         "version": VERSION,
-        "dtype": dtype.name,
+        "dtype": np.dtype(dtype).name,
         "eot_id": tok.eot_id,
         "tokenizer": {
             "name": tok.name,
@@ -467,21 +478,22 @@ def prepare_shards(
             "folder": TOKENIZER_DIR,
         },
         "shard_tokens": shard_tokens,
-        "source": settings["source"],
+        "source": settings.get("source"),
         "settings": settings,
-        "documents": n_docs["train"] + n_docs["val"],
+        "documents": sum(documents[s] for s in SPLITS),
     }
     for s in SPLITS:
         index[s] = {
-            "documents": n_docs[s],
-            "tokens": sum(r["tokens"] for r in done[s]),
-            "shards": done[s],
+            "documents": documents[s],
+            "tokens": sum(r["tokens"] for r in shards[s]),
+            "shards": list(shards[s]),
         }
-    if not done["train"]:
-        raise SwaxError(f"{source}: every document went to validation; lower --val-fraction")
-    _atomic_json(out / INDEX, index)
-    (out / PROGRESS).unlink(missing_ok=True)
     return index
+
+
+def write_index(folder: str | Path, index: dict) -> None:
+    """Write ``index.json`` (atomically: its presence marks a complete shard set)."""
+    _atomic_json(Path(folder) / INDEX, index)
 
 
 class _Interrupted(Exception):
