@@ -132,6 +132,29 @@ def test_prepare_gpt2_matches_encode(tmp_path):
     assert train.tolist() == train_ref and val.tolist() == val_ref
 
 
+def test_prepare_uint32_for_a_large_vocabulary(tmp_path):
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    vocab = {f"w{i}": i for i in range(70_000)}
+    vocab["<|endoftext|>"] = 70_000
+    tk = Tokenizer(models.WordLevel(vocab, unk_token="w0"))
+    tk.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    tk.save(str(tmp_path / "tokenizer.json"))
+    rng = np.random.default_rng(0)
+    docs = [" ".join(f"w{i}" for i in rng.integers(0, 70_000, 50)) for _ in range(30)]
+    (tmp_path / "d.jsonl").write_text("".join(json.dumps({"text": d}) + "\n" for d in docs))
+    prepare_shards(
+        str(tmp_path / "d.jsonl"), tmp_path / "out", str(tmp_path / "tokenizer.json"),
+        shard_tokens=400, val_fraction=0, progress=False,
+    )  # fmt: skip
+    ref = [int(w[1:]) for d in docs for w in [*d.split(), "w70000"]]
+    tokens, index = read_split(tmp_path / "out", "train")
+    assert index["dtype"] == "uint32" and index["eot_id"] == 70_000
+    assert tokens.tolist() == ref and max(ref) > 65_535
+    train, _ = build_datasets(DataConfig(source=str(tmp_path / "out")), None, seq_len=16)
+    assert train.tokens[0 : len(ref)].tolist() == ref
+
+
 def _files(folder):
     return {p.name: p.read_bytes() for p in sorted(folder.iterdir()) if p.is_file()}
 

@@ -50,7 +50,7 @@ class TokenDataset:
     """A flat token stream: each document's tokens followed by ``eot_id``."""
 
     tokens: np.ndarray
-    """int32 token ids."""
+    """int32 token ids, or a memory-mapped :class:`~swax.data.shards.ShardedTokens` stream."""
     eot_id: int
     """End-of-text id between documents."""
     num_documents: int
@@ -373,7 +373,11 @@ class PackedLoader:
         perm = self._perms.get(epoch)
         if perm is None:
             rng = np.random.default_rng([self.seed, epoch, 0])
-            perm = rng.permutation(self.sequences_per_epoch)
+            # in place on int32 ids (the same order as rng.permutation(n), half the memory:
+            # the one array that grows with the corpus, e.g. 8 MB for 1B tokens at seq 512)
+            n = self.sequences_per_epoch
+            perm = np.arange(n, dtype=np.int32 if n < 2**31 else np.int64)
+            rng.shuffle(perm)
             self._perms = {e: p for e, p in self._perms.items() if e >= epoch - 1}
             self._perms[epoch] = perm
         return perm

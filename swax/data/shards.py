@@ -1,5 +1,5 @@
-"""Pre-tokenized, memory-mapped token shards: ``swax data prepare`` writes them, training reads
-them (``data.source=DIR``) with constant memory.
+"""Pre-tokenized token shards: ``swax data prepare`` writes them, training reads them
+(``data.source=DIR``) with constant memory.
 
 A shard set is a folder::
 
@@ -95,16 +95,22 @@ def read_index(folder: str | Path) -> dict:
 
 
 class ShardedTokens:
-    """The token stream of one split of a shard set, read through ``numpy.memmap``.
+    """The token stream of one split of a shard set, read from the shard files on demand.
 
     Behaves as a read-only 1-D array for what the loader needs: ``len()``, slices
     ``[a:b]`` (step 1; int64 copies of just those tokens, across shard boundaries) and single
-    indices. Shards are mapped when first read; nothing is read into memory up front.
+    indices. Reads are positioned reads (``os.pread``) of just the requested bytes into a fresh
+    array, not ``numpy.memmap``: a memory map's read-ahead maps ~1 MB of file pages into the
+    process per random access, and those pages count in its RSS and stay mapped, so RSS would
+    creep towards the corpus size over a long run; read pages here live in the kernel's page
+    cache only. At most :attr:`MAX_OPEN` shard files are open at a time.
     """
+
+    MAX_OPEN = 64
 
     def __init__(self, folder: str | Path, shards: list[dict], dtype: str):
         self.folder = Path(folder)
-        self.dtype = np.dtype(dtype)
+        self.dtype = np.dtype(dtype).newbyteorder("<")
         self.files = [self.folder / s["file"] for s in shards]
         self.sizes = np.array([int(s["tokens"]) for s in shards], dtype=np.int64)
         self.starts = np.concatenate([[0], np.cumsum(self.sizes)]).astype(np.int64)
@@ -117,7 +123,8 @@ class ShardedTokens:
                     f"shard {f} has {size} bytes, expected {n * self.dtype.itemsize} "
                     f"({n} {self.dtype.name} tokens, as {self.folder / INDEX} says)"
                 )
-        self._maps: dict[int, np.memmap] = {}
+        self._fds: dict[int, int] = {}  # shard -> open file descriptor (insertion = LRU order)
+        self._pid = os.getpid()
 
     def __len__(self) -> int:
         return int(self.starts[-1])
@@ -128,12 +135,40 @@ class ShardedTokens:
 
     ndim = 1
 
-    def _map(self, i: int) -> np.memmap:
-        m = self._maps.get(i)
-        if m is None:
-            m = np.memmap(self.files[i], dtype=self.dtype, mode="r")
-            self._maps[i] = m
-        return m
+    def _fd(self, i: int) -> int:
+        if self._pid != os.getpid():  # forked (e.g. a DataLoader worker): do not share offsets
+            self._fds, self._pid = {}, os.getpid()
+        fd = self._fds.pop(i, None)
+        if fd is None:
+            if len(self._fds) >= self.MAX_OPEN:
+                os.close(self._fds.pop(next(iter(self._fds))))
+            fd = os.open(self.files[i], os.O_RDONLY)
+        self._fds[i] = fd
+        return fd
+
+    def _pread(self, i: int, lo: int, n: int) -> np.ndarray:
+        size = self.dtype.itemsize
+        data = os.pread(self._fd(i), n * size, lo * size)
+        if len(data) != n * size:
+            raise SwaxError(f"shard {self.files[i]} is shorter than its index says")
+        return np.frombuffer(data, dtype=self.dtype)
+
+    def close(self) -> None:
+        for fd in self._fds.values():
+            os.close(fd)
+        self._fds = {}
+
+    def __del__(self):
+        try:
+            if self._pid == os.getpid():
+                self.close()
+        except Exception:
+            pass
+
+    def __getstate__(self):
+        state = self.__dict__.copy()
+        state["_fds"] = {}
+        return state
 
     def read(self, start: int, stop: int) -> np.ndarray:
         """Tokens [start, stop) as int64 (clipped to the stream, like a slice)."""
@@ -145,7 +180,7 @@ class ShardedTokens:
             i = int(np.searchsorted(self.starts, pos, side="right")) - 1
             lo = pos - int(self.starts[i])
             take = min(stop - pos, int(self.sizes[i]) - lo)
-            out[pos - start : pos - start + take] = self._map(i)[lo : lo + take]
+            out[pos - start : pos - start + take] = self._pread(i, lo, take)
             pos += take
         return out
 
