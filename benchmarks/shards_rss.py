@@ -4,11 +4,12 @@ Writes a synthetic byte-tokenizer shard set of each size directly (the KJV token
 then its uint16 block written over and over: 1B tokens take seconds, not a tokenizer's hours),
 runs a few training steps of a tiny model from each in its own process (``swax train
 data.source=DIR threads=1``) and reports each run's peak RSS (ru_maxrss from wait4) and the
-ratio largest/smallest. Constant-memory loading means a ratio near 1. The generated data is
-deleted afterwards (``--keep`` keeps it).
+ratio largest/smallest of the medians over ``--repeat`` interleaved runs (peak RSS of a small
+torch process varies by tens of MB from run to run). Constant-memory loading means a ratio near
+1. The generated data is deleted afterwards (``--keep`` keeps it).
 
     python benchmarks/shards_rss.py                 # 10M and 1B tokens (needs ~2.1 GB of disk)
-    python benchmarks/shards_rss.py --quick         # 200k and 4M tokens, a smoke test
+    python benchmarks/shards_rss.py --quick         # 200k and 4M tokens, one run each
     python benchmarks/shards_rss.py --sizes 10M 100M --steps 5
 """
 
@@ -18,6 +19,7 @@ import argparse
 import hashlib
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -115,6 +117,7 @@ def main() -> int:
     ap.add_argument("--sizes", nargs="+", type=parse_size, default=None, metavar="N")
     ap.add_argument("--quick", action="store_true", help="200k and 4M tokens, 2 steps")
     ap.add_argument("--steps", type=int, default=5)
+    ap.add_argument("--repeat", type=int, default=3, help="training runs per size (median)")
     ap.add_argument("--seq-len", type=int, default=512)
     ap.add_argument("--shard-tokens", type=parse_size, default=100_000_000)
     ap.add_argument("--dir", default=None, help="where to write the data (default: a temp dir)")
@@ -122,6 +125,8 @@ def main() -> int:
     args = ap.parse_args()
     sizes = args.sizes or ([200_000, 4_000_000] if args.quick else [10**7, 10**9])
     steps = 2 if args.quick and args.steps == 5 else args.steps
+    if args.quick and args.repeat == 3:
+        args.repeat = 1
     base = Path(args.dir or tempfile.mkdtemp(prefix="swax-shards-rss-"))
     base.mkdir(parents=True, exist_ok=True)
     need = 2 * sum(sizes) + 2 * 200_000 * len(sizes)
@@ -136,26 +141,38 @@ def main() -> int:
         f"# byte tokens, uint16 shards of {args.shard_tokens:,}; tiny SX model, seq "
         f"{args.seq_len}, batch 8, {steps} steps, threads=1; data in {base}"
     )
-    print(f"{'tokens':>14} {'shards':>6} {'write_s':>8} {'train_s':>8} {'peak_rss_MiB':>13}")
-    rows = []
+    print(
+        f"{'tokens':>14} {'shards':>6} {'write_s':>8} {'train_s':>8} {'peak_rss_MiB':>13} "
+        f"{'(runs)':>24}"
+    )
+    rss: dict[int, list[float]] = {n: [] for n in sizes}
+    secs: dict[int, list[float]] = {n: [] for n in sizes}
+    write_s: dict[int, float] = {}
     try:
         for n in sizes:
-            folder = base / f"tokens_{n}"
             t0 = time.perf_counter()
-            make_shard_set(folder, n, block, args.shard_tokens)
-            write_s = time.perf_counter() - t0
-            rss, train_s = train_peak_rss(folder, base / f"run_{n}", steps, args.seq_len)
-            n_shards = len(list(folder.glob("train_*.bin")))
-            rows.append((n, rss))
-            print(f"{n:>14,} {n_shards:>6} {write_s:>8.1f} {train_s:>8.1f} {rss:>13.1f}",
-                  flush=True)  # fmt: skip
-            if not args.keep:
-                shutil.rmtree(folder)
+            make_shard_set(base / f"tokens_{n}", n, block, args.shard_tokens)
+            write_s[n] = time.perf_counter() - t0
+        for r in range(args.repeat):  # interleaved rounds: a noisy spell hits every size
+            for n in sizes if r % 2 == 0 else sizes[::-1]:
+                run_dir = base / f"run_{n}_{r}"
+                peak, sec = train_peak_rss(base / f"tokens_{n}", run_dir, steps, args.seq_len)
+                shutil.rmtree(run_dir, ignore_errors=True)
+                rss[n].append(peak)
+                secs[n].append(sec)
+        for n in sizes:
+            n_shards = len(list((base / f"tokens_{n}").glob("train_*.bin")))
+            runs = " ".join(f"{x:.0f}" for x in rss[n])
+            print(
+                f"{n:>14,} {n_shards:>6} {write_s[n]:>8.1f} {statistics.median(secs[n]):>8.1f} "
+                f"{statistics.median(rss[n]):>13.1f} {runs:>24}"
+            )
     finally:
         if not args.keep:
             shutil.rmtree(base, ignore_errors=True)
-    (n0, r0), (n1, r1) = min(rows), max(rows)
-    print(f"peak RSS ratio {n1:,} / {n0:,} tokens: {r1 / r0:.3f}")
+    lo, hi = min(sizes), max(sizes)
+    ratio = statistics.median(rss[hi]) / statistics.median(rss[lo])
+    print(f"peak RSS ratio (medians of {args.repeat}) {hi:,} / {lo:,} tokens: {ratio:.3f}")
     return 0
 
 
