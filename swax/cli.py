@@ -510,19 +510,25 @@ def cmd_data_prepare(cfg: C.DataPrepareConfig) -> int:
 
     if not cfg.out:
         raise SwaxError("swax data prepare needs --out DIR, the folder of the shard set")
-    index = prepare_shards(
-        cfg.source,
-        cfg.out,
-        tokenizer=cfg.tokenizer,
-        shard_tokens=cfg.shard_tokens,
-        workers=cfg.workers,
-        val_fraction=cfg.val_fraction,
-        split_seed=cfg.split_seed,
-        fmt=cfg.format,
-        field=cfg.field,
-        overwrite=cfg.overwrite,
-        progress=cfg.progress,
-    )
+    try:
+        index = prepare_shards(
+            cfg.source,
+            cfg.out,
+            tokenizer=cfg.tokenizer,
+            shard_tokens=cfg.shard_tokens,
+            workers=cfg.workers,
+            val_fraction=cfg.val_fraction,
+            split_seed=cfg.split_seed,
+            fmt=cfg.format,
+            field=cfg.field,
+            overwrite=cfg.overwrite,
+            progress=cfg.progress,
+        )
+    except KeyboardInterrupt:
+        raise KeyboardInterrupt(
+            f"interrupted; the finished shards in {cfg.out} are kept: run the same command "
+            "again to resume"
+        ) from None
     tr, va = index["train"], index["val"]
     print(
         f"{index['documents']:,} documents -> {tr['tokens']:,} training tokens in "
@@ -653,7 +659,7 @@ def main(argv: list[str] | None = None) -> int:
         set_threads(threads_setting(getattr(args, "threads", None)))
         return args.fn(from_args(args.config_cls, args))
     except KeyboardInterrupt as e:  # TrainingStopped (a signal, checkpoint saved) or Ctrl-C
-        print(f"swax: {e or 'interrupted'}", file=sys.stderr)
+        print(f"swax: {str(e) or 'interrupted'}", file=sys.stderr)
         return getattr(e, "exit_code", 130)
     except (SwaxError, ValueError, FileNotFoundError) as e:
         if os.environ.get("SWAX_DEBUG"):

@@ -343,3 +343,28 @@ def test_shards_rss_benchmark_quick():
     assert r.returncode == 0, r.stdout + r.stderr
     ratio = float(r.stdout.split("tokens: ")[-1])
     assert 0.5 < ratio < 1.5, r.stdout
+
+
+def test_prepare_interrupted_by_a_signal_resumes_byte_identically(corpus, prepared, tmp_path):
+    import signal
+    import time
+
+    src, _ = corpus
+    out = tmp_path / "sig"
+    args = ["data", "prepare", str(src), "--out", str(out), "--shard-tokens", "300000",
+            "--workers", "2", "--val-fraction", "0.05", "--no-progress"]  # fmt: skip
+    p = subprocess.Popen([sys.executable, "-m", "swax", *args], stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 60
+    while not (out / "progress.json").exists() and p.poll() is None and time.time() < deadline:
+        time.sleep(0.01)
+    p.send_signal(signal.SIGINT)
+    _, err = p.communicate(timeout=60)
+    if p.returncode == 0:
+        pytest.skip("prepare finished before the signal arrived")
+    lines = err.strip().splitlines()
+    assert p.returncode == 130 and len(lines) == 1, err
+    assert lines[0].startswith("swax: interrupted;") and "run the same command again" in lines[0]
+    assert not (out / "index.json").exists()
+    r = swax(*args)
+    assert r.returncode == 0, r.stderr
+    assert _files(out) == _files(prepared)
