@@ -168,11 +168,16 @@ def test_output_does_not_depend_on_workers_and_resume_is_byte_identical(tmp_path
     two = prepare_shards(str(src), tmp_path / "w2", workers=2, **kw)
     assert one == two and len(one["train"]["shards"]) > 10 and one["val"]["shards"]
     assert _files(tmp_path / "w1") == _files(tmp_path / "w2")
-    # interrupted after 7 shards (the last batch's tokens partly written), then resumed
+    # interrupted after 7 shards (all training shards: the val split lags), resumed, interrupted
+    # again after some val shards, resumed to the end
     assert prepare_shards(str(src), tmp_path / "r", _stop_after_shards=7, **kw) == {}
     progress = json.loads((tmp_path / "r" / "progress.json").read_text())
-    assert sum(len(v) for v in progress["shards"].values()) == 7
+    assert [len(progress["shards"][s]) for s in ("train", "val")] == [7, 0]
     assert not (tmp_path / "r" / "index.json").exists()
+    assert prepare_shards(str(src), tmp_path / "r", _stop_after_shards=24, **kw) == {}
+    progress = json.loads((tmp_path / "r" / "progress.json").read_text())
+    assert len(progress["shards"]["val"]) >= 1
+    assert progress["resume"]["val"]["batch"] < progress["resume"]["train"]["batch"]
     resumed = prepare_shards(str(src), tmp_path / "r", workers=2, **kw)
     assert resumed == one
     assert _files(tmp_path / "r") == _files(tmp_path / "w1")

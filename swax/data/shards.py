@@ -17,9 +17,10 @@ the training loader reads the shards of a split as one stream.
 
 Documents are tokenized in batches of :data:`BATCH_DOCS` in worker processes; the results are
 written in batch order, so the output does not depend on the number of workers. An interrupted
-prepare resumes: completed shards are recorded in ``progress.json`` together with the token
-counts of every batch, so the rerun skips the batches already written without tokenizing them
-and writes the remaining shards byte for byte as an uninterrupted run would.
+prepare resumes: completed shards are recorded in ``progress.json`` together with, per split,
+the first batch not yet entirely in them (and that split's token and document counts before
+it); the rerun reads the documents again but tokenizes a batch only for the splits that still
+need it, and writes the remaining shards byte for byte as an uninterrupted run would.
 """
 
 from __future__ import annotations
@@ -49,7 +50,7 @@ TOKENIZER_DIR = "tokenizer"
 FORMAT = "swax-token-shards"
 VERSION = 1
 BATCH_DOCS = 256
-"""Documents per tokenization batch (fixed: the output must not depend on it changing)."""
+"""Documents per tokenization batch (recorded in the settings: a resume needs the same)."""
 DEFAULT_SHARD_TOKENS = 100_000_000
 SPLITS = ("train", "val")
 
@@ -312,18 +313,21 @@ def _init_worker(spec: str, val_fraction: float, split_seed: int) -> None:
     _WORKER.update(tok=load_tokenizer(spec), val_fraction=val_fraction, split_seed=split_seed)
 
 
-def _tokenize_batch(docs: list[str] | None) -> tuple[np.ndarray, np.ndarray, int, int] | None:
-    """(training tokens, validation tokens, training documents, validation documents) of a
-    batch, each document followed by the end-of-text id; None for a skipped batch."""
-    if docs is None:
+def _tokenize_batch(job: tuple[list[str], tuple[str, ...]] | None) -> dict | None:
+    """{split: (tokens, documents)} of a batch of documents for the splits named in the job,
+    each document's tokens followed by the end-of-text id; None for no job."""
+    if job is None:
         return None
     from .loader import _is_val, tokenize_documents
 
+    docs, need = job
     tok, f, seed = _WORKER["tok"], _WORKER["val_fraction"], _WORKER["split_seed"]
     is_val = [f > 0 and _is_val(d, f, seed) for d in docs]
-    train = [d for d, v in zip(docs, is_val) if not v]
-    val = [d for d, v in zip(docs, is_val) if v]
-    return tokenize_documents(train, tok), tokenize_documents(val, tok), len(train), len(val)
+    out = {}
+    for split in need:
+        part = [d for d, v in zip(docs, is_val) if v == (split == "val")]
+        out[split] = (tokenize_documents(part, tok), len(part))
+    return out
 
 
 def _batches(source, fmt, field) -> Iterator[list[str]]:
@@ -397,34 +401,30 @@ def prepare_shards(
     save_tokenizer(tok, out / TOKENIZER_DIR)
 
     done = {s: list(state["shards"][s]) for s in SPLITS}
-    batch_counts: list[list[int]] = state["batches"]  # [train tokens, val tokens, docs t, docs v]
+    # Per split, the resume point: batches before "batch" are entirely in finished shards of
+    # that split, which hold "tokens" tokens of it and "docs" of its documents before that batch.
+    resume = {s: dict(state["resume"][s]) for s in SPLITS}
+    start = {s: dict(resume[s]) for s in SPLITS}
     written = {s: sum(r["tokens"] for r in done[s]) for s in SPLITS}
+    pos = {s: resume[s]["tokens"] for s in SPLITS}  # tokens of s before the current batch
+    n_docs = {s: resume[s]["docs"] for s in SPLITS}
+    # (batch, tokens of s up to its end, documents of s up to its end) of batches past resume[s]
+    pending = {s: deque() for s in SPLITS}
 
     def record(split: str, rec: dict) -> None:
         done[split].append(rec)
-        _atomic_json(
-            out / PROGRESS,
-            {"settings": settings, "shards": done, "batches": batch_counts},
-        )
+        flushed = sum(r["tokens"] for r in done[split])
+        q = pending[split]
+        while q and q[0][1] <= flushed:
+            k, end, docs = q.popleft()
+            resume[split] = {"batch": k + 1, "tokens": end, "docs": docs}
+        _atomic_json(out / PROGRESS, {"settings": settings, "shards": done, "resume": resume})
         if _stop_after_shards is not None and sum(map(len, done.values())) >= _stop_after_shards:
             raise _Interrupted
 
     writers = {s: _ShardWriter(out, s, shard_tokens, dtype, record) for s in SPLITS}
     for s in SPLITS:
         writers[s].index = len(done[s])
-    pos = {"train": 0, "val": 0}  # tokens of each split before the current batch
-    skip_to = 0  # batches [0, skip_to) are entirely in completed shards
-    for counts in batch_counts:
-        if (
-            pos["train"] + counts[0] <= written["train"]
-            and pos["val"] + counts[1] <= written["val"]
-        ):
-            skip_to += 1
-            pos["train"] += counts[0]
-            pos["val"] += counts[1]
-        else:
-            break
-    batch_counts = batch_counts[:skip_to]  # recomputed from here on
 
     bar = None
     if progress:
@@ -435,45 +435,46 @@ def prepare_shards(
     if workers > 1:
         import multiprocessing as mp
 
-        os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
         ctx = mp.get_context("fork") if "fork" in mp.get_all_start_methods() else mp
-        pool = ctx.Pool(workers, _init_worker, (tokenizer, val_fraction, split_seed))
+        saved = os.environ.get("TOKENIZERS_PARALLELISM")
+        os.environ["TOKENIZERS_PARALLELISM"] = "false"  # the workers are the parallelism
+        try:
+            pool = ctx.Pool(workers, _init_worker, (tokenizer, val_fraction, split_seed))
+        finally:
+            if saved is None:
+                os.environ.pop("TOKENIZERS_PARALLELISM", None)
+            else:
+                os.environ["TOKENIZERS_PARALLELISM"] = saved
     else:
         _init_worker(tokenizer, val_fraction, split_seed)
 
-    def results() -> Iterator[tuple[int, tuple | None, int]]:
-        """(batch number, result or None when skipped, documents) in batch order."""
-        pending: deque = deque()
+    def results() -> Iterator[tuple[int, dict | None, int]]:
+        """(batch number, {split: (tokens, documents)} of the splits it still needs or None,
+        documents in the batch), in batch order."""
+        queue: deque = deque()
         for k, docs in enumerate(_batches(source, fmt, field)):
-            job = None if k < skip_to else docs
+            need = tuple(s for s in SPLITS if k >= start[s]["batch"])
+            job = (docs, need) if need else None
             if pool is None:
                 yield k, _tokenize_batch(job), len(docs)
                 continue
-            pending.append((k, pool.apply_async(_tokenize_batch, (job,)), len(docs)))
-            if len(pending) >= 4 * workers:
-                k0, r, n = pending.popleft()
+            queue.append((k, pool.apply_async(_tokenize_batch, (job,)), len(docs)))
+            if len(queue) >= 4 * workers:
+                k0, r, n = queue.popleft()
                 yield k0, r.get(), n
-        while pending:
-            k0, r, n = pending.popleft()
+        while queue:
+            k0, r, n = queue.popleft()
             yield k0, r.get(), n
 
-    n_docs = {"train": 0, "val": 0}
     try:
         for k, res, n in results():
             if bar is not None:
                 bar.update(n)
-            if res is None:  # skipped: already in completed shards
-                c = state["batches"][k]
-                n_docs["train"] += c[2]
-                n_docs["val"] += c[3]
-                continue
-            tr, va, dt, dv = res
-            n_docs["train"] += dt
-            n_docs["val"] += dv
-            batch_counts.append([len(tr), len(va), dt, dv])
-            for split, toks in (("train", tr), ("val", va)):
+            for split, (toks, docs) in (res or {}).items():
+                pending[split].append((k, pos[split] + len(toks), n_docs[split] + docs))
                 cut = max(0, min(len(toks), written[split] - pos[split]))
                 pos[split] += len(toks)
+                n_docs[split] += docs
                 writers[split].write(toks[cut:])
         for s in SPLITS:
             writers[s].close()
@@ -537,7 +538,10 @@ class _Interrupted(Exception):
 
 def _start(out: Path, settings: dict, overwrite: bool) -> dict:
     """The progress to resume from (empty for a fresh start), after checking ``out``."""
-    fresh = {"shards": {s: [] for s in SPLITS}, "batches": []}
+    fresh = {
+        "shards": {s: [] for s in SPLITS},
+        "resume": {s: {"batch": 0, "tokens": 0, "docs": 0} for s in SPLITS},
+    }
     if out.exists() and not out.is_dir():
         raise SwaxError(f"--out {out} exists and is not a folder")
     if not out.exists():
@@ -566,6 +570,8 @@ def _start(out: Path, settings: dict, overwrite: bool) -> dict:
         raise SwaxError(
             f"cannot read {out / PROGRESS}: {e}; pass --overwrite to start over"
         ) from None
+    if not isinstance(prog, dict) or not {"settings", "shards", "resume"} <= prog.keys():
+        raise SwaxError(f"{out / PROGRESS} is not a swax progress file; pass --overwrite")
     if prog.get("settings") != settings:
         diff = [k for k in settings if prog.get("settings", {}).get(k) != settings[k]]
         raise SwaxError(
