@@ -527,6 +527,43 @@ EXPORT_COMMANDS: dict = {
 }
 
 
+# ---- swax data prepare (pre-tokenized shards; see swax.data.shards) ----
+
+
+def cmd_data_prepare(cfg: C.DataPrepareConfig) -> int:
+    from .data.shards import prepare_shards
+
+    if not cfg.out:
+        raise SwaxError("swax data prepare needs --out DIR, the folder of the shard set")
+    try:
+        index = prepare_shards(
+            cfg.source,
+            cfg.out,
+            tokenizer=cfg.tokenizer,
+            shard_tokens=cfg.shard_tokens,
+            workers=cfg.workers,
+            val_fraction=cfg.val_fraction,
+            split_seed=cfg.split_seed,
+            fmt=cfg.format,
+            field=cfg.field,
+            overwrite=cfg.overwrite,
+            progress=cfg.progress,
+        )
+    except KeyboardInterrupt:
+        raise KeyboardInterrupt(
+            f"interrupted; the finished shards in {cfg.out} are kept: run the same command "
+            "again to resume"
+        ) from None
+    tr, va = index["train"], index["val"]
+    print(
+        f"{index['documents']:,} documents -> {tr['tokens']:,} training tokens in "
+        f"{len(tr['shards'])} shards, {va['tokens']:,} validation tokens in "
+        f"{len(va['shards'])} shards ({index['dtype']}, tokenizer {index['tokenizer']['name']})"
+    )
+    print(f"shard set: {cfg.out} (train with data.source={cfg.out})")
+    return 0
+
+
 class _Parser(argparse.ArgumentParser):
     """argparse with one-line usage errors: ``swax: error: … (see swax generate --help)``.
     A value that starts with a minus and a digit (``--lengths -1k``) is read as the option's
@@ -561,6 +598,13 @@ COMMANDS: dict = {
     "export": EXPORT_COMMANDS,
     "sweep": (C.SweepArgs, cmd_sweep, "train and evaluate a family of runs (resumable)"),
     "demo": (C.DemoConfig, cmd_demo, "the default job: train the tiny model, then generate"),
+    "data": {
+        "prepare": (
+            C.DataPrepareConfig,
+            cmd_data_prepare,
+            "tokenize a corpus into memory-mapped shards",
+        ),
+    },
 }
 """command -> (config dataclass, function, one-line help); "eval" holds its subcommands."""
 
@@ -641,7 +685,7 @@ def main(argv: list[str] | None = None) -> int:
         set_threads(threads_setting(getattr(args, "threads", None)))
         return args.fn(from_args(args.config_cls, args))
     except KeyboardInterrupt as e:  # TrainingStopped (a signal, checkpoint saved) or Ctrl-C
-        print(f"swax: {e or 'interrupted'}", file=sys.stderr)
+        print(f"swax: {str(e) or 'interrupted'}", file=sys.stderr)
         return getattr(e, "exit_code", 130)
     except (SwaxError, ValueError, FileNotFoundError) as e:
         if os.environ.get("SWAX_DEBUG"):

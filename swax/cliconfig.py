@@ -252,3 +252,39 @@ class ExportOnnxConfig:
 
     def __post_init__(self) -> None:
         check_minimums(self)
+
+
+# ---- swax data prepare (pre-tokenized shards; see swax.data.shards) ----
+
+
+@dataclass
+class DataPrepareConfig:
+    """Tokenize a corpus once into memory-mapped token shards for data.source=DIR:
+    swax data prepare SOURCE --tokenizer gpt2 --out DIR [--workers K]"""
+
+    source: str = option(positional=True, metavar="SOURCE")
+    """Documents: 'kjv', a text file, a folder of .txt/.md/.jsonl/.parquet files, a .jsonl or
+    .parquet file, or a saved Hugging Face dataset folder."""
+    out: str | None = option(None, metavar="DIR")
+    """Folder of the shard set (new, empty, or an interrupted prepare to resume); required."""
+    tokenizer: str = "byte"
+    """byte, gpt2, or a tokenizer.json path or folder."""
+    shard_tokens: int = option(100_000_000, minimum=1)
+    """Tokens per shard file (the last of each split may hold fewer)."""
+    workers: int = option(1, minimum=1)
+    """Tokenizing processes; the output does not depend on it."""
+    val_fraction: float = 0.02
+    """Share of the documents held out for validation (by a hash of their text), in [0, 1)."""
+    split_seed: int = 0
+    """Seed of the validation hash (as data.split_seed)."""
+    format: str = "auto"
+    """auto | kjv | text | jsonl | parquet | hf."""
+    field: str = "text"
+    """JSONL field or Parquet / Arrow column holding the text."""
+    overwrite: bool = False
+    """Replace a complete shard set already in --out."""
+    progress: bool = True
+    """Show a progress bar on stderr."""
+
+    def __post_init__(self) -> None:
+        _check(self)

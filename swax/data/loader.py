@@ -30,6 +30,7 @@ from ..errors import SwaxError
 from .config import DataConfig, SyntheticConfig
 from .episode import Episode
 from .mqar import check_mqar_vocab
+from .shards import ShardedTokens, is_shard_set, open_shard_set, shard_tokenizer
 from .sources import iter_documents
 from .synthetic import episode_overhead, make_episode
 from .tokenizer import ByteTokenizer, load_tokenizer
@@ -40,6 +41,8 @@ IGNORE_INDEX = -100
 """Target id of padding: ignored by torch.nn.functional.cross_entropy."""
 _EPISODE_STREAM = 1
 """Seed-sequence tag of the synthetic episodes (the permutation uses 0)."""
+_HAYSTACK_STREAM = 2
+"""Seed-sequence tag of an episode's haystack window in a shard set."""
 
 
 @dataclass
@@ -47,7 +50,7 @@ class TokenDataset:
     """A flat token stream: each document's tokens followed by ``eot_id``."""
 
     tokens: np.ndarray
-    """int32 token ids."""
+    """int32 token ids, or a memory-mapped :class:`~swax.data.shards.ShardedTokens` stream."""
     eot_id: int
     """End-of-text id between documents."""
     num_documents: int
@@ -110,10 +113,12 @@ def build_datasets(
     split does not depend on it, so runs with different seeds share one validation set.
     """
     t0 = time.perf_counter()
-    if tokenizer is None or isinstance(tokenizer, str):
-        tokenizer = load_tokenizer(tokenizer or cfg.tokenizer)
     if seq_len < 1:
         raise SwaxError(f"seq_len must be >= 1, got {seq_len}")
+    if is_shard_set(cfg.source):
+        return _shard_datasets(cfg, tokenizer, seq_len)
+    if tokenizer is None or isinstance(tokenizer, str):
+        tokenizer = load_tokenizer(tokenizer or cfg.tokenizer)
     need = seq_len + 1
     docs = list(iter_documents(cfg.source, cfg.format, cfg.field))
     n_docs = len(docs)
@@ -137,6 +142,63 @@ def build_datasets(
         f"{len(val):,}" if val is not None else "no",
         how,
         tokenizer.name,
+        time.perf_counter() - t0,
+    )
+    return train, val
+
+
+def data_tokenizer(cfg: DataConfig):
+    """The tokenizer of ``cfg``'s data: the one saved with a shard set, else ``cfg.tokenizer``."""
+    if is_shard_set(cfg.source):
+        return shard_tokenizer(cfg.source, cfg.tokenizer)
+    return load_tokenizer(cfg.tokenizer)
+
+
+def _shard_datasets(
+    cfg: DataConfig, tokenizer, seq_len: int
+) -> tuple[TokenDataset, TokenDataset | None]:
+    """(train, val) of a shard set written by ``swax data prepare``: memory-mapped streams,
+    validation from its val shards (the split was made when the shards were prepared)."""
+    t0 = time.perf_counter()
+    if cfg.val_source is not None:
+        raise SwaxError(
+            f"data.val_source={cfg.val_source!r} cannot be combined with the shard set "
+            f"{cfg.source}: validation comes from its val shards (swax data prepare "
+            "--val-fraction)"
+        )
+    tok = shard_tokenizer(cfg.source, None)
+    if tokenizer is not None and not isinstance(tokenizer, str):
+        if (tokenizer.eot_id, tokenizer.vocab_size) != (tok.eot_id, tok.vocab_size):
+            raise SwaxError(
+                f"tokenizer {tokenizer.name} does not match the one the shards in "
+                f"{cfg.source} were made with ({tok.name})"
+            )
+        tok = tokenizer
+    index, tr, va = open_shard_set(cfg.source)
+    train = TokenDataset(tr.tokens, tok.eot_id, tr.documents, str(cfg.source), tok)
+    val = None
+    if va is not None and len(va.tokens) >= seq_len + 1:
+        val = TokenDataset(va.tokens, tok.eot_id, va.documents, f"{cfg.source} (val)", tok)
+    elif va is not None:
+        log.warning(
+            "data: the %d validation tokens of %s are fewer than seq_len + 1; no validation",
+            len(va.tokens),
+            cfg.source,
+        )
+    if len(train) < seq_len + 1:
+        raise SwaxError(
+            f"training data has {len(train)} tokens, fewer than seq_len + 1 = {seq_len + 1} "
+            f"(shard set {cfg.source}); use a shorter seq_len or more data"
+        )
+    log.info(
+        "data: shard set %s, %d documents, %s training tokens in %d shards, %s validation "
+        "tokens; tokenizer %s; %.1fs",
+        cfg.source,
+        index["documents"],
+        f"{len(train):,}",
+        len(tr.tokens.files),
+        f"{len(val):,}" if val is not None else "no",
+        tok.name,
         time.perf_counter() - t0,
     )
     return train, val
@@ -220,7 +282,8 @@ class PackedLoader:
                 "validation set when val_fraction is 0 and val_source is unset)"
             )
         tokens = dataset.tokens if hasattr(dataset, "tokens") else dataset
-        self.tokens = np.asarray(tokens)
+        # a shard set stays memory-mapped: sequences are read as they are needed
+        self.tokens = tokens if isinstance(tokens, ShardedTokens) else np.asarray(tokens)
         if self.tokens.ndim != 1:
             raise SwaxError(f"expected a 1-D token stream, got shape {self.tokens.shape}")
         if seq_len < 1 or micro_batch < 1:
@@ -310,7 +373,11 @@ class PackedLoader:
         perm = self._perms.get(epoch)
         if perm is None:
             rng = np.random.default_rng([self.seed, epoch, 0])
-            perm = rng.permutation(self.sequences_per_epoch)
+            # in place on int32 ids (the same order as rng.permutation(n), half the memory:
+            # the one array that grows with the corpus, e.g. 8 MB for 1B tokens at seq 512)
+            n = self.sequences_per_epoch
+            perm = np.arange(n, dtype=np.int32 if n < 2**31 else np.int64)
+            rng.shuffle(perm)
             self._perms = {e: p for e, p in self._perms.items() if e >= epoch - 1}
             self._perms[epoch] = perm
         return perm
@@ -329,8 +396,23 @@ class PackedLoader:
         (seed, epoch, index)."""
         rng = np.random.default_rng([self.seed, epoch, index, _EPISODE_STREAM])
         return make_episode(
-            rng, self.tokenizer, self.tokens, self.seq_len + 1, self.synthetic, split="train"
+            rng,
+            self.tokenizer,
+            self._haystack(epoch, index),
+            self.seq_len + 1,
+            self.synthetic,
+            split="train",
         )
+
+    def _haystack(self, epoch: int, index: int) -> np.ndarray:
+        """The episode's haystack: the whole stream in memory; for a memory-mapped shard set a
+        window of it (a few sequences long) at a place drawn from (seed, epoch, index)."""
+        if not isinstance(self.tokens, ShardedTokens):
+            return self.tokens
+        n = min(len(self.tokens), 8 * (self.seq_len + 1))
+        rng = np.random.default_rng([self.seed, epoch, index, _HAYSTACK_STREAM])
+        start = int(rng.integers(len(self.tokens) - n + 1))
+        return self.tokens[start : start + n]
 
     def _item(self, g: int) -> tuple[np.ndarray, np.ndarray]:
         epoch, pos = divmod(g, self.sequences_per_epoch)

@@ -28,8 +28,9 @@ import torch
 import torch.nn.functional as F
 
 from ..config import SwaxConfig
-from ..data import IGNORE_INDEX, PackedLoader, build_datasets, load_tokenizer, save_tokenizer
+from ..data import IGNORE_INDEX, PackedLoader, build_datasets, save_tokenizer
 from ..data.jsonl import json_safe
+from ..data.loader import data_tokenizer
 from ..errors import ConfigError, SwaxError
 from ..model import SwaxLM
 from . import distributed as D
@@ -352,7 +353,7 @@ def _prepare_run_dir(cfg: TrainConfig, info: D.DistInfo) -> tuple[Path, Path | N
 
 def _build_data(cfg: TrainConfig, info: D.DistInfo):
     """(tokenizer, model config, training tokens, train loader, validation loader or None)."""
-    tok = load_tokenizer(cfg.data.tokenizer)
+    tok = data_tokenizer(cfg.data)  # a shard set's own tokenizer, else data.tokenizer
     mcfg = cfg.model_config()
     if "vocab_size" not in cfg.model and mcfg.vocab_size < tok.vocab_size:
         mcfg = mcfg.replace(vocab_size=128 * math.ceil(tok.vocab_size / 128))
