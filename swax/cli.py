@@ -530,29 +530,40 @@ EXPORT_COMMANDS: dict = {
 # ---- swax data prepare (pre-tokenized shards; see swax.data.shards) ----
 
 
-def cmd_data_prepare(cfg: C.DataPrepareConfig) -> int:
+def _prepare(cfg: C.DataPrepareConfig, stop):
     from .data.shards import prepare_shards
+
+    return prepare_shards(
+        cfg.source,
+        cfg.out,
+        tokenizer=cfg.tokenizer,
+        shard_tokens=cfg.shard_tokens,
+        workers=cfg.workers,
+        val_fraction=cfg.val_fraction,
+        split_seed=cfg.split_seed,
+        fmt=cfg.format,
+        field=cfg.field,
+        overwrite=cfg.overwrite,
+        progress=cfg.progress,
+        stop=stop,
+    )
+
+
+def cmd_data_prepare(cfg: C.DataPrepareConfig) -> int:
+    import signal
+
+    from .signals import Stopped, StopSignals
 
     if not cfg.out:
         raise SwaxError("swax data prepare needs --out DIR, the folder of the shard set")
     try:
-        index = prepare_shards(
-            cfg.source,
-            cfg.out,
-            tokenizer=cfg.tokenizer,
-            shard_tokens=cfg.shard_tokens,
-            workers=cfg.workers,
-            val_fraction=cfg.val_fraction,
-            split_seed=cfg.split_seed,
-            fmt=cfg.format,
-            field=cfg.field,
-            overwrite=cfg.overwrite,
-            progress=cfg.progress,
-        )
+        with StopSignals("swax data prepare", action=None) as stop:
+            index = _prepare(cfg, stop)
     except KeyboardInterrupt:
-        raise KeyboardInterrupt(
+        raise Stopped(
             f"interrupted; the finished shards in {cfg.out} are kept: run the same command "
-            "again to resume"
+            "again to resume",
+            stop.signum or signal.SIGINT,
         ) from None
     tr, va = index["train"], index["val"]
     print(

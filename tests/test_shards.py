@@ -4,6 +4,7 @@ resume across shard boundaries, disjoint ranks) and training from a shard set.""
 
 import hashlib
 import json
+import signal
 import subprocess
 import sys
 
@@ -350,8 +351,10 @@ def test_shards_rss_benchmark_quick():
     assert 0.5 < ratio < 1.5, r.stdout
 
 
-def test_prepare_interrupted_by_a_signal_resumes_byte_identically(corpus, prepared, tmp_path):
-    import signal
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_prepare_interrupted_by_a_signal_resumes_byte_identically(
+    corpus, prepared, tmp_path, signum
+):
     import time
 
     src, _ = corpus
@@ -362,12 +365,12 @@ def test_prepare_interrupted_by_a_signal_resumes_byte_identically(corpus, prepar
     deadline = time.time() + 60
     while not (out / "progress.json").exists() and p.poll() is None and time.time() < deadline:
         time.sleep(0.01)
-    p.send_signal(signal.SIGINT)
+    p.send_signal(signum)
     _, err = p.communicate(timeout=60)
     if p.returncode == 0:
         pytest.skip("prepare finished before the signal arrived")
     lines = err.strip().splitlines()
-    assert p.returncode == 130 and len(lines) == 1, err
+    assert p.returncode == 128 + signum and len(lines) == 1, err
     assert lines[0].startswith("swax: interrupted;") and "run the same command again" in lines[0]
     assert not (out / "index.json").exists()
     r = swax(*args)

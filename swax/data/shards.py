@@ -30,6 +30,7 @@ import json
 import logging
 import os
 import shutil
+import signal
 import sys
 from collections import deque
 from collections.abc import Iterator
@@ -39,6 +40,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import SwaxError
+from ..signals import StopSignals
 from .sources import iter_documents
 from .tokenizer import load_model_tokenizer, load_tokenizer, save_tokenizer
 
@@ -310,6 +312,11 @@ _WORKER: dict = {}
 
 
 def _init_worker(spec: str, val_fraction: float, split_seed: int) -> None:
+    # a Ctrl-C at the terminal reaches the whole process group: workers leave it to the parent,
+    # which stops between batches and terminates them; SIGTERM (Pool.terminate) must kill them,
+    # not run the parent's deferring handler inherited through fork (it hung terminate())
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
     _WORKER.update(tok=load_tokenizer(spec), val_fraction=val_fraction, split_seed=split_seed)
 
 
@@ -366,6 +373,7 @@ def prepare_shards(
     field: str = "text",
     overwrite: bool = False,
     progress: bool = True,
+    stop: StopSignals | None = None,
     _stop_after_shards: int | None = None,
 ) -> dict:
     """Tokenize ``source``'s documents into a shard set in ``out``; returns the index.
@@ -373,7 +381,10 @@ def prepare_shards(
     Validation documents are chosen by the same hash as the in-memory loader
     (``swax.data.loader._is_val`` with ``val_fraction`` and ``split_seed``). An existing
     complete set is an error unless ``overwrite``; an interrupted one (``progress.json``) with
-    the same settings is resumed. ``_stop_after_shards`` simulates an interruption (tests).
+    the same settings is resumed. With ``stop`` (a :class:`~swax.signals.StopSignals` the
+    caller entered, as ``swax data prepare`` does), a SIGINT/SIGTERM stops the work after the
+    current batch, with the finished shards and ``progress.json`` consistent, and raises
+    KeyboardInterrupt. ``_stop_after_shards`` simulates an interruption (tests).
     """
     if shard_tokens < 1:
         raise SwaxError(f"--shard-tokens must be >= 1, got {shard_tokens}")
@@ -476,12 +487,16 @@ def prepare_shards(
                 pos[split] += len(toks)
                 n_docs[split] += docs
                 writers[split].write(toks[cut:])
+            if stop is not None and stop.signum:
+                raise _Interrupted
         for s in SPLITS:
             writers[s].close()
     except _Interrupted:
         for s in SPLITS:
             if writers[s].fh is not None:
                 writers[s].fh.close()
+        if stop is not None and stop.signum:
+            raise KeyboardInterrupt from None
         return {}
     finally:
         if pool is not None:

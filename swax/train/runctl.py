@@ -6,7 +6,7 @@
   kernel drops the lock when the holder exits, however it exits (``kill -9`` included): there is
   no stale lock to remove by hand. (``flock`` is advisory and local: two machines writing one
   folder on a network file system are not stopped by it.)
-- :class:`StopSignals` turns the first SIGINT (Ctrl-C) or SIGTERM (what SLURM and most
+- :class:`~swax.signals.StopSignals` turns the first SIGINT (Ctrl-C) or SIGTERM (what SLURM and most
   schedulers send before preemption) into a request that the training loop honours at the next
   step boundary: it saves a checkpoint of that step and exits, so that ``resume=true`` continues
   exactly where it stopped. A second signal stops at once (the last complete checkpoint is kept;
@@ -18,13 +18,12 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
 import socket
-import threading
 import time
 from pathlib import Path
 
 from ..errors import ConfigError
+from ..signals import Stopped, StopSignals
 
 __all__ = ["RunLock", "StopSignals", "TrainingStopped", "remove_stale_files"]
 
@@ -101,61 +100,6 @@ def remove_stale_files(run_dir: Path) -> list[Path]:
     return stale
 
 
-class TrainingStopped(KeyboardInterrupt):
-    """Training stopped on a signal after saving a checkpoint; ``exit_code`` is the shell's
-    convention (128 + the signal number: 130 for SIGINT, 143 for SIGTERM)."""
-
-    def __init__(self, message: str, signum: int):
-        super().__init__(message)
-        self.signum = signum
-        self.exit_code = 128 + signum
-
-
-class StopSignals:
-    """Within the ``with`` block, SIGINT and SIGTERM set :attr:`signum` instead of stopping
-    the process; a second one raises KeyboardInterrupt at once. Outside the main thread (where
-    Python cannot install handlers) it does nothing."""
-
-    SIGNALS = (signal.SIGINT, signal.SIGTERM)
-
-    def __init__(self, what: str = "swax train"):
-        self.what = what
-        self.signum: int | None = None
-        self._old: dict = {}
-
-    @property
-    def name(self) -> str:
-        return signal.Signals(self.signum).name if self.signum else ""
-
-    def _handle(self, signum, frame) -> None:
-        if self.signum is not None:
-            self._restore()
-            _say(f"{self.what}: second {signal.Signals(signum).name}: stopping now, without saving")
-            raise KeyboardInterrupt
-        self.signum = signum
-        _say(
-            f"{self.what}: {signal.Signals(signum).name} received: stopping after the current "
-            f"step with a checkpoint (send it again to stop at once, without saving)"
-        )
-
-    def _restore(self) -> None:
-        for sig, old in self._old.items():
-            signal.signal(sig, old)
-        self._old = {}
-
-    def __enter__(self) -> StopSignals:
-        if threading.current_thread() is threading.main_thread():
-            for sig in self.SIGNALS:
-                self._old[sig] = signal.signal(sig, self._handle)
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self._restore()
-
-
-def _say(text: str) -> None:
-    # os.write, not print: a handler may run while the main thread is inside print()
-    try:
-        os.write(2, (text + "\n").encode())
-    except OSError:
-        pass
+class TrainingStopped(Stopped):
+    """Training stopped on a signal after saving a checkpoint (exit 130 for SIGINT, 143 for
+    SIGTERM)."""
