@@ -10,26 +10,12 @@ import sys
 
 import numpy as np
 import pytest
+from test_train import SMALL
 
 from swax.data import DataConfig, PackedLoader, build_datasets, kjv_documents, load_tokenizer
 from swax.data.shards import ShardedTokens, open_shard_set, prepare_shards, verify_shards
 from swax.errors import SwaxError
 from swax.train import load_train_config, train
-
-SMALL = [
-    "model.d_model=32",
-    "model.n_layers=2",
-    "model.n_heads=2",
-    "seq_len=64",
-    "batch_size=4",
-    "window.short=8",
-    "window.long=32",
-    "log.val_batches=2",
-    "log.every=1",
-    "log.val_every=0",
-    "optim.warmup_steps=2",
-    "threads=1",
-]
 
 
 def swax(*args, cwd=None):
