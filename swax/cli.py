@@ -575,6 +575,14 @@ def cmd_data_prepare(cfg: C.DataPrepareConfig) -> int:
     return 0
 
 
+def cmd_data_verify(cfg: C.DataVerifyConfig) -> int:
+    from .data.shards import verify_shards
+
+    n = verify_shards(cfg.folder, progress=cfg.progress)
+    print(f"{cfg.folder}: {n['shards']} shards, {n['tokens']:,} tokens: every SHA-256 matches")
+    return 0
+
+
 class _Parser(argparse.ArgumentParser):
     """argparse with one-line usage errors: ``swax: error: … (see swax generate --help)``.
     A value that starts with a minus and a digit (``--lengths -1k``) is read as the option's
@@ -615,6 +623,7 @@ COMMANDS: dict = {
             cmd_data_prepare,
             "tokenize a corpus into memory-mapped shards",
         ),
+        "verify": (C.DataVerifyConfig, cmd_data_verify, "check a shard set's SHA-256 sums"),
     },
 }
 """command -> (config dataclass, function, one-line help); "eval" holds its subcommands."""

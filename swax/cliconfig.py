@@ -288,3 +288,14 @@ class DataPrepareConfig:
 
     def __post_init__(self) -> None:
         _check(self)
+
+
+@dataclass
+class DataVerifyConfig:
+    """Check every shard of a shard set against the size and SHA-256 in its index.json (reads
+    every byte; training checks the sizes only)."""
+
+    folder: str = option(positional=True, metavar="DIR")
+    """The shard set (written by swax data prepare)."""
+    progress: bool = True
+    """Show a progress bar on stderr."""

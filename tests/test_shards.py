@@ -272,8 +272,18 @@ def test_shard_errors(tmp_path, prepared):
         f.write(b"xx")
     with pytest.raises(SwaxError, match="train_000003.bin has .* bytes, expected"):
         open_shard_set(bad)
-    with pytest.raises(SwaxError, match="does not match its SHA-256"):
+    with pytest.raises(SwaxError, match="train_000003.bin holds .* bytes, not"):
         verify_shards(bad)
+    shutil.copy(prepared / "train_000003.bin", bad / "train_000003.bin")
+    data = bytearray((bad / "train_000001.bin").read_bytes())
+    data[1000] ^= 1  # one flipped bit, same size: only the checksum sees it
+    (bad / "train_000001.bin").write_bytes(bytes(data))
+    with pytest.raises(SwaxError, match="train_000001.bin does not match its SHA-256"):
+        verify_shards(bad)
+    r = swax("data", "verify", str(bad), "--no-progress")
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "SHA-256" in r.stderr, r.stderr
+    r = swax("data", "verify", str(prepared), "--no-progress")
+    assert r.returncode == 0 and "every SHA-256 matches" in r.stdout, r.stderr
     (bad / "train_000003.bin").unlink()
     with pytest.raises(SwaxError, match="train_000003.bin listed in .* is missing"):
         open_shard_set(bad)

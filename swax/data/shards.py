@@ -40,6 +40,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import SwaxError
+from ..integrity import sha256_file
 from ..signals import StopSignals
 from .sources import iter_documents
 from .tokenizer import load_model_tokenizer, load_tokenizer, save_tokenizer
@@ -596,7 +597,7 @@ def _start(out: Path, settings: dict, overwrite: bool) -> dict:
     for s in SPLITS:
         for r in prog["shards"][s]:
             f = out / r["file"]
-            if not f.is_file() or _sha256(f) != r["sha256"]:
+            if not f.is_file() or sha256_file(f) != r["sha256"]:
                 raise SwaxError(
                     f"shard {f} recorded in {out / PROGRESS} is missing or changed; "
                     "pass --overwrite to start over"
@@ -605,19 +606,38 @@ def _start(out: Path, settings: dict, overwrite: bool) -> dict:
     return prog
 
 
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 22), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
-def verify_shards(folder: str | Path) -> None:
-    """Check every shard of a set against the SHA-256 in its index (reads every byte)."""
+def verify_shards(folder: str | Path, progress: bool = False) -> dict:
+    """Check every shard of a set against its size and SHA-256 in the index (reads every
+    byte; ``progress``: a bar on stderr). Returns {"shards", "tokens", "bytes"} checked; a
+    missing, resized or changed shard is a SwaxError naming the first and counting the rest."""
     folder = Path(folder).expanduser()
     index = read_index(folder)
-    for s in SPLITS:
-        for r in index[s]["shards"]:
-            if _sha256(folder / r["file"]) != r["sha256"]:
-                raise SwaxError(f"shard {folder / r['file']} does not match its SHA-256 in {INDEX}")
+    itemsize = np.dtype(index["dtype"]).itemsize
+    records = [r for s in SPLITS for r in index[s]["shards"]]
+    total = sum(r["tokens"] for r in records) * itemsize
+    bar = None
+    if progress:
+        from tqdm import tqdm
+
+        bar = tqdm(total=total, unit="B", unit_scale=True, desc="verifying", file=sys.stderr)
+    bad = []
+    try:
+        for r in records:
+            path = folder / r["file"]
+            if not path.is_file():
+                bad.append(f"{path} is missing")
+            elif path.stat().st_size != r["tokens"] * itemsize:
+                bad.append(
+                    f"{path} holds {path.stat().st_size} bytes, not {r['tokens'] * itemsize}"
+                )
+            elif sha256_file(path) != r["sha256"]:
+                bad.append(f"{path} does not match its SHA-256 in {INDEX}")
+            if bar is not None:
+                bar.update(r["tokens"] * itemsize)
+    finally:
+        if bar is not None:
+            bar.close()
+    if bad:
+        more = f" (and {len(bad) - 1} more of {len(records)} shards)" if len(bad) > 1 else ""
+        raise SwaxError(f"shard {bad[0]}{more}")
+    return {"shards": len(records), "tokens": total // itemsize, "bytes": total}
