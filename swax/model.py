@@ -21,7 +21,7 @@ from torch.utils.checkpoint import checkpoint
 
 from .config import SwaxConfig
 from .errors import CheckpointError, ConfigError
-from .integrity import match_umask, verify_checksum_file, write_checksum_file
+from .integrity import CHECKSUMS_NAME, match_umask, verify_checksum_file, write_checksum_file
 from .layers import (
     FullAttention,
     GatedDeltaNetLayer,
@@ -400,6 +400,9 @@ class SwaxLM(nn.Module):
         save_file(tensors, str(tmp_w), metadata={"format": "pt", "library": "swax"})
         match_umask(tmp_w)
         self.config.save(tmp_c)
+        # the old checksum goes first: killed before the new one is written, the folder loads
+        # unchecked rather than failing on intact new weights
+        (path / CHECKSUMS_NAME).unlink(missing_ok=True)
         os.replace(tmp_w, path / WEIGHTS_NAME)
         os.replace(tmp_c, path / CONFIG_NAME)
         write_checksum_file(path, [WEIGHTS_NAME])

@@ -27,8 +27,10 @@ class Stopped(KeyboardInterrupt):
 class StopSignals:
     """Within the ``with`` block, SIGINT and SIGTERM set :attr:`signum` instead of stopping
     the process, so that long work can stop at a point where what it saved is consistent; a
-    second one raises KeyboardInterrupt at once. Outside the main thread (where Python cannot
-    install handlers) it does nothing."""
+    second SIGINT (a second Ctrl-C) raises KeyboardInterrupt at once. A repeated SIGTERM is
+    ignored: schedulers send it more than once (SLURM to every process of a job step, torchrun
+    forwarding its own copy), and it must not cancel the checkpoint. Outside the main thread
+    (where Python cannot install handlers) it does nothing."""
 
     SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
@@ -48,6 +50,10 @@ class StopSignals:
         return signal.Signals(self.signum).name if self.signum else ""
 
     def _handle(self, signum, frame) -> None:
+        if self.signum is not None and signum == signal.SIGTERM:
+            # schedulers repeat it (SLURM signals every process of the step, and torchrun
+            # forwards its own copy to the workers): only a second Ctrl-C means "now"
+            return
         if self.signum is not None:
             self._restore()
             _say(f"{self.what}: second {signal.Signals(signum).name}: stopping now, without saving")
@@ -55,8 +61,8 @@ class StopSignals:
         self.signum = signum
         if self.action:
             _say(
-                f"{self.what}: {signal.Signals(signum).name} received: {self.action} (send it "
-                f"again to stop at once, without saving)"
+                f"{self.what}: {signal.Signals(signum).name} received: {self.action} (Ctrl-C "
+                f"again stops at once, without saving)"
             )
 
     def _restore(self) -> None:

@@ -349,3 +349,16 @@ def test_command_line_errors_are_one_line(task_dir, case):
     errors = [ln for ln in proc.stderr.splitlines() if "error:" in ln]
     assert len(errors) == 1 and errors[0].startswith("swax-lm-eval: error: "), proc.stderr[-2000:]
     assert ("HF_DATASETS_CACHE" if case == "offline" else "pretrained=DIR") in errors[0]
+
+
+def test_only_hub_errors_count_as_offline():
+    from swax.eval.lm_eval_adapter import _is_offline_error
+
+    class OfflineModeIsEnabled(Exception):  # huggingface_hub's name
+        pass
+
+    wrapped = RuntimeError("dataset")
+    wrapped.__cause__ = OfflineModeIsEnabled("offline")
+    assert _is_offline_error(OfflineModeIsEnabled()) and _is_offline_error(wrapped)
+    for e in (BrokenPipeError(), ConnectionRefusedError(), ConnectionResetError(), ValueError()):
+        assert not _is_offline_error(e), e

@@ -121,6 +121,35 @@ def test_second_signal_stops_at_once_and_keeps_the_last_checkpoint(
     assert_same_weights(tmp_path / "d", reference[0])
 
 
+def test_repeated_sigterm_still_saves(tmp_path, monkeypatch, reference):
+    """SLURM signals every process of a job step and torchrun forwards its own copy: a worker
+    gets SIGTERM twice. The second is not an escalation: the checkpoint is still written."""
+    import swax.train.trainer as T
+
+    _signal_during(monkeypatch, T, "_forward_backward", 6, [signal.SIGTERM, signal.SIGTERM])
+    with pytest.raises(TrainingStopped, match="after step 6"):
+        train(small_cfg(tmp_path, *STEPS, name="tt"))
+    assert latest_checkpoint(tmp_path / "tt").name == "step_000006"
+    monkeypatch.undo()
+    train(small_cfg(tmp_path, *STEPS, "resume=true", name="tt"))
+    assert_same_weights(tmp_path / "tt", reference[0])
+
+
+def test_half_renamed_resave_is_put_back(tmp_path):
+    """Killed between the two renames of a re-save (step_N -> step_N.old, step_N.tmp -> step_N):
+    resume puts the complete copy back instead of deleting both as leftovers."""
+    import shutil
+
+    train(small_cfg(tmp_path, "steps=8", "checkpoint.every=4", name="h"))
+    ck = tmp_path / "h" / "checkpoints"
+    (ck / "step_000008").rename(ck / "step_000008.old")
+    shutil.copytree(ck / "step_000008.old", ck / "step_000008.tmp")
+    (ck / "step_000008.tmp" / "trainer.json").unlink()  # the new copy was incomplete
+    summary = train(small_cfg(tmp_path, "steps=10", "checkpoint.every=4", "resume=true", name="h"))
+    assert summary["steps_run"] == 2  # resumed from step 8, not step 4
+    assert not list(ck.glob("*.old")) and not list(ck.glob("*.tmp"))
+
+
 def test_a_second_writer_is_refused(tmp_path):
     """While one process holds the run folder, train() refuses it with the holder's pid and
     touches nothing in it."""
@@ -169,11 +198,12 @@ def test_corrupt_latest_checkpoint_falls_back_to_the_one_before(
     capfd.readouterr()
     train(small_cfg(tmp_path, *STEPS, "resume=true", name="c"))
     err = capfd.readouterr().err
-    assert "skipping step_000009" in err and "SHA-256" in err
+    assert "skipping step_000009 (renamed step_000009.corrupt)" in err and "SHA-256" in err
     assert "resumed from step_000008" in err
     assert f"{run_dir / 'metrics.jsonl'}:" in err
     assert not (run_dir / "checkpoints" / "step_000010.tmp").exists()
     assert not (run_dir / "model" / "model.safetensors.tmp").exists()
+    assert (run_dir / "checkpoints" / "step_000009.corrupt").is_dir()  # kept, not a checkpoint
     assert_same_weights(run_dir, reference[0])
     rows = [json.loads(ln) for ln in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows if "loss" in r] == list(range(1, 13))  # once each, in order
@@ -322,7 +352,7 @@ def test_sigterm_and_sigint_to_the_cli_at_random_times_resume_exactly(tmp_path):
 @pytest.mark.slow
 def test_two_cli_trainings_on_one_run_dir(tmp_path):
     run_dir = tmp_path / "two"
-    first = _cli_train(run_dir, "steps=400")
+    first = _cli_train(run_dir, "steps=1000000")  # busy until the SIGTERM below
     _wait_for_steps(run_dir, 1, first)
     second = subprocess.run(
         [

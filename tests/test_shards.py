@@ -347,16 +347,18 @@ def test_shards_rss_benchmark_quick():
     assert 0.5 < ratio < 1.5, r.stdout
 
 
-@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+@pytest.mark.parametrize(
+    "signum, workers", [(signal.SIGINT, 2), (signal.SIGTERM, 2), (signal.SIGINT, 1)]
+)
 def test_prepare_interrupted_by_a_signal_resumes_byte_identically(
-    corpus, prepared, tmp_path, signum
+    corpus, prepared, tmp_path, signum, workers
 ):
     import time
 
     src, _ = corpus
     out = tmp_path / "sig"
     args = ["data", "prepare", str(src), "--out", str(out), "--shard-tokens", "300000",
-            "--workers", "2", "--val-fraction", "0.05", "--no-progress"]  # fmt: skip
+            "--workers", str(workers), "--val-fraction", "0.05", "--no-progress"]  # fmt: skip
     p = subprocess.Popen([sys.executable, "-m", "swax", *args], stderr=subprocess.PIPE, text=True)
     deadline = time.time() + 60
     while not (out / "progress.json").exists() and p.poll() is None and time.time() < deadline:

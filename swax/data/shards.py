@@ -312,12 +312,16 @@ class _ShardWriter:
 _WORKER: dict = {}
 
 
-def _init_worker(spec: str, val_fraction: float, split_seed: int) -> None:
+def _init_pool_worker(spec: str, val_fraction: float, split_seed: int) -> None:
     # a Ctrl-C at the terminal reaches the whole process group: workers leave it to the parent,
     # which stops between batches and terminates them; SIGTERM (Pool.terminate) must kill them,
     # not run the parent's deferring handler inherited through fork (it hung terminate())
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    _init_worker(spec, val_fraction, split_seed)
+
+
+def _init_worker(spec: str, val_fraction: float, split_seed: int) -> None:
     _WORKER.update(tok=load_tokenizer(spec), val_fraction=val_fraction, split_seed=split_seed)
 
 
@@ -451,7 +455,7 @@ def prepare_shards(
         saved = os.environ.get("TOKENIZERS_PARALLELISM")
         os.environ["TOKENIZERS_PARALLELISM"] = "false"  # the workers are the parallelism
         try:
-            pool = ctx.Pool(workers, _init_worker, (tokenizer, val_fraction, split_seed))
+            pool = ctx.Pool(workers, _init_pool_worker, (tokenizer, val_fraction, split_seed))
         finally:
             if saved is None:
                 os.environ.pop("TOKENIZERS_PARALLELISM", None)

@@ -357,9 +357,9 @@ def _is_offline_error(e: BaseException | None) -> bool:
     seen = set()
     while e is not None and id(e) not in seen:
         seen.add(id(e))
-        if isinstance(e, ConnectionError) or type(e).__name__ in OFFLINE_ERRORS:
+        if type(e).__name__ in OFFLINE_ERRORS:  # not BrokenPipeError & co.
             return True
-        e = e.__cause__ or e.__context__
+        e = e.__cause__
     return False
 
 

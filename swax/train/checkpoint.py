@@ -129,11 +129,12 @@ def save_checkpoint(
 
 
 def load_latest_checkpoint(
-    run_dir: str | Path, model, optimizer, warn: Callable[[str], None]
+    run_dir: str | Path, model, optimizer, warn: Callable[[str], None], is_main: bool = True
 ) -> tuple[Path, dict]:
     """Restore the newest checkpoint of ``run_dir`` that reads back intact: a corrupt one
-    (checksum, truncated or unparsable file) is skipped with ``warn`` naming it, and the one
-    before it is tried; it is left in place, for inspection (the run writes that step again).
+    (checksum, truncated or unparsable file) is skipped with ``warn`` naming it, renamed
+    ``step_N.corrupt`` (kept for inspection, no longer a checkpoint of the run) on rank 0, and
+    the one before it is tried.
     Returns (checkpoint path, trainer state). A checkpoint that does not match the model is an
     error at once: the older ones would not match either."""
     ckpts = list_checkpoints(run_dir)
@@ -145,7 +146,9 @@ def load_latest_checkpoint(
             return path, load_checkpoint(path, model, optimizer)
         except CorruptCheckpointError as e:
             skipped.append(path.name)
-            warn(f"warning: skipping {path.name}: {e}")
+            warn(f"warning: skipping {path.name} (renamed {path.name}.corrupt): {e}")
+            if is_main:
+                os.replace(path, path.with_name(path.name + ".corrupt"))
     raise CheckpointError(
         f"no intact checkpoint in {checkpoint_dir(run_dir)} (all of {', '.join(skipped)} are "
         f"corrupt); start over with overwrite=true or restore a copy"

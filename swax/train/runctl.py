@@ -15,7 +15,10 @@
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import json
+import logging
 import os
 import shutil
 import socket
@@ -28,6 +31,7 @@ from ..signals import Stopped, StopSignals
 __all__ = ["RunLock", "StopSignals", "TrainingStopped", "remove_stale_files"]
 
 LOCK_NAME = ".swax.lock"
+log = logging.getLogger("swax")
 
 
 class RunLock:
@@ -43,10 +47,18 @@ class RunLock:
         except ImportError:  # Windows: no advisory locks; run folders are not guarded
             return
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o666)
+        except PermissionError:  # another user's lock file: flock works read-only too
+            fd = os.open(self.path, os.O_RDONLY)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
+        except OSError as e:
+            if e.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                # a file system without flock (NFS without a lock daemon, some Lustre mounts)
+                os.close(fd)
+                log.warning("run_dir %s cannot be locked (%s); not guarded", self.path.parent, e)
+                return
             holder = os.read(fd, 4096).decode(errors="replace").strip()
             os.close(fd)
             raise ConfigError(
@@ -54,9 +66,10 @@ class RunLock:
                 f"({_describe(holder)}); "
                 f"wait for it to finish, stop it, or use another run_dir"
             ) from None
-        os.ftruncate(fd, 0)
         holder = {"pid": os.getpid(), "host": socket.gethostname(), "started": time.time()}
-        os.write(fd, json.dumps(holder).encode())
+        with contextlib.suppress(OSError):  # read-only descriptor: the holder stays unnamed
+            os.ftruncate(fd, 0)
+            os.write(fd, json.dumps(holder).encode())
         self.fd = fd
 
     def release(self) -> None:
@@ -88,6 +101,7 @@ def remove_stale_files(run_dir: Path) -> list[Path]:
     stale = []
     ckpts = run_dir / "checkpoints"
     if ckpts.is_dir():
+        _recover_half_renamed(ckpts)
         stale += [p for p in ckpts.iterdir() if p.suffix in (".tmp", ".old")]
     model = run_dir / "model"
     if model.is_dir():
@@ -98,6 +112,17 @@ def remove_stale_files(run_dir: Path) -> list[Path]:
         else:
             p.unlink(missing_ok=True)
     return stale
+
+
+def _recover_half_renamed(ckpts: Path) -> None:
+    """A re-save of step N renames step_N to step_N.old, then step_N.tmp to step_N; killed in
+    between, step_N is missing: put back the complete one (the new if it is complete)."""
+    for p in sorted(ckpts.glob("step_*.old")) + sorted(ckpts.glob("step_*.tmp")):
+        final = p.with_suffix("")
+        if not final.exists() and (p / "trainer.json").is_file():
+            if p.suffix == ".old" and (p.with_suffix(".tmp") / "trainer.json").is_file():
+                continue  # the new one, complete, is put back instead
+            os.replace(p, final)
 
 
 class TrainingStopped(Stopped):

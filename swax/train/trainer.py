@@ -320,7 +320,7 @@ def _lock_run_dir(lock: RunLock, info: D.DistInfo) -> None:
     if info.is_main:
         try:
             lock.acquire()
-        except ConfigError as e:
+        except (ConfigError, OSError) as e:  # every rank must learn it, or they wait forever
             error = str(e)
     error = D.broadcast_object(error)
     if error is not None:
@@ -431,7 +431,9 @@ def setup_run(cfg: TrainConfig, info: D.DistInfo) -> RunState:
         summary={"run_dir": str(run_dir), "params": raw_model.num_parameters()},
     )
     if ckpt is not None:
-        ckpt, state = load_latest_checkpoint(run_dir, model, optimizer, _warn_main(info))
+        ckpt, state = load_latest_checkpoint(
+            run_dir, model, optimizer, _warn_main(info), info.is_main
+        )
         run.ckpt = ckpt
         run.start_step = state["step"]
         loader.load_state_dict(state["loader"])
@@ -530,11 +532,7 @@ def train_step(run: RunState, step: int) -> dict:
             f"loss is {loss} at step {step + 1}; stopping. Last good checkpoint: "
             f"{last if last else 'none'} (lower optim.lr or check the data)"
         )
-    # the norm is measured (and logged) even without clipping: an infinite max_norm scales
-    # the gradients by exactly 1
-    max_norm = o.grad_clip if o.grad_clip > 0 else math.inf
-    gnorm = torch.nn.utils.clip_grad_norm_(run.model.parameters(), max_norm)
-    gnorm = float(gnorm.full_tensor() if hasattr(gnorm, "full_tensor") else gnorm)
+    gnorm = _grad_norm(run.model, o.grad_clip)
     run.optimizer.step()
     run.optimizer.zero_grad(set_to_none=True)
     run.tokens_seen += run.tokens_per_step
@@ -546,6 +544,19 @@ def train_step(run: RunState, step: int) -> dict:
         "grad_norm": gnorm,
         "tokens": run.tokens_seen,
     }
+
+
+def _grad_norm(model: torch.nn.Module, clip: float) -> float:
+    """The global gradient norm, clipped to ``clip`` when it is > 0; measured (and logged)
+    without clipping too, without touching the gradients."""
+    params = [p for p in model.parameters() if p.grad is not None]
+    if clip > 0:
+        norm = torch.nn.utils.clip_grad_norm_(params, clip)
+    elif hasattr(torch.nn.utils, "get_total_norm"):  # torch >= 2.6
+        norm = torch.nn.utils.get_total_norm([p.grad for p in params])
+    else:
+        norm = torch.nn.utils.clip_grad_norm_(params, math.inf)  # scales by exactly 1
+    return float(norm.full_tensor() if hasattr(norm, "full_tensor") else norm)
 
 
 def _report_step(run: RunState, record: dict) -> None:
