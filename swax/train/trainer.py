@@ -17,6 +17,7 @@ import json
 import logging
 import math
 import shutil
+import signal
 import sys
 import time
 from collections.abc import Callable
@@ -622,7 +623,7 @@ def _stop_requested(run: RunState) -> bool:
     flag = torch.tensor([float(local)], device=run.info.device)
     D.all_reduce_sum(flag)
     if flag.item() and run.stop is not None and not run.stop.signum:
-        run.stop.signum = 15  # another rank was signalled: stop as for SIGTERM
+        run.stop.signum = signal.SIGTERM  # another rank was signalled: stop as for SIGTERM
     return bool(flag.item())
 
 
