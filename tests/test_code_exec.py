@@ -364,9 +364,14 @@ r, w = posix.pipe()
 pid = posix.fork()
 if pid == 0:
     posix.setsid()
+    er, ew = posix.pipe()  # close-on-exec: EOF on er once the grandchild is sleep
     grandchild = posix.fork()
     if grandchild == 0:
+        posix.close(er)
         posix.execv("/bin/sleep", ["sleep", "TAG"])
+    posix.close(ew)
+    while posix.read(er, 1):
+        pass
     posix.write(w, str(grandchild).encode())
     posix._exit(0)
 posix.waitpid(pid, 0)
@@ -381,8 +386,10 @@ def _run_grandchild(tail: str, timeout: float, disable: tuple[str, ...]):
     try:
         program = GRANDCHILD.replace("TAG", tag) + tail
         res = code_exec._execute(program, timeout=timeout, disable=disable)
+        # the grandchild really was started, and was already `sleep TAG` before the program
+        # printed its pid (a scan of /proc before its exec would find nothing on a busy machine)
         started = re.search(r"grandchild (\d+)", res.output)
-        assert started, res.detail + res.output  # the grandchild really was started
+        assert started, res.detail + res.output
         return res, _sleepers(tag)
     finally:
         for pid in _sleepers(tag):
