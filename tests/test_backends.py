@@ -11,6 +11,7 @@ times float32's own noise on the same inputs (tests/helpers.py).
 from __future__ import annotations
 
 import math
+import sys
 
 import pytest
 import torch
@@ -28,6 +29,7 @@ from helpers import (
     naive_mlstm,
     naive_swa,
     noise_floor,
+    rel_err,
 )
 
 import swax.ops._mlstm_chunkwise as kernel
@@ -360,3 +362,91 @@ def test_benchmark_scripts_run(tmp_path, script, args, expect):
     assert r.returncode == 0, r.stderr[-3000:]
     assert expect in r.stdout, r.stdout
     assert out.exists() and out.with_suffix(".png").exists()
+
+
+# --------------------------------------------------------------------------- Triton mLSTM gradient
+
+
+def _kernel_stand_in(q, k, v, i, f, c_initial, n_initial, m_initial, eps, chunk_size):
+    """What mlstm_kernels' ``chunkwise--triton_xl_chunk`` computes, in plain autograd: the
+    same forward (state from ``m_initial``, 0 for the empty state) and its backward, which is
+    the gradient with the denominator and the stabiliser m held constant. (Checked against
+    the kernel itself, run by Triton's interpreter, to ~1e-6: benchmarks/mlstm_triton_grad.py.)"""
+    B, H, T, Dqk = q.shape
+    C, n, m = c_initial.float(), n_initial.float(), m_initial.float()[..., 0]
+    hs = []
+    for t in range(T):
+        logf = F.logsigmoid(f[:, :, t])
+        m_new = torch.maximum(logf + m, i[:, :, t]).detach()
+        fp = torch.exp(logf + m - m_new)
+        ip = torch.exp(i[:, :, t] - m_new)
+        kt, vt = k[:, :, t].float(), v[:, :, t].float()
+        C = fp[..., None, None] * C + ip[..., None, None] * (kt[..., :, None] * vt[..., None, :])
+        n = fp[..., None] * n + ip[..., None] * kt
+        m = m_new
+        qt = q[:, :, t].float() * Dqk**-0.5
+        den = torch.maximum((n * qt).sum(-1).abs(), torch.exp(-m)) + eps
+        hs.append((qt[..., :, None] * C).sum(-2) / den.detach()[..., None])
+    return torch.stack(hs, 2).to(q.dtype)
+
+
+def _kink_distance(xs, state) -> float:
+    """min over steps of | |n·q̃| / exp(-m) - 1 | along the float64 cell loop."""
+    q, k, v, i, f = (x.double() for x in xs)
+    C, n, m = (x.double() for x in state)
+    worst = math.inf
+    for t in range(q.shape[2]):
+        logf = F.logsigmoid(f[:, :, t])
+        m_new = torch.maximum(logf + m, i[:, :, t])
+        n = (
+            torch.exp(logf + m - m_new)[..., None] * n
+            + torch.exp(i[:, :, t] - m_new)[..., None] * k[:, :, t]
+        )
+        m = m_new
+        nq = (n * q[:, :, t]).sum(-1) * q.shape[-1] ** -0.5
+        worst = min(worst, (nq.abs() * torch.exp(m) - 1).abs().min().item())
+    return worst
+
+
+@pytest.mark.parametrize("case", ["empty", "state", "eps-scale"])
+@pytest.mark.parametrize("T", [20, 64, 100])
+def test_triton_mlstm_gradient_is_the_cells(T, case):
+    """The Triton backend's gradient correction: with a kernel whose backward holds the
+    denominator and the stabiliser constant (as mlstm_kernels' does), h and every input's
+    gradient match the float64 cell loop (in the kernel's state convention, m0 = 0 for the
+    empty state) to within float32 noise, at lengths the kernel needs padded (20, 100) and
+    not (64); in "eps-scale" (input gates near 16, tiny queries) the denominator is of the
+    order of eps, so the gradient through m matters. Without the correction the check fails."""
+    mod = sys.modules["swax.ops.mlstm"]  # the module (swax.ops.mlstm is the function)
+    Dv = 32
+    xs = inputs(T, Dv=Dv, seed=3)
+    if case == "eps-scale":
+        xs[0], xs[3] = xs[0] * 1e-5, xs[3] + 16
+    if case == "state":
+        C0, n0, m0 = state0(Dv=Dv, seed=4)
+    else:
+        C0, n0, m0 = torch.zeros(2, 2, D, Dv), torch.zeros(2, 2, D), torch.zeros(2, 2)
+    (w,) = loss_weights((2, 2, T, Dv), seed=5)
+
+    def ref(q, k, v, i, f, dtype=torch.float64):
+        return [naive_mlstm(q, k, v, i, f, (C0, n0, m0), eps=EPS, dtype=dtype)[0]]
+
+    # the data keeps away from the kink of max(|n·q̃|, exp(-m)), where the two one-sided
+    # gradients differ and the backend reads the side to within a tolerance
+    tol = mod._on_n_tolerance(torch.device("cpu"))
+    assert _kink_distance(xs, (C0, n0, m0)) > 4 * tol, "test data too close to the kink"
+    floors, g_ref = grad_noise_floor(ref, xs, [w])
+    hfloor, (h_ref,) = noise_floor(ref, xs)
+
+    def corrected(q, k, v, i, f):
+        st = (C0, n0, m0)
+        return [mod._triton_with_true_grad(_kernel_stand_in, q, k, v, i, f, st, m0, EPS)]
+
+    (h,), g = grads(corrected, xs, [w])
+    assert_within_noise([h], hfloor, [h_ref], ["h"])
+    assert_within_noise(g, floors, g_ref, ["dq", "dk", "dv", "di", "df"])
+    # the check has power: the kernel's own gradient is far off in q, k and the gates
+    _, g_raw = grads(lambda *a: [_kernel_stand_in(*a, C0, n0, m0[..., None], EPS, 64)], xs, [w])
+    assert all(
+        rel_err(g_raw[j], g_ref[j]) > 100 * NOISE_FACTOR * floors[j] for j in (0, 1, 3, 4)
+    ), [rel_err(g_raw[j], g_ref[j]) for j in range(5)]

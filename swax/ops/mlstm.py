@@ -46,6 +46,16 @@ Backends of ``mode="chunk"`` (chosen through :mod:`swax.ops.registry`, op name `
   in the input dtype); other dtypes run in float32. The kernel does not backpropagate into
   the initial ``n, m`` nor from the final ``n, m``, so calls that need those gradients use
   ``native`` (the fallback is logged).
+  **Gradients.** mlstm_kernels' backward is the gradient with the denominator and the
+  stabiliser held constant (dq, dk, di, df off by ~100% against the cell; dv exact; the same
+  as NX-AI/mlstm_kernels issue #16). Where gradients are needed, this backend restores the
+  missing terms (:func:`_triton_with_true_grad`): one extra value column of ones (16 columns,
+  the kernel's granularity) gives the kernel's own ``nᵀq̃ / den`` and its gradient, and a
+  gradient-free call with ``eps = 0`` on that column alone says which side of
+  ``max(|nᵀq̃|, exp(-m))`` each step is on; the sequence is padded at the end to the kernel's
+  lengths instead of finishing on ``native``. Cost: Dv + 16 value columns, plus a forward
+  with 16. Steps within about 2^-8 (relative) of that max's kink may get the gradient of its
+  other side.
 * ``native`` (any device; the CPU default): :mod:`swax.ops._mlstm_chunkwise`, a chunkwise
   kernel with a hand-written backward that recomputes the intra-chunk tiles instead of
   saving them; registered as ``torch.library`` custom ops, so ``torch.compile`` keeps it.
@@ -396,15 +406,123 @@ def _final_m(i, f, m_init):
     return (F_[..., -1] + torch.maximum(m_init.double(), w.amax(-1))).float()
 
 
+def _kernel_m(i, f, m0):
+    """The Triton kernel's stabiliser at every step, differentiable in i and f:
+    ``m'_t = max(m0 + F_t, max_{j<=t} F_t - F_j + i_j)`` with ``F_t = Σ_{s<=t} log f_s``
+    (float64; m0 = 0 for the empty state, the kernel's convention)."""
+    F_ = F.logsigmoid(f.double()).cumsum(-1)  # (B, H, T)
+    best = torch.cummax(i.double() - F_, dim=-1).values
+    return F_ + torch.maximum(best, m0.double()[..., None])
+
+
+_AUG = 16  # extra value columns: ones, then zeros up to a multiple of 16
+
+
+def _on_n_tolerance(device: torch.device) -> float:
+    """How far from 1 ``|r| = |n·q̃| / |n·q̃|`` may be on the ``|n·q̃|`` branch: the kernel
+    accumulates the ones column through ``tl.dot`` (TF32 for float32 tiles on CUDA, about
+    2^-11 per term) and the normaliser in float32, so on CUDA a few bf16 units; in float32
+    arithmetic (Triton's interpreter, the tests' stand-in) up to ~1000 float32 units, for
+    sums that cancel. A step whose |n·q̃| lies within about this relative distance of exp(-m)
+    may get the gradient of the other side of the kink."""
+    return 2.0**-8 if device.type == "cuda" else 2.0**-14
+
+
+def _triton_padded_len(T: int) -> int:
+    """Length the kernel runs at when no final state is needed: a multiple of 128 steps, or
+    16, 32 or 64 for short sequences (padding at the end cannot reach earlier outputs)."""
+    if T > 64:
+        return -(-T // 128) * 128
+    return next(p for p in (16, 32, 64) if p >= T)
+
+
+def _ones_columns(like: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """(B, H, T, _AUG) value columns: ones, then zeros (the kernel wants multiples of 16)."""
+    out = torch.zeros(*like.shape[:3], _AUG, device=like.device, dtype=dtype)
+    out[..., 0] = 1
+    return out
+
+
+def _triton_with_true_grad(kern, q, k, v, i, f, state, m_in, eps):
+    """The kernel's h with the gradient of the function it computes.
+
+    mlstm_kernels' backward equals the gradient with the denominator
+    ``den = max(|nᵀq̃|, exp(-m')) + eps`` and the stabiliser m' held constant (checked against
+    a parallel reference; benchmarks/mlstm_triton_grad.py), so it misses two terms, restored here:
+
+    - through ``nᵀq̃``, where that branch of the max is active: ``∂L/∂(nᵀq̃) =
+      -sign(nᵀq̃) Σ_v ∂L/∂h_v · h_v / den``. The kernel computes ``r = nᵀq̃ / den`` itself, with
+      its gradient at constant den and m', from one extra value column of ones (the extra
+      column of an initial state's C is its n: that is what the column accumulates); so
+      ``∂L/∂r = -sign(r) Σ_v ∂L/∂h_v · h_v`` there. Which branch is active is read from a
+      second, gradient-free call with ``eps = 0`` and only the ones column, where the
+      ``|nᵀq̃|`` branch gives ``|r| = 1`` exactly (with eps > 0, |r| and the threshold
+      ``1 / (1 + eps·exp(m'))`` agree to within float32 rounding near the kink).
+    - through m' (both branches): ``∂L/∂m' = -(eps/den) Σ_v ∂L/∂h_v · h_v``, with
+      ``eps/den = 1 - |r|`` in the ``|nᵀq̃|`` branch and ``1 - τ``, ``τ = 1/(1 + eps·exp(m'))``,
+      in the other (at most ``1 - τ`` in both); m' is recomputed from the gates, differentiably.
+
+    Both terms enter as zeros whose gradients are these, so h's value is the kernel's. The
+    sequence is padded at the end to a length the kernel accepts (outputs are causal).
+    """
+    B, H, T, Dv = v.shape
+    P = _triton_padded_len(T)
+    pad = P - T
+    low = q.dtype in (torch.bfloat16, torch.float16)
+    dt = q.dtype if low else torch.float32
+    padt = lambda x: F.pad(x, (0, 0, 0, pad))  # noqa: E731
+    gates = [F.pad(x.float(), (0, pad)) for x in (i, f)]
+    C, n, _ = state
+    extra = n.new_zeros(*n.shape, _AUG - 1)
+    common = dict(n_initial=n, m_initial=m_in[..., None], chunk_size=min(P, 128))
+    h_aug = kern(
+        *(padt(x.to(dt)) for x in (q, k, torch.cat([v.to(dt), _ones_columns(v, dt)], -1))),
+        *gates,
+        c_initial=torch.cat([C, n[..., None], extra], -1),
+        eps=eps,
+        **common,
+    )
+    h_aug = (h_aug[0] if isinstance(h_aug, tuple) else h_aug)[:, :, :T].float()
+    h, r = h_aug[..., :Dv], h_aug[..., Dv]
+    m_k = _kernel_m(i, f, m_in).float()
+    with torch.no_grad():
+        r0 = kern(
+            *(padt(x.detach().float()) for x in (q, k)),
+            padt(_ones_columns(v, torch.float32)),
+            *(g.detach() for g in gates),
+            c_initial=torch.cat([n[..., None], extra], -1),
+            eps=0.0,
+            **common,
+        )
+        r0 = (r0[0] if isinstance(r0, tuple) else r0)[:, :, :T, 0].float()
+        on_n = r0.abs() >= 1 - _on_n_tolerance(q.device)
+        tau = torch.sigmoid(-(m_k + math.log(eps))) if eps > 0 else torch.ones_like(m_k)
+        eps_over_den = torch.where(on_n, (1 - r.abs()).clamp(0, None), 1 - tau)
+        eps_over_den = torch.minimum(eps_over_den, 1 - tau)
+        sign = torch.where(on_n, torch.sign(r), torch.zeros_like(r))
+        h_c = h.detach()
+    dr = sign * (r - r.detach())
+    dm = eps_over_den * (m_k - m_k.detach())
+    return h - h_c * (dr + dm)[..., None]
+
+
+def _grad_needed(*xs) -> bool:
+    return torch.is_grad_enabled() and any(x.requires_grad for x in xs)
+
+
 def _triton_backend(q, k, v, i, f, state, chunk_size, eps):
     kern = _triton_kernel()[0]
+    C, n, m = state
+    # the empty state is C = n = 0, m = -inf here; the kernel's own convention is m = 0
+    m_in = torch.where(torch.isinf(m), torch.zeros_like(m), m)
+    if _grad_needed(q, k, v, i, f):
+        # no final state is wanted with gradients, and the initial one carries none (both
+        # ensured by _triton_usable): the returned state is discarded
+        return _triton_with_true_grad(kern, q, k, v, i, f, state, m_in, eps), state
     T = q.shape[2]
     P = _triton_prefix(T)
     low = q.dtype in (torch.bfloat16, torch.float16)
     dt = q.dtype if low else torch.float32
-    C, n, m = state
-    # the empty state is C = n = 0, m = -inf here; the kernel's own convention is m = 0
-    m_in = torch.where(torch.isinf(m), torch.zeros_like(m), m)
     h, (C1, n1, m1) = kern(
         q[:, :, :P].to(dt),
         k[:, :, :P].to(dt),
