@@ -256,34 +256,62 @@ def _compiled_flex():
     return torch.compile(flex_attention, dynamic=False)
 
 
+_FLEX_BLOCK = 128  # flex attention's default block size; lengths are rounded up to it
+
+
+def _round_up(n: int, m: int) -> int:
+    return -(-n // m) * m
+
+
+def _flex_shapes(tq: int, tk: int, window: int) -> tuple[int, int, int]:
+    """(keys kept, padded queries, padded keys) for flex attention.
+
+    Keys older than ``tq + window - 1`` are seen by no query and are dropped. Queries are padded
+    to a multiple of the block size; keys to the same length when there is no cache
+    (``tk == tq``), else to the padded length of ``padded queries + window - 1``. So a
+    (query length, window) pair compiles at most two kernels, whatever the cache length: chunked
+    prefill does not recompile for every key length (it did, until torch._dynamo's recompile
+    limit sent it to the slow eager path)."""
+    keep = min(tk, tq + window - 1)
+    tq_p = _round_up(tq, _FLEX_BLOCK)
+    tk_p = tq_p if keep == tq else _round_up(tq_p + window - 1, _FLEX_BLOCK)
+    return keep, tq_p, tk_p
+
+
 @lru_cache(maxsize=32)
-def _flex_block_mask(tq: int, tk: int, window: int | None, device: str):
+def _flex_block_mask(tq: int, tk: int, window: int, device: str):
+    """Block mask for ``tq`` queries aligned to the end of ``tk`` keys (both then padded at
+    the end, see :func:`_flex_shapes`). The offset and the window enter the mask as tensors,
+    not Python ints, so masks of other lengths or windows reuse the compiled kernel."""
     from torch.nn.attention.flex_attention import create_block_mask
 
-    off = tk - tq
-    if window is None:
+    _, tq_p, tk_p = _flex_shapes(tq, tk, window)
+    off = torch.tensor(tk - tq, device=device)
+    w = torch.tensor(window, device=device)
 
-        def mask_mod(b, h, qi, ki):
-            return qi + off >= ki
-    else:
+    def mask_mod(b, h, qi, ki):
+        return (qi + off >= ki) & (qi + off - ki < w)
 
-        def mask_mod(b, h, qi, ki):
-            return (qi + off >= ki) & (qi + off - ki < window)
-
-    return create_block_mask(mask_mod, None, None, tq, tk, device=device)
+    return create_block_mask(mask_mod, None, None, tq_p, tk_p, device=device)
 
 
 def _flex(q, k, v, window, scale):
     # nothing to mask beyond causality, or a single query: the fused SDPA kernels do it without
     # compiling a block mask per (Tq, Tk) (decode would otherwise recompile every token)
-    if window is None or window >= k.shape[2]:
+    Tq, Tk = q.shape[2], k.shape[2]
+    if window is None or window >= Tk:
         return _causal_sdpa(q, k, v, scale)
-    if q.shape[2] == 1:
+    if Tq == 1:
         return _causal_sdpa(q, k[:, :, -window:], v[:, :, -window:], scale)
-    mask = _flex_block_mask(q.shape[2], k.shape[2], window, str(q.device))
-    return _compiled_flex()(
-        q, k, v, block_mask=mask, scale=scale, enable_gqa=q.shape[1] != k.shape[1]
+    keep, tq_p, tk_p = _flex_shapes(Tq, Tk, window)
+    k, v = k[:, :, Tk - keep :], v[:, :, Tk - keep :]
+    mask = _flex_block_mask(Tq, keep, window, str(q.device))
+    qp = F.pad(q, (0, 0, 0, tq_p - Tq))
+    kp, vp = (F.pad(x, (0, 0, 0, tk_p - keep)) for x in (k, v))
+    out = _compiled_flex()(
+        qp, kp, vp, block_mask=mask, scale=scale, enable_gqa=q.shape[1] != k.shape[1]
     )
+    return out[:, :, :Tq]
 
 
 register_backend(
