@@ -36,6 +36,9 @@ def unit_roundoff(dtype: torch.dtype) -> float:
 
 U32 = unit_roundoff(torch.float32)
 U16 = unit_roundoff(torch.bfloat16)
+UTF32 = 2.0**-11
+"""TF32 (10 explicit mantissa bits): what Triton's ``tl.dot`` does with float32 tiles on CUDA
+unless told otherwise (mlstm_kernels, fla), and cuBLAS when TF32 is allowed."""
 
 NOISE_FACTOR = 8
 """An op may be at most this many times worse than float32's own noise floor on the same inputs
@@ -70,18 +73,21 @@ def noise_floor(
     inputs: Sequence[torch.Tensor],
     draws: int = 3,
     seed: int = 0,
+    unit: float = U32,
 ) -> tuple[list[float], list[torch.Tensor]]:
     """(floor of each output, float64 outputs) of ``reference(*inputs, dtype=...)``: the
     normwise error that float32 rounding alone causes on these inputs, the larger of (a) the
     reference run in float32 and (b) the float64 reference on inputs perturbed by one float32
     rounding (relative 2^-24, ``draws`` times). Ill-conditioned inputs raise the floor; a test
-    bounds an op's error by :data:`NOISE_FACTOR` times it instead of a machine's constant."""
+    bounds an op's error by :data:`NOISE_FACTOR` times it instead of a machine's constant.
+    ``unit`` (default float32's) sets the size of the perturbation: ``UTF32`` or ``U16`` for
+    ops whose kernels round to TF32 or bfloat16 inside."""
     refs = list(reference(*inputs, dtype=torch.float64))
     runs = [list(reference(*inputs, dtype=torch.float32))]
     g = torch.Generator().manual_seed(seed)
     for _ in range(draws):
         pert = [
-            x.double() * (1 + U32 * (2 * torch.rand(x.shape, generator=g, dtype=torch.float64) - 1))
+            x.double() * (1 + unit * (2 * torch.rand(x.shape, generator=g, dtype=torch.float64) - 1))
             for x in inputs
         ]
         runs.append(list(reference(*pert, dtype=torch.float64)))
@@ -253,6 +259,7 @@ def grad_noise_floor(
     weights: Sequence[torch.Tensor],
     draws: int = 3,
     seed: int = 0,
+    unit: float = U32,
 ) -> tuple[list[float], list[torch.Tensor]]:
     """:func:`noise_floor` for the gradients of sum_j (weights_j · reference_j) w.r.t. the
     inputs: (floor of each input's gradient, float64 gradients)."""
@@ -265,7 +272,7 @@ def grad_noise_floor(
     g = torch.Generator().manual_seed(seed)
     for _ in range(draws):
         pert = [
-            x.double() * (1 + U32 * (2 * torch.rand(x.shape, generator=g, dtype=torch.float64) - 1))
+            x.double() * (1 + unit * (2 * torch.rand(x.shape, generator=g, dtype=torch.float64) - 1))
             for x in inputs
         ]
         runs.append(run(pert, torch.float64))
