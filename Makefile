@@ -7,7 +7,7 @@ TORCH_SPEC ?= torch==2.13.0
 STAMP  := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: install demo test test-isa test-slow lint format bench clean
+.PHONY: install demo test test-isa test-slow lint format bench gpu-check clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -51,6 +51,12 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/model.py
 	$(BIN)/python benchmarks/decode.py
 	$(BIN)/python benchmarks/prefill.py
+
+# On a CUDA machine, with that machine's own torch (no venv, no network needed): the gpu test
+# tier, mlstm_kernels' gradients, op timings, training and decode speed, in at most 8 minutes
+# -> benchmarks/results/gpu_check.{json,md}. `python3 benchmarks/gpu_check.py --dry-run` lists it.
+gpu-check:
+	$(PYTHON) benchmarks/gpu_check.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache build *.egg-info

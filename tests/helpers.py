@@ -87,7 +87,8 @@ def noise_floor(
     g = torch.Generator().manual_seed(seed)
     for _ in range(draws):
         pert = [
-            x.double() * (1 + unit * (2 * torch.rand(x.shape, generator=g, dtype=torch.float64) - 1))
+            x.double()
+            * (1 + unit * (2 * torch.rand(x.shape, generator=g, dtype=torch.float64) - 1))
             for x in inputs
         ]
         runs.append(list(reference(*pert, dtype=torch.float64)))
@@ -272,7 +273,8 @@ def grad_noise_floor(
     g = torch.Generator().manual_seed(seed)
     for _ in range(draws):
         pert = [
-            x.double() * (1 + unit * (2 * torch.rand(x.shape, generator=g, dtype=torch.float64) - 1))
+            x.double()
+            * (1 + unit * (2 * torch.rand(x.shape, generator=g, dtype=torch.float64) - 1))
             for x in inputs
         ]
         runs.append(run(pert, torch.float64))
