@@ -368,6 +368,20 @@ def _triton_prefix(T: int) -> int:
 
 
 @lru_cache(maxsize=1)
+def _triton_forward_stats():
+    """mlstm_kernels' forward function (not part of its public API), which also returns each
+    step's denominator ``max(|nᵀq̃|, exp(-m'))`` and stabiliser m'; None if it cannot be
+    imported (the gradient correction then reads them less exactly, see
+    :func:`_triton_with_true_grad`)."""
+    try:
+        from mlstm_kernels.torch.chunkwise.triton_xl_chunk.fw import mlstm_chunkwise_fw
+
+        return mlstm_chunkwise_fw
+    except Exception:  # noqa: BLE001 - absent or moved in another mlstm_kernels version
+        return None
+
+
+@lru_cache(maxsize=1)
 def _triton_kernel():
     """mlstm_kernels' Triton chunkwise kernel, or the reason it is unavailable (imported on
     first use only)."""
@@ -406,13 +420,16 @@ def _final_m(i, f, m_init):
     return (F_[..., -1] + torch.maximum(m_init.double(), w.amax(-1))).float()
 
 
+_KERNEL_M_FLOOR = -10.0  # mlstm_kernels' MINIMUM_MAX_VAL: the kernel's m' is never below it
+
+
 def _kernel_m(i, f, m0):
     """The Triton kernel's stabiliser at every step, differentiable in i and f:
-    ``m'_t = max(m0 + F_t, max_{j<=t} F_t - F_j + i_j)`` with ``F_t = Σ_{s<=t} log f_s``
-    (float64; m0 = 0 for the empty state, the kernel's convention)."""
+    ``m'_t = max(m0 + F_t, max_{j<=t} F_t - F_j + i_j, -10)`` with ``F_t = Σ_{s<=t} log f_s``
+    (float64; m0 = 0 for the empty state, the kernel's convention; -10 is the kernel's floor)."""
     F_ = F.logsigmoid(f.double()).cumsum(-1)  # (B, H, T)
     best = torch.cummax(i.double() - F_, dim=-1).values
-    return F_ + torch.maximum(best, m0.double()[..., None])
+    return (F_ + torch.maximum(best, m0.double()[..., None])).clamp_min(_KERNEL_M_FLOOR)
 
 
 _AUG = 16  # extra value columns: ones, then zeros up to a multiple of 16
@@ -443,7 +460,7 @@ def _ones_columns(like: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     return out
 
 
-def _triton_with_true_grad(kern, q, k, v, i, f, state, m_in, eps):
+def _triton_with_true_grad(kern, q, k, v, i, f, state, m_in, eps, stats=None):
     """The kernel's h with the gradient of the function it computes.
 
     mlstm_kernels' backward equals the gradient with the denominator
@@ -455,12 +472,14 @@ def _triton_with_true_grad(kern, q, k, v, i, f, state, m_in, eps):
       its gradient at constant den and m', from one extra value column of ones (the extra
       column of an initial state's C is its n: that is what the column accumulates); so
       ``∂L/∂r = -sign(r) Σ_v ∂L/∂h_v · h_v`` there. Which branch is active is read from a
-      second, gradient-free call with ``eps = 0`` and only the ones column, where the
-      ``|nᵀq̃|`` branch gives ``|r| = 1`` exactly (with eps > 0, |r| and the threshold
-      ``1 / (1 + eps·exp(m'))`` agree to within float32 rounding near the kink).
-    - through m' (both branches): ``∂L/∂m' = -(eps/den) Σ_v ∂L/∂h_v · h_v``, with
-      ``eps/den = 1 - |r|`` in the ``|nᵀq̃|`` branch and ``1 - τ``, ``τ = 1/(1 + eps·exp(m'))``,
-      in the other (at most ``1 - τ`` in both); m' is recomputed from the gates, differentiably.
+      second, gradient-free forward on the same tiles: with ``stats`` (mlstm_kernels' forward
+      function) from the kernel's own ``max(|nᵀq̃|, exp(-m'))`` and m' at each step, exactly;
+      without it, from a call with ``eps = 0`` and only the ones column, where the ``|nᵀq̃|``
+      branch gives ``|r| = 1`` up to :func:`_on_n_tolerance` (with eps > 0, |r| and the
+      threshold ``1 / (1 + eps·exp(m'))`` agree only to within float32 rounding at the kink).
+    - through m' (both branches): ``∂L/∂m' = -(eps/den) Σ_v ∂L/∂h_v · h_v``: from ``stats``
+      exactly, else ``1 - |r|`` on the ``|nᵀq̃|`` side and ``1 - τ``, ``τ = 1/(1 + eps·exp(m'))``,
+      on the other (at most ``1 - τ`` on both); m' is recomputed from the gates, differentiably.
 
     Both terms enter as zeros whose gradients are these, so h's value is the kernel's. The
     sequence is padded at the end to a length the kernel accepts (outputs are causal).
@@ -486,18 +505,36 @@ def _triton_with_true_grad(kern, q, k, v, i, f, state, m_in, eps):
     h, r = h_aug[..., :Dv], h_aug[..., Dv]
     m_k = _kernel_m(i, f, m_in).float()
     with torch.no_grad():
-        r0 = kern(
-            *(padt(x.detach().float()) for x in (q, k)),
-            padt(_ones_columns(v, torch.float32)),
-            *(g.detach() for g in gates),
-            c_initial=torch.cat([n[..., None], extra], -1),
-            eps=0.0,
-            **common,
-        )
-        r0 = (r0[0] if isinstance(r0, tuple) else r0)[:, :, :T, 0].float()
-        on_n = r0.abs() >= 1 - _on_n_tolerance(q.device)
         tau = torch.sigmoid(-(m_k + math.log(eps))) if eps > 0 else torch.ones_like(m_k)
-        eps_over_den = torch.where(on_n, (1 - r.abs()).clamp(0, None), 1 - tau)
+        if stats is not None:  # the kernel's own denominator and m' at every step
+            _, den, m_out = stats(
+                matQ=padt(q.detach().to(dt)),
+                matK=padt(k.detach().to(dt)),
+                matV=padt(_ones_columns(v, dt)),
+                vecI=gates[0].detach(),
+                vecF=gates[1].detach(),
+                matC_initial=torch.cat([n[..., None], extra], -1),
+                vecN_initial=n,
+                scaM_initial=m_in[..., None],
+                chunk_size=min(P, 128),
+                output_dtype=torch.float32,
+                eps=0.0,
+            )[:3]
+            den, m_out = den[:, :, :T].float(), m_out[:, :, :T].float()
+            on_n = den > torch.exp(-m_out) * (1 + 2.0**-20)
+            eps_over_den = eps / (den + eps)
+        else:
+            r0 = kern(
+                *(padt(x.detach().float()) for x in (q, k)),
+                padt(_ones_columns(v, torch.float32)),
+                *(g.detach() for g in gates),
+                c_initial=torch.cat([n[..., None], extra], -1),
+                eps=0.0,
+                **common,
+            )
+            r0 = (r0[0] if isinstance(r0, tuple) else r0)[:, :, :T, 0].float()
+            on_n = r0.abs() >= 1 - _on_n_tolerance(q.device)
+            eps_over_den = torch.where(on_n, (1 - r.abs()).clamp(0, None), 1 - tau)
         eps_over_den = torch.minimum(eps_over_den, 1 - tau)
         sign = torch.where(on_n, torch.sign(r), torch.zeros_like(r))
         h_c = h.detach()
@@ -517,8 +554,9 @@ def _triton_backend(q, k, v, i, f, state, chunk_size, eps):
     m_in = torch.where(torch.isinf(m), torch.zeros_like(m), m)
     if _grad_needed(q, k, v, i, f):
         # no final state is wanted with gradients, and the initial one carries none (both
-        # ensured by _triton_usable): the returned state is discarded
-        return _triton_with_true_grad(kern, q, k, v, i, f, state, m_in, eps), state
+        # ensured by _triton_usable): there is no final state to return
+        stats = _triton_forward_stats()
+        return _triton_with_true_grad(kern, q, k, v, i, f, state, m_in, eps, stats), None
     T = q.shape[2]
     P = _triton_prefix(T)
     low = q.dtype in (torch.bfloat16, torch.float16)
