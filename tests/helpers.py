@@ -68,12 +68,19 @@ def assert_close(actual, expected, tol: float, what: str = "", floor: float = 0.
     assert err <= tol, f"{what}: normwise error {err:.3e} > tolerance {tol:.3e}"
 
 
+def _units(unit, n: int) -> list[float]:
+    """One perturbation size per input: ``unit`` itself, or one per input (a sequence)."""
+    units = [unit] * n if isinstance(unit, (int, float)) else list(unit)
+    assert len(units) == n, (len(units), n)
+    return units
+
+
 def noise_floor(
     reference: Callable[..., Sequence[torch.Tensor]],
     inputs: Sequence[torch.Tensor],
     draws: int = 3,
     seed: int = 0,
-    unit: float = U32,
+    unit: float | Sequence[float] = U32,
 ) -> tuple[list[float], list[torch.Tensor]]:
     """(floor of each output, float64 outputs) of ``reference(*inputs, dtype=...)``: the
     normwise error that float32 rounding alone causes on these inputs, the larger of (a) the
@@ -81,15 +88,16 @@ def noise_floor(
     rounding (relative 2^-24, ``draws`` times). Ill-conditioned inputs raise the floor; a test
     bounds an op's error by :data:`NOISE_FACTOR` times it instead of a machine's constant.
     ``unit`` (default float32's) sets the size of the perturbation: ``UTF32`` or ``U16`` for
-    ops whose kernels round to TF32 or bfloat16 inside."""
+    ops whose kernels round to TF32 or bfloat16 inside; a sequence gives one per input (e.g.
+    bfloat16 tiles for q, k, v and float32 gates)."""
     refs = list(reference(*inputs, dtype=torch.float64))
     runs = [list(reference(*inputs, dtype=torch.float32))]
     g = torch.Generator().manual_seed(seed)
+    units = _units(unit, len(inputs))
     for _ in range(draws):
         pert = [
-            x.double()
-            * (1 + unit * (2 * torch.rand(x.shape, generator=g, dtype=torch.float64) - 1))
-            for x in inputs
+            x.double() * (1 + u * (2 * torch.rand(x.shape, generator=g, dtype=torch.float64) - 1))
+            for x, u in zip(inputs, units)
         ]
         runs.append(list(reference(*pert, dtype=torch.float64)))
     return [max(rel_err(r[j], refs[j]) for r in runs) for j in range(len(refs))], refs
@@ -260,7 +268,7 @@ def grad_noise_floor(
     weights: Sequence[torch.Tensor],
     draws: int = 3,
     seed: int = 0,
-    unit: float = U32,
+    unit: float | Sequence[float] = U32,
 ) -> tuple[list[float], list[torch.Tensor]]:
     """:func:`noise_floor` for the gradients of sum_j (weights_j · reference_j) w.r.t. the
     inputs: (floor of each input's gradient, float64 gradients)."""
@@ -271,11 +279,11 @@ def grad_noise_floor(
     refs = run([x.double() for x in inputs], torch.float64)
     runs = [run([x.float() for x in inputs], torch.float32)]
     g = torch.Generator().manual_seed(seed)
+    units = _units(unit, len(inputs))
     for _ in range(draws):
         pert = [
-            x.double()
-            * (1 + unit * (2 * torch.rand(x.shape, generator=g, dtype=torch.float64) - 1))
-            for x in inputs
+            x.double() * (1 + u * (2 * torch.rand(x.shape, generator=g, dtype=torch.float64) - 1))
+            for x, u in zip(inputs, units)
         ]
         runs.append(run(pert, torch.float64))
     return [max(rel_err(r[j], refs[j]) for r in runs) for j in range(len(refs))], refs
