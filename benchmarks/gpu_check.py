@@ -25,6 +25,8 @@ import json
 import os
 import platform
 import re
+import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -35,7 +37,7 @@ ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results"
 
 # (name, seconds): the limits add up to 480 s
-STAGES = [("tests", 150), ("mlstm_grad", 45), ("ops", 75), ("train", 150), ("decode", 60)]
+STAGES = [("tests", 120), ("mlstm_grad", 60), ("ops", 60), ("train", 180), ("decode", 60)]
 
 TRAIN_RUNS = [  # preset, pattern, seq_len, batch, extra keys
     ("350m", "SX", 16384, 2, ["compile=true"]),
@@ -61,15 +63,46 @@ def _versions() -> dict:
 def _stage_cmd(name: str, args) -> list[str]:
     py = sys.executable
     if name == "tests":
-        return [py, "-m", "pytest", "-q", "-m", "gpu", "tests/test_gpu.py", "-p", "no:randomly"]
+        return [py, "-m", "pytest", "-v", "-m", "gpu", "tests/test_gpu.py", "-p", "no:randomly"]
     if name == "mlstm_grad":
         return [py, "benchmarks/mlstm_triton_grad.py", "--out", str(args.tmp / "mlstm_grad.json")]
     smoke = ["--cpu-smoke"] if args.cpu_smoke else []
-    return [py, __file__, "--stage", name, "--stage-out", str(args.tmp / f"{name}.json"), *smoke]
+    out = str(args.tmp / f"{name}.json")
+    return [py, __file__, "--stage", name, "--stage-out", out, "--stage-limit", "LIMIT", *smoke]
+
+
+def _killpg(p: subprocess.Popen) -> None:
+    try:
+        os.killpg(p.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    p.wait()
+
+
+def _run_group(cmd, log: Path, limit: float, env=None, until=None) -> int | str:
+    """Run ``cmd`` in a session of its own, output to ``log``; at ``limit`` seconds, or once
+    ``until()`` is true, kill the whole process group (a stage's own children included).
+    Returns the exit status, "timeout" or "stopped"."""
+    with open(log, "w") as f:
+        p = subprocess.Popen(
+            cmd, cwd=ROOT, env=env, stdout=f, stderr=subprocess.STDOUT, start_new_session=True
+        )
+        deadline = time.monotonic() + limit
+        while True:
+            try:
+                return p.wait(timeout=1.0)
+            except subprocess.TimeoutExpired:
+                pass
+            if until is not None and until():
+                _killpg(p)
+                return "stopped"
+            if time.monotonic() > deadline:
+                _killpg(p)
+                return "timeout"
 
 
 def _run_stage(name: str, limit: float, args) -> dict:
-    cmd = _stage_cmd(name, args)
+    cmd = [str(round(limit)) if c == "LIMIT" else c for c in _stage_cmd(name, args)]
     log = args.logs / f"{name}.log"
     env = dict(
         os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])
@@ -80,13 +113,7 @@ def _run_stage(name: str, limit: float, args) -> dict:
         env["TRITON_INTERPRET"] = "1"
     t0 = time.perf_counter()
     print(f"[gpu-check] {name}: {' '.join(cmd[1:])} (limit {limit:.0f} s)", flush=True)
-    with open(log, "w") as f:
-        try:
-            rc = subprocess.run(
-                cmd, cwd=ROOT, env=env, stdout=f, stderr=subprocess.STDOUT, timeout=limit
-            ).returncode
-        except subprocess.TimeoutExpired:
-            rc = "timeout"
+    rc = _run_group(cmd, log, limit, env=env)
     res = {"rc": rc, "seconds": round(time.perf_counter() - t0, 1), "log": str(log)}
     if name == "mlstm_grad" and rc == 2:  # mlstm_kernels' Triton kernels are not installed
         res["skipped"] = True
@@ -96,7 +123,7 @@ def _run_stage(name: str, limit: float, args) -> dict:
         res.update(_pytest_counts(text))
     else:
         out = args.tmp / f"{name}.json"
-        if out.exists():
+        if out.exists():  # written row by row: a stage cut short keeps what it finished
             res["result"] = json.loads(out.read_text())
     if rc != 0:
         res["tail"] = text[-1500:]
@@ -104,9 +131,22 @@ def _run_stage(name: str, limit: float, args) -> dict:
 
 
 def _pytest_counts(text: str) -> dict:
+    """Counts from pytest's summary line, or (a run cut short prints none) from its -v lines."""
     counts = {"passed": 0, "failed": 0, "skipped": 0, "errors": 0}
-    for n, what in re.findall(r"(\d+) (passed|failed|skipped|errors?)\b", text):
+    found = re.findall(
+        r"(\d+) (passed|failed|skipped|errors?)\b", text.splitlines()[-1] if text else ""
+    )
+    for n, what in found:
         counts["errors" if what.startswith("error") else what] = int(n)
+    if not found:
+        for what, key in (
+            ("PASSED", "passed"),
+            ("FAILED", "failed"),
+            ("SKIPPED", "skipped"),
+            ("ERROR", "errors"),
+        ):
+            counts[key] = len(re.findall(rf"::\S+ {what}\b", text))
+        counts["cut_short"] = True
     return counts
 
 
@@ -132,7 +172,7 @@ def _bench(fn, warmup=3, reps=10) -> float:
     return sorted(times)[len(times) // 2]
 
 
-def stage_ops(smoke: bool) -> dict:
+def stage_ops(smoke: bool, save) -> dict:
     """fwd+bwd of attention (swax SWA via flex/flash vs full causal SDPA, the reference) and of
     the mLSTM (triton vs native), bf16; TFLOP/s counted on the visible band."""
     import torch
@@ -146,6 +186,7 @@ def stage_ops(smoke: bool) -> dict:
     lengths = [4096, 16384] if not smoke else [256]
     windows = [128, 2048] if not smoke else [16]
     rows = []
+    res = {"device": dev, "dtype": str(dt), "shape": {"B": B, "H": H, "D": D}, "rows": rows}
 
     def fwd_bwd(f, *xs):
         xs = [x.detach().requires_grad_() for x in xs]
@@ -169,6 +210,7 @@ def stage_ops(smoke: bool) -> dict:
                 "tflops": tf(full, pairs_full),
             }
         )
+        save(res)
         for W in windows:
             backend = select_backend("swa", None, q, k, v, W).name
             ms = _bench(
@@ -187,11 +229,12 @@ def stage_ops(smoke: bool) -> dict:
                     "per_flop_vs_ref": (ms / pairs) / (full / pairs_full),
                 }
             )
+            save(res)
     Hm, Dqk, Dv = (8, 128, 256) if not smoke else (2, 16, 16)
     for T in lengths:
         xs = [torch.randn(B, Hm, T, d, device=dev, dtype=dt) for d in (Dqk, Dqk, Dv)]
         xs += [torch.randn(B, Hm, T, device=dev), torch.randn(B, Hm, T, device=dev) + 3]
-        names = available_backends("mlstm", *xs)
+        names = [n for n in available_backends("mlstm", *xs) if n != "autograd"]  # a reference
         ref = _bench(lambda: fwd_bwd(lambda *a: mlstm(*a, backend="native")[0], *xs))
         for name in names:
             ms = (
@@ -211,28 +254,48 @@ def stage_ops(smoke: bool) -> dict:
                     "speedup_vs_ref": ref / ms,
                 }
             )
-    return {"device": dev, "dtype": str(dt), "shape": {"B": B, "H": H, "D": D}, "rows": rows}
+            save(res)
+    return res
 
 
-def stage_train(smoke: bool, logs: Path) -> dict:
-    """`swax train` for a few steps per configuration; tok/s and MFU of the last logged
-    interval (the first one includes compilation)."""
+def _tok_s_records(metrics: Path) -> list[dict]:
+    try:
+        lines = metrics.read_text().splitlines()
+    except OSError:
+        return []
+    recs = []
+    for line in lines:
+        try:
+            rec = json.loads(line)
+        except ValueError:  # a line being written
+            continue
+        if "tok_s" in rec:
+            recs.append(rec)
+    return recs
+
+
+def stage_train(smoke: bool, logs: Path, limit: float, save) -> dict:
+    """`swax train` per configuration until it has logged three throughput intervals (the
+    first includes compilation), then stopped (killed: no final validation, checkpoint or
+    export, and its folder deleted); tok/s and MFU of the last interval. The stage's time
+    limit is shared among the runs still to go."""
     runs = SMOKE_TRAIN_RUNS if smoke else TRAIN_RUNS
-    steps, every = (4, 2) if smoke else (16, 4)
+    every = 2 if smoke else 4
     out = []
+    res = {"runs": out, "sx_over_a_tok_s_at_16384": None}
+    start = time.monotonic()
     with tempfile.TemporaryDirectory() as tmp:
-        for preset, pattern, seq, batch, extra in runs:
-            run_dir = Path(tmp) / f"{preset}_{pattern}_{seq}_{len(out)}"
-            tok = "byte" if preset == "tiny" else "gpt2"
+        for j, (preset, pattern, seq, batch, extra) in enumerate(runs):
+            run_dir = Path(tmp) / f"run{j}"
             fixed = [e for e in extra if e.startswith("window.fixed=")]
             keys = [
                 f"run_dir={run_dir}",
-                f"steps={steps}",
+                "steps=1000",
                 f"seq_len={seq}",
                 f"batch_size={batch}",
                 f"model.preset={preset}",
                 f"model.layer_pattern={pattern}",
-                f"data.tokenizer={tok}",
+                "data.tokenizer=byte",  # the preset's vocabulary is kept: the same cost
                 "window.kind=fixed",
                 f"window.short={min(seq, 16)}",
                 f"window.long={min(seq, 2048)}",
@@ -243,16 +306,29 @@ def stage_train(smoke: bool, logs: Path) -> dict:
                 "checkpoint.every=100000",
                 "log.tensorboard=false",
                 *(e for e in extra if not e.startswith("window.fixed=")),
+                "device=cpu" if smoke else "dtype=bfloat16",
             ]
-            if smoke:
-                keys.append("device=cpu")
-            else:
-                keys.append("dtype=bfloat16")
             cmd = [sys.executable, "-m", "swax", "train", *keys]
+            left = limit - (time.monotonic() - start) - 5  # inner runs end before the stage
+            if left < 5:
+                out.append(
+                    {
+                        "preset": preset,
+                        "pattern": pattern,
+                        "seq_len": seq,
+                        "batch": batch,
+                        "options": extra,
+                        "rc": None,
+                        "error": "not run: the stage's time limit was reached",
+                    }
+                )
+                save(res)
+                continue
+            per_run = left / (len(runs) - j)
             t0 = time.perf_counter()
-            log = logs / f"train_{preset}_{pattern}_{seq}_{len(out)}.log"
-            with open(log, "w") as f:
-                rc = subprocess.run(cmd, cwd=ROOT, stdout=f, stderr=subprocess.STDOUT).returncode
+            log = logs / f"train_{j}_{preset}_{pattern}_{seq}.log"
+            metrics = run_dir / "metrics.jsonl"
+            rc = _run_group(cmd, log, per_run, until=lambda m=metrics: len(_tok_s_records(m)) >= 3)
             entry = {
                 "preset": preset,
                 "pattern": pattern,
@@ -262,21 +338,17 @@ def stage_train(smoke: bool, logs: Path) -> dict:
                 "rc": rc,
                 "seconds": round(time.perf_counter() - t0, 1),
             }
-            metrics = run_dir / "metrics.jsonl"
-            recs = (
-                [json.loads(x) for x in metrics.read_text().splitlines()]
-                if metrics.exists()
-                else []
-            )
-            recs = [r for r in recs if "tok_s" in r]
-            if recs:
+            recs = _tok_s_records(metrics)
+            if len(recs) >= 2:  # an interval without compilation
                 entry.update(tok_s=recs[-1]["tok_s"], mfu=recs[-1]["mfu"], step=recs[-1]["step"])
             else:
-                entry["error"] = log.read_text(errors="replace")[-600:]
+                entry["error"] = f"{rc}: " + log.read_text(errors="replace")[-600:]
+            shutil.rmtree(run_dir, ignore_errors=True)
             out.append(entry)
+            res["sx_over_a_tok_s_at_16384"] = _ratio(out, "SX", "A", 16384)
+            save(res)
             print(json.dumps(entry), flush=True)
-    ratio = _ratio(out, "SX", "A", 16384)
-    return {"runs": out, "sx_over_a_tok_s_at_16384": ratio}
+    return res
 
 
 def _ratio(runs, a, b, seq):
@@ -285,7 +357,7 @@ def _ratio(runs, a, b, seq):
     return x / y if x and y else None
 
 
-def stage_decode(smoke: bool) -> dict:
+def stage_decode(smoke: bool, save) -> dict:
     """Decode tokens/s at 1k and 128k context, batch 1 and 16, for the 1.4B preset SX and A
     (random weights, bf16); a configuration that does not fit says so."""
     import torch
@@ -298,6 +370,7 @@ def stage_decode(smoke: bool) -> dict:
     if smoke:
         preset, contexts, batches, steps = ("tiny", [64, 256], [1, 2], 4)
     rows = []
+    res = {"preset": preset, "rows": rows}
     for pattern in ("SX", "A"):
         torch.manual_seed(0)
         model = SwaxLM(SwaxConfig.preset(preset, layer_pattern=pattern)).to(dev).eval()
@@ -329,8 +402,9 @@ def stage_decode(smoke: bool) -> dict:
                     if dev == "cuda":
                         torch.cuda.empty_cache()
                 rows.append(row)
+                save(res)
                 print(json.dumps(row), flush=True)
-    return {"preset": preset, "rows": rows}
+    return res
 
 
 # ------------------------------------------------------------------------------------- report
@@ -436,16 +510,23 @@ def main(argv=None) -> int:
     ap.add_argument("--logs", type=Path, default=None, help="stage logs (default: beside --out)")
     ap.add_argument("--stage", help=argparse.SUPPRESS)
     ap.add_argument("--stage-out", type=Path, help=argparse.SUPPRESS)
+    ap.add_argument("--stage-limit", type=float, default=600.0, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
 
     if args.stage:  # inside a stage's subprocess
+
+        def save(obj):  # after every row, so that a stage cut short keeps what it finished
+            tmp = args.stage_out.with_suffix(".tmp")
+            tmp.write_text(json.dumps(obj, indent=1) + "\n")
+            os.replace(tmp, args.stage_out)
+
         logs = args.stage_out.parent
         res = {
-            "ops": lambda: stage_ops(args.cpu_smoke),
-            "train": lambda: stage_train(args.cpu_smoke, logs),
-            "decode": lambda: stage_decode(args.cpu_smoke),
+            "ops": lambda: stage_ops(args.cpu_smoke, save),
+            "train": lambda: stage_train(args.cpu_smoke, logs, args.stage_limit, save),
+            "decode": lambda: stage_decode(args.cpu_smoke, save),
         }[args.stage]()
-        args.stage_out.write_text(json.dumps(res, indent=1) + "\n")
+        save(res)
         return 0
 
     stages = [(n, s * args.budget) for n, s in STAGES]

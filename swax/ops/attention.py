@@ -267,8 +267,8 @@ def _flex_shapes(tq: int, tk: int, window: int) -> tuple[int, int, int]:
     """(keys kept, padded queries, padded keys) for flex attention.
 
     Keys older than ``tq + window - 1`` are seen by no query and are dropped. Queries are padded
-    to a multiple of the block size; keys to the same length when there is no cache
-    (``tk == tq``), else to the padded length of ``padded queries + window - 1``. So a
+    to a multiple of the block size; keys to the same length when no cached key is left
+    (``keep == tq``), else to the padded length of ``padded queries + window - 1``. So a
     (query length, window) pair compiles at most two kernels, whatever the cache length: chunked
     prefill does not recompile for every key length (it did, until torch._dynamo's recompile
     limit sent it to the slow eager path)."""
@@ -306,8 +306,8 @@ def _flex(q, k, v, window, scale):
     keep, tq_p, tk_p = _flex_shapes(Tq, Tk, window)
     k, v = k[:, :, Tk - keep :], v[:, :, Tk - keep :]
     mask = _flex_block_mask(Tq, keep, window, str(q.device))
-    qp = F.pad(q, (0, 0, 0, tq_p - Tq))
-    kp, vp = (F.pad(x, (0, 0, 0, tk_p - keep)) for x in (k, v))
+    qp = F.pad(q, (0, 0, 0, tq_p - Tq)) if tq_p > Tq else q
+    kp, vp = (F.pad(x, (0, 0, 0, tk_p - keep)) if tk_p > keep else x for x in (k, v))
     out = _compiled_flex()(
         qp, kp, vp, block_mask=mask, scale=scale, enable_gqa=q.shape[1] != k.shape[1]
     )
