@@ -51,11 +51,11 @@ Backends of ``mode="chunk"`` (chosen through :mod:`swax.ops.registry`, op name `
   as NX-AI/mlstm_kernels issue #16). Where gradients are needed, this backend restores the
   missing terms (:func:`_triton_with_true_grad`): one extra value column of ones (16 columns,
   the kernel's granularity) gives the kernel's own ``nᵀq̃ / den`` and its gradient, and a
-  gradient-free call with ``eps = 0`` on that column alone says which side of
-  ``max(|nᵀq̃|, exp(-m))`` each step is on; the sequence is padded at the end to the kernel's
-  lengths instead of finishing on ``native``. Cost: Dv + 16 value columns, plus a forward
-  with 16. Steps within about 2^-8 (relative) of that max's kink may get the gradient of its
-  other side.
+  gradient-free forward (mlstm_kernels' forward function, which also returns each step's
+  ``max(|nᵀq̃|, exp(-m))`` and m) says which side of that max each step is on; the sequence
+  is padded at the end to the kernel's lengths instead of finishing on ``native``. Cost:
+  Dv + 16 value columns, plus a forward with 16. (Should that function not import, an
+  ``eps = 0`` call on the ones column reads the side instead, to within 2^-8 on CUDA.)
 * ``native`` (any device; the CPU default): :mod:`swax.ops._mlstm_chunkwise`, a chunkwise
   kernel with a hand-written backward that recomputes the intra-chunk tiles instead of
   saving them; registered as ``torch.library`` custom ops, so ``torch.compile`` keeps it.
