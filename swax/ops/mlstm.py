@@ -507,10 +507,13 @@ def _triton_with_true_grad(kern, q, k, v, i, f, state, m_in, eps, stats=None):
     with torch.no_grad():
         tau = torch.sigmoid(-(m_k + math.log(eps))) if eps > 0 else torch.ones_like(m_k)
         if stats is not None:  # the kernel's own denominator and m' at every step
+            # under CUDA autocast the kernel's autograd function casts its inputs to float32
+            # (mlstm_kernels' custom_fwd): read the statistics from the same tiles
+            sdt = torch.float32 if torch.is_autocast_enabled(q.device.type) else dt
             _, den, m_out = stats(
-                matQ=padt(q.detach().to(dt)),
-                matK=padt(k.detach().to(dt)),
-                matV=padt(_ones_columns(v, dt)),
+                matQ=padt(q.detach().to(sdt)),
+                matK=padt(k.detach().to(sdt)),
+                matV=padt(_ones_columns(v, sdt)),
                 vecI=gates[0].detach(),
                 vecF=gates[1].detach(),
                 matC_initial=torch.cat([n[..., None], extra], -1),
