@@ -373,7 +373,8 @@ def stage_decode(smoke: bool, save) -> dict:
     res = {"preset": preset, "rows": rows}
     for pattern in ("SX", "A"):
         torch.manual_seed(0)
-        model = SwaxLM(SwaxConfig.preset(preset, layer_pattern=pattern)).to(dev).eval()
+        with torch.device(dev):  # initialise on the device: a 1.4B model is slow on the CPU
+            model = SwaxLM(SwaxConfig.preset(preset, layer_pattern=pattern)).eval()
         if dev == "cuda":
             model = model.bfloat16()
         W, V = model.config.window, model.config.vocab_size
