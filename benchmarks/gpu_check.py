@@ -60,15 +60,29 @@ def _versions() -> dict:
     return out
 
 
-def _stage_cmd(name: str, args) -> list[str]:
+def _stage_cmd(name: str, limit: float, args) -> list[str]:
     py = sys.executable
     if name == "tests":
-        return [py, "-m", "pytest", "-v", "-m", "gpu", "tests/test_gpu.py", "-p", "no:randomly"]
+        if args.cpu_smoke:  # the CPU side of the flex path instead
+            sel = ["not gpu", "tests/test_attention_op.py", "-k", "flex_path"]
+        else:
+            sel = ["gpu", "tests/test_gpu.py"]
+        return [py, "-m", "pytest", "-v", "-m", *sel, "-p", "no:randomly"]
     if name == "mlstm_grad":
         return [py, "benchmarks/mlstm_triton_grad.py", "--out", str(args.tmp / "mlstm_grad.json")]
     smoke = ["--cpu-smoke"] if args.cpu_smoke else []
     out = str(args.tmp / f"{name}.json")
-    return [py, __file__, "--stage", name, "--stage-out", out, "--stage-limit", "LIMIT", *smoke]
+    return [
+        py,
+        __file__,
+        "--stage",
+        name,
+        "--stage-out",
+        out,
+        "--stage-limit",
+        f"{limit:.0f}",
+        *smoke,
+    ]
 
 
 def _killpg(p: subprocess.Popen) -> None:
@@ -102,13 +116,11 @@ def _run_group(cmd, log: Path, limit: float, env=None, until=None) -> int | str:
 
 
 def _run_stage(name: str, limit: float, args) -> dict:
-    cmd = [str(round(limit)) if c == "LIMIT" else c for c in _stage_cmd(name, args)]
+    cmd = _stage_cmd(name, limit, args)
     log = args.logs / f"{name}.log"
     env = dict(
         os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])
     )
-    if args.cpu_smoke and name == "tests":  # the CPU side of the flex path instead
-        cmd = [*cmd[:5], "not gpu", "tests/test_attention_op.py", "-k", "flex_path", *cmd[7:]]
     if args.cpu_smoke and name == "mlstm_grad":
         env["TRITON_INTERPRET"] = "1"
     t0 = time.perf_counter()
@@ -549,7 +561,9 @@ def main(argv=None) -> int:
             f"{sum(s for _, s in stages):.0f} s of limits:"
         )
         for name, limit in stages:
-            print(f"  {name:<11} limit {limit:4.0f} s  {' '.join(_stage_cmd(name, args)[1:])}")
+            print(
+                f"  {name:<11} limit {limit:4.0f} s  {' '.join(_stage_cmd(name, limit, args)[1:])}"
+            )
         for preset, pattern, seq, batch, extra in TRAIN_RUNS:
             print(f"    train {preset} {pattern} seq {seq} batch {batch} {' '.join(extra)}")
         print(f"  results: {args.out} and {args.out.with_suffix('.md')}; logs: {args.logs}")
