@@ -557,7 +557,7 @@ def cmd_data_prepare(cfg: C.DataPrepareConfig) -> int:
     if not cfg.out:
         raise SwaxError("swax data prepare needs --out DIR, the folder of the shard set")
     try:
-        with StopSignals("swax data prepare", action=None) as stop:
+        with StopSignals("swax data prepare", action="stopping after the current batch") as stop:
             index = _prepare(cfg, stop)
     except KeyboardInterrupt:
         raise Stopped(

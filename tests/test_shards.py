@@ -4,9 +4,12 @@ resume across shard boundaries, disjoint ranks) and training from a shard set.""
 
 import hashlib
 import json
+import os
+import queue
 import signal
 import subprocess
 import sys
+import threading
 
 import numpy as np
 import pytest
@@ -347,30 +350,72 @@ def test_shards_rss_benchmark_quick():
     assert 0.5 < ratio < 1.5, r.stdout
 
 
+# `swax data prepare` in a real process whose document reader blocks on a pipe after HOLD_AT
+# documents, until the test has seen the signal's message: the signal always lands mid-run,
+# whatever the machine's load (no race between the signal and the end of the work).
+_HELD_PREPARE = """
+import os, sys
+import swax.data.shards as shards
+from swax.cli import main
+
+hold, hold_at, args = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3:]
+read = shards.iter_documents
+
+def held(*a, **k):
+    for i, doc in enumerate(read(*a, **k)):
+        if i == hold_at:
+            print("held", flush=True)
+            os.read(hold, 1)
+        yield doc
+
+shards.iter_documents = held
+sys.exit(main(args))
+"""
+
+
+def _lines_of(stream) -> queue.Queue:
+    """The stream's lines, then None at its end, read by a thread: a hung process then fails
+    the test at a timeout instead of hanging it."""
+    q = queue.Queue()
+    threading.Thread(target=lambda: [*map(q.put, stream), q.put(None)], daemon=True).start()
+    return q
+
+
 @pytest.mark.parametrize(
     "signum, workers", [(signal.SIGINT, 2), (signal.SIGTERM, 2), (signal.SIGINT, 1)]
 )
 def test_prepare_interrupted_by_a_signal_resumes_byte_identically(
     corpus, prepared, tmp_path, signum, workers
 ):
-    import time
-
     src, _ = corpus
     out = tmp_path / "sig"
+    hold, release = os.pipe()
     args = ["data", "prepare", str(src), "--out", str(out), "--shard-tokens", "300000",
             "--workers", str(workers), "--val-fraction", "0.05", "--no-progress"]  # fmt: skip
-    p = subprocess.Popen([sys.executable, "-m", "swax", *args], stderr=subprocess.PIPE, text=True)
-    deadline = time.time() + 60
-    while not (out / "progress.json").exists() and p.poll() is None and time.time() < deadline:
-        time.sleep(0.01)
-    p.send_signal(signum)
-    _, err = p.communicate(timeout=60)
-    if p.returncode == 0:
-        pytest.skip("prepare finished before the signal arrived")
-    lines = err.strip().splitlines()
-    assert p.returncode == 128 + signum and len(lines) == 1, err
+    p = subprocess.Popen(
+        [sys.executable, "-c", _HELD_PREPARE, str(hold), "700", *args],
+        pass_fds=(hold,),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    out_lines, err_lines = _lines_of(p.stdout), _lines_of(p.stderr)
+    try:
+        assert out_lines.get(timeout=300) == "held\n"
+        p.send_signal(signum)
+        first = err_lines.get(timeout=300)  # the handler's line: the signal was taken
+        os.write(release, b"x")  # release the reader
+        p.wait(timeout=300)
+    finally:
+        p.kill()
+        os.close(hold)
+        os.close(release)
+    lines = [x for x in iter(lambda: err_lines.get(timeout=60), None)]
+    err = "".join(lines)
+    assert p.returncode == 128 + signum and len(lines) == 1, first + err
+    assert first.startswith(f"swax data prepare: {signal.Signals(signum).name} received")
     assert lines[0].startswith("swax: interrupted;") and "run the same command again" in lines[0]
-    assert not (out / "index.json").exists()
+    assert not (out / "index.json").exists() and (out / "progress.json").exists()
     r = swax(*args)
     assert r.returncode == 0, r.stderr
     assert _files(out) == _files(prepared)

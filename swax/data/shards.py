@@ -30,7 +30,6 @@ import json
 import logging
 import os
 import shutil
-import signal
 import sys
 from collections import deque
 from collections.abc import Iterator
@@ -44,6 +43,7 @@ from ..integrity import sha256_file
 from ..signals import StopSignals
 from .sources import iter_documents
 from .tokenizer import load_model_tokenizer, load_tokenizer, save_tokenizer
+from .workers import OrderedWorkers
 
 log = logging.getLogger("swax")
 
@@ -312,15 +312,6 @@ class _ShardWriter:
 _WORKER: dict = {}
 
 
-def _init_pool_worker(spec: str, val_fraction: float, split_seed: int) -> None:
-    # a Ctrl-C at the terminal reaches the whole process group: workers leave it to the parent,
-    # which stops between batches and terminates them; SIGTERM (Pool.terminate) must kill them,
-    # not run the parent's deferring handler inherited through fork (it hung terminate())
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    _init_worker(spec, val_fraction, split_seed)
-
-
 def _init_worker(spec: str, val_fraction: float, split_seed: int) -> None:
     _WORKER.update(tok=load_tokenizer(spec), val_fraction=val_fraction, split_seed=split_seed)
 
@@ -448,14 +439,16 @@ def prepare_shards(
 
         bar = tqdm(desc="tokenizing", unit="doc", file=sys.stderr, dynamic_ncols=True)
     pool = None
+    if workers > 1 and not OrderedWorkers.available():
+        log.warning("--workers: this platform cannot fork; tokenizing in one process")
+        workers = 1
     if workers > 1:
-        import multiprocessing as mp
-
-        ctx = mp.get_context("fork") if "fork" in mp.get_all_start_methods() else mp
         saved = os.environ.get("TOKENIZERS_PARALLELISM")
         os.environ["TOKENIZERS_PARALLELISM"] = "false"  # the workers are the parallelism
         try:
-            pool = ctx.Pool(workers, _init_pool_worker, (tokenizer, val_fraction, split_seed))
+            pool = OrderedWorkers(
+                workers, _tokenize_batch, _init_worker, (tokenizer, val_fraction, split_seed)
+            )
         finally:
             if saved is None:
                 os.environ.pop("TOKENIZERS_PARALLELISM", None)
@@ -467,20 +460,17 @@ def prepare_shards(
     def results() -> Iterator[tuple[int, dict | None, int]]:
         """(batch number, {split: (tokens, documents)} of the splits it still needs or None,
         documents in the batch), in batch order."""
-        queue: deque = deque()
-        for k, docs in enumerate(_batches(source, fmt, field)):
-            need = tuple(s for s in SPLITS if k >= start[s]["batch"])
-            job = (docs, need) if need else None
-            if pool is None:
-                yield k, _tokenize_batch(job), len(docs)
-                continue
-            queue.append((k, pool.apply_async(_tokenize_batch, (job,)), len(docs)))
-            if len(queue) >= 4 * workers:
-                k0, r, n = queue.popleft()
-                yield k0, r.get(), n
-        while queue:
-            k0, r, n = queue.popleft()
-            yield k0, r.get(), n
+        sizes: deque = deque()
+
+        def jobs():
+            for k, docs in enumerate(_batches(source, fmt, field)):
+                need = tuple(s for s in SPLITS if k >= start[s]["batch"])
+                sizes.append(len(docs))
+                yield (docs, need) if need else None
+
+        done_batches = map(_tokenize_batch, jobs()) if pool is None else pool.map(jobs())
+        for k, res in enumerate(done_batches):
+            yield k, res, sizes.popleft()
 
     try:
         for k, res, n in results():
@@ -505,8 +495,7 @@ def prepare_shards(
         return {}
     finally:
         if pool is not None:
-            pool.terminate()
-            pool.join()
+            pool.close()
         if bar is not None:
             bar.close()
 
