@@ -770,14 +770,16 @@ def test_non_root_evaluator():
     python = _python_for_nobody()
     if python is None:
         pytest.skip("no Python >= 3.10 that uid 65534 can run")
+    # the module's text goes in on stdin, not as a path: uid 65534 may not be able to read the
+    # checkout (a clone in a 0700 folder)
     module = Path(code_exec.__file__).resolve()
     evaluator = f"""
-import importlib.util, json, os, sys
-spec = importlib.util.spec_from_file_location("code_exec", {str(module)!r})
-ce = importlib.util.module_from_spec(spec)
+import json, os, sys, types
+given = json.load(sys.stdin)
+ce = types.ModuleType("code_exec")
 sys.modules["code_exec"] = ce
-spec.loader.exec_module(ce)
-scan = sys.stdin.read().replace("EVALUATOR_PID", str(os.getpid()))
+exec(compile(given["module"], {str(module)!r}, "exec"), ce.__dict__)
+scan = given["scan"].replace("EVALUATOR_PID", str(os.getpid()))
 for program in (scan, {SPAWN!r}):
     print(json.dumps(ce.run_program(program, timeout=60).to_dict()), flush=True)
 """
@@ -785,7 +787,7 @@ for program in (scan, {SPAWN!r}):
     env = {"PATH": "/usr/bin:/bin", "SWAX_TEST_TOKEN": "s3cret"}
     proc = subprocess.run(
         [python, "-I", "-c", evaluator],
-        input=scan,
+        input=json.dumps({"module": module.read_text(), "scan": scan}),
         text=True,
         user=65534,
         group=65534,
