@@ -312,7 +312,7 @@ def _cli_train(run_dir, *extra):
     return subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
-def _wait_for_steps(run_dir, n, proc, timeout=240):
+def _wait_for_steps(run_dir, n, proc, timeout=900):
     t0 = time.time()
     path = run_dir / "metrics.jsonl"
     while time.time() - t0 < timeout:
