@@ -86,6 +86,7 @@ class OrderedWorkers:
         try:
             ok, value = self._conns[w].recv()
         except (EOFError, OSError):
+            self._procs[w].join(timeout=30)  # its pipe closed: it has exited or is exiting
             code = self._procs[w].exitcode
             raise WorkerError(f"worker process {self._procs[w].pid} died (exit {code})") from None
         if not ok:
