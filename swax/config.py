@@ -74,6 +74,10 @@ class SwaxConfig:
     """Initial biases of the mLSTM forget gate, spread linearly over the heads."""
     conv_size: int = 4
     """Kernel width of Gated DeltaNet's short causal convolution."""
+    mlstm_conv_size: int = 0
+    """Kernel width of an optional short causal convolution (+ SiLU) on the input of the mLSTM's
+    q and k, as in xLSTM's original mLSTM block (width 4 there); 0 = none, the xLSTM-7B cell.
+    Zoology found such a convolution needed for multi-query associative recall."""
     chunk_size: int = 64
     """Chunk length of the chunkwise-parallel recurrent ops (mLSTM, Gated DeltaNet)."""
     tie_embeddings: bool = True
@@ -121,6 +125,9 @@ class SwaxConfig:
             v = getattr(self, name)
             if not _is_finite_number(v) or v <= 0:
                 raise ConfigError(f"{name} must be a positive finite number, got {v!r}")
+        v = self.mlstm_conv_size
+        if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+            raise ConfigError(f"mlstm_conv_size must be an integer >= 0 (0 = none), got {v!r}")
         if not _is_finite_number(self.init_std) or self.init_std < 0:
             raise ConfigError(f"init_std must be a finite number >= 0, got {self.init_std!r}")
 

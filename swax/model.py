@@ -132,6 +132,7 @@ def _mlstm_args(cfg: SwaxConfig) -> dict:
         gate_soft_cap=cfg.gate_soft_cap,
         igate_bias_init=cfg.mlstm_igate_bias_init,
         fgate_bias_init=tuple(cfg.mlstm_fgate_bias_init),
+        conv_size=cfg.mlstm_conv_size,
     )
 
 

@@ -16,6 +16,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..ops.conv import causal_conv1d
 from ..ops.gated_delta import gated_delta_rule, gated_delta_step
 from .norm import MultiHeadNorm
 
@@ -73,14 +74,11 @@ class GatedDeltaNetLayer(nn.Module):
     def forward(self, x: torch.Tensor, window=None, state=None, return_state: bool = False):
         """x: (B, T, d_model) -> (B, T, d_model) [, (S, conv)]. ``window`` is ignored."""
         B, T, _ = x.shape
-        H, K = self.n_heads, self.conv_size
+        H = self.n_heads
         S0, conv0 = (None, None) if state is None else state
         u = torch.cat([self.q_proj(x), self.k_proj(x), self.v_proj(x)], dim=-1).transpose(1, 2)
-        if conv0 is None:
-            conv0 = u.new_zeros(B, u.shape[1], K - 1)
-        uc = torch.cat([conv0.to(u.dtype), u], dim=2)  # (B, C, K - 1 + T)
-        u = F.silu(F.conv1d(uc, self.conv_weight[:, None, :].to(u.dtype), groups=u.shape[1]))
-        new_conv = uc[:, :, uc.shape[2] - (K - 1) :]
+        u, new_conv = causal_conv1d(u, self.conv_weight, conv0)
+        u = F.silu(u)
         q, k, v = u.transpose(1, 2).split([self.qk_dim, self.qk_dim, self.v_dim], dim=-1)
         q = F.normalize(q.float().view(B, T, H, -1), dim=-1, eps=1e-6).to(x.dtype)
         k = F.normalize(k.float().view(B, T, H, -1), dim=-1, eps=1e-6).to(x.dtype)

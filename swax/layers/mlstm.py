@@ -2,20 +2,30 @@
 
 x -> q, k (qk_dim = qk_dim_factor · d_model), v (v_dim_factor · d_model), output gate o, and one
 input and one forget gate pre-activation per head, both soft-capped: cap · tanh(a / cap).
-h = mlstm(q, k, v, i, f); y = out_proj(sigmoid(o) * MultiHeadLayerNorm(h)). No convolution.
+h = mlstm(q, k, v, i, f); y = out_proj(sigmoid(o) * MultiHeadLayerNorm(h)).
+
+``conv_size`` K > 0 adds the short causal convolution of xLSTM's original mLSTM block (and of
+Zoology's and fla's recurrent mixers): q and k are computed from SiLU(depthwise causal conv of
+x, width K) instead of x; v, the gates and the output gate still read x. Off by default (the
+xLSTM-7B cell has none), so models without it are unchanged.
 
 Initialisation follows xLSTM-7B: input-gate bias -10, forget-gate biases spread linearly over
 [3, 6] across heads (long memory at the start of training), small gate weights. The input-gate
 bias is a parameter: at small widths -10 switches the memory off at initialisation, and
 SwaxConfig's smaller presets use a smaller magnitude (see SwaxConfig.mlstm_igate_bias_init).
-Decode state: (C, n, m) in float32, shapes (B, H, Dqk, Dv), (B, H, Dqk), (B, H).
+Decode state: (C, n, m) in float32, shapes (B, H, Dqk, Dv), (B, H, Dqk), (B, H); with the
+convolution (C, n, m, conv), conv (B, d_model, K - 1) the last K - 1 inputs of x.
 """
 
 from __future__ import annotations
 
+import math
+
 import torch
+import torch.nn.functional as F
 from torch import nn
 
+from ..ops.conv import causal_conv1d
 from ..ops.mlstm import mlstm, mlstm_step
 from .norm import MultiHeadNorm
 
@@ -42,8 +52,11 @@ class MLSTMLayer(nn.Module):
         igate_bias_init: float = -10.0,
         fgate_bias_init: tuple[float, float] = (3.0, 6.0),
         eps: float = 1e-6,
+        conv_size: int = 0,
     ):
         super().__init__()
+        if conv_size < 0:
+            raise ValueError(f"mLSTM conv_size must be >= 0 (0 = none), got {conv_size}")
         qk_dim, v_dim = int(d_model * qk_dim_factor), int(d_model * v_dim_factor)
         if qk_dim % n_heads or v_dim % n_heads:
             raise ValueError(
@@ -61,6 +74,8 @@ class MLSTMLayer(nn.Module):
         self.norm = MultiHeadNorm(n_heads, v_dim // n_heads, eps=norm_eps, kind="layer")
         self.out_proj = nn.Linear(v_dim, d_model, bias=False)
         self.igate_bias_init, self.fgate_bias_init = igate_bias_init, fgate_bias_init
+        self.conv_size = conv_size
+        self.conv_weight = nn.Parameter(torch.empty(d_model, conv_size)) if conv_size else None
         self.reset_gates()
 
     @torch.no_grad()
@@ -74,13 +89,23 @@ class MLSTMLayer(nn.Module):
         self.igate.bias.fill_(self.igate_bias_init)
         lo, hi = self.fgate_bias_init
         self.fgate.bias.copy_(torch.linspace(lo, hi, self.n_heads))
+        if self.conv_weight is not None:  # as Gated DeltaNet's (fla / Mamba-2)
+            bound = 1 / math.sqrt(self.conv_size)
+            nn.init.uniform_(self.conv_weight, -bound, bound)
 
     def forward(self, x: torch.Tensor, window=None, state=None, return_state: bool = False):
-        """x: (B, T, d_model) -> (B, T, d_model) [, (C, n, m)]. ``window`` is ignored."""
+        """x: (B, T, d_model) -> (B, T, d_model) [, (C, n, m) or (C, n, m, conv)]. ``window``
+        is ignored."""
         B, T, _ = x.shape
         H = self.n_heads
-        q = self.q(x).view(B, T, H, -1)
-        k = self.k(x).view(B, T, H, -1)
+        xqk, conv = x, None
+        if self.conv_weight is not None:
+            conv0 = None if state is None else state[3]
+            state = None if state is None else state[:3]
+            xqk, conv = causal_conv1d(x.transpose(1, 2), self.conv_weight, conv0)
+            xqk = F.silu(xqk).transpose(1, 2)
+        q = self.q(xqk).view(B, T, H, -1)
+        k = self.k(xqk).view(B, T, H, -1)
         v = self.v(x).view(B, T, H, -1)
         i = soft_cap(self.igate(x), self.gate_soft_cap)  # (B, T, H)
         f = soft_cap(self.fgate(x), self.gate_soft_cap)
@@ -105,4 +130,6 @@ class MLSTMLayer(nn.Module):
             h = h.transpose(1, 2)  # (B, T, H, Dv)
         o = torch.sigmoid(self.ogate(x))
         y = self.out_proj(o * self.norm(h))
+        if return_state and conv is not None:
+            new_state = (*new_state, conv)
         return (y, new_state) if return_state else y
