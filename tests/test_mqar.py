@@ -223,3 +223,66 @@ def test_window_cut_and_reset_leave_no_path_from_the_pair_to_the_answer():
         _, lp = _top1(model, ids, 8, [a0 - 1], 16, reset)
         _, lp2 = _top1(model, other, 8, [a0 - 1], 16, reset)
         assert torch.equal(lp, lp2) == same
+
+
+def test_far_share_draws_that_share_of_distances_beyond_far_from():
+    from swax.data.episode import draw_distance
+
+    cfg = SyntheticConfig(task="mqar", min_distance=8, far_share=0.3, far_from=32)
+    rng = np.random.default_rng(0)
+    d = np.array([draw_distance(rng, cfg, 250) for _ in range(4000)])
+    far = d > 32
+    # binomial(4000, 0.3): standard deviation 29 draws; 5 sigma
+    assert abs(far.sum() - 1200) < 5 * 29
+    assert d[~far].min() >= 8 and d[~far].max() <= 32 and d[far].max() <= 250
+    # each side uniform: its mean within 5 standard errors (sd of uniform(a, b): (b - a) / sqrt 12)
+    for part, a, b in ((d[far], 33, 250), (d[~far], 8, 32)):
+        assert abs(part.mean() - (a + b) / 2) < 5 * (b - a) / 12**0.5 / len(part) ** 0.5
+    assert all(draw_distance(rng, cfg, 20) <= 20 for _ in range(50))  # too short: all near
+    # without far_share: one uniform draw, the same as before the option existed
+    plain = SyntheticConfig(task="mqar", min_distance=8)
+    a, b = np.random.default_rng(5), np.random.default_rng(5)
+    assert [draw_distance(a, plain, 99) for _ in range(20)] == [
+        int(b.integers(8, 100)) for _ in range(20)
+    ]
+    with pytest.raises(ConfigError, match="far_share and data.synthetic.far_from"):
+        SyntheticConfig(task="mqar", far_share=0.1)
+    with pytest.raises(ConfigError, match="far_from"):
+        SyntheticConfig(task="mqar", min_distance=8, far_share=0.1, far_from=4)
+
+
+def test_answer_weight_weights_the_answers_in_the_training_loss():
+    """The loader marks each answer with the weight and text with 1; the training loss is the
+    weighted mean, checked against cross-entropy computed here token by token."""
+    from swax.train.trainer import _cross_entropy_sum, _target_weight
+
+    tok = ByteTokenizer()
+    text = np.frombuffer(b"in the beginning was the word " * 200, dtype=np.uint8).astype(np.int32)
+    ds = TokenDataset(text, tok.eot_id, 1, "x", tok)
+    cfg = SyntheticConfig(
+        task="mqar", fraction=0.5, num_needles=1, num_queries=1, answers_only=True,
+        min_distance=8, mqar_noise=0, answer_weight=7.0,
+    )  # fmt: skip
+    loader = PackedLoader(ds, 64, 8, synthetic=cfg, tokenizer=tok)
+    x, y, w = loader.next_batch()
+    supervised = y != -100
+    episode_rows = supervised.sum(1) == 1  # answers only: one target per episode
+    assert episode_rows.any() and (~episode_rows).any()
+    assert (w[episode_rows][supervised[episode_rows]] == 7.0).all()
+    assert (w[~episode_rows] == 1.0).all()
+    torch.manual_seed(0)
+    model = SwaxLM(SwaxConfig(vocab_size=tok.vocab_size, d_model=16, n_layers=2, n_heads=2))
+    with torch.no_grad():
+        logits = model(x, window=8)
+    expected = 0.0
+    for r in range(x.shape[0]):
+        for t in range(x.shape[1]):
+            if y[r, t] != -100:
+                nll = -torch.log_softmax(logits[r, t].double(), -1)[y[r, t]]
+                expected += float(w[r, t]) * float(nll)
+    got = float(_cross_entropy_sum(logits, y, w))
+    assert abs(got - expected) <= 1e-5 * expected
+    assert _target_weight(y, w) == pytest.approx(float(w[supervised].sum()))
+    plain = SyntheticConfig(**{**vars(cfg), "answer_weight": 1})
+    unweighted = PackedLoader(ds, 64, 8, synthetic=plain, tokenizer=tok)
+    assert len(unweighted.next_batch()) == 2  # no weights: (x, y) as before

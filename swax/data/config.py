@@ -38,6 +38,18 @@ class SyntheticConfig:
     max_distance: int | None = None
     """Most tokens between the queried needle and the question; None = as far as the sequence
     allows. The distance is drawn uniformly in [min_distance, max_distance]."""
+    far_share: float | None = None
+    """Share of episodes whose distance lies beyond ``far_from`` (drawn uniformly in
+    (far_from, max_distance]); the others are drawn uniformly in [min_distance, far_from].
+    None = one uniform draw over [min_distance, max_distance]. The regime study sets far_from
+    to the long window, so far_share is the share of training answers that only a recurrent
+    memory can reach with that window."""
+    far_from: int | None = None
+    """The distance that splits near from far episodes (needed with far_share)."""
+    answer_weight: float = 1.0
+    """Weight of each answer token in the training loss, relative to a text token's 1 (the
+    loss is the weighted mean over target tokens). Above 1 it strengthens the retrieval signal
+    in a text mixture, where answers are a small share of the targets."""
     value_digits: int | None = None
     """Digits of the magic numbers; None = 7 (RULER) or 4 with ``compact``."""
     mqar_first_id: int = 128
@@ -69,6 +81,16 @@ class SyntheticConfig:
             raise ConfigError(
                 f"data.synthetic.num_queries: expected 1 to num_needles "
                 f"({self.num_needles}), got {self.num_queries!r}"
+            )
+        if (self.far_share is None) != (self.far_from is None):
+            raise ConfigError(
+                "data.synthetic.far_share and data.synthetic.far_from go together: set both or "
+                f"neither (got far_share={self.far_share!r}, far_from={self.far_from!r})"
+            )
+        if self.far_from is not None and self.far_from < self.min_distance:
+            raise ConfigError(
+                f"data.synthetic.far_from: expected >= min_distance ({self.min_distance}), "
+                f"got {self.far_from!r}"
             )
         if self.max_distance is not None and self.max_distance < self.min_distance:
             raise ConfigError(
@@ -124,6 +146,9 @@ SYNTHETIC_BOUNDS: dict[str, str] = {
     "num_queries": "[1, inf)",  # and at most num_needles
     "min_distance": "[0, inf)",
     "max_distance": "[0, inf)",  # and at least min_distance
+    "far_share": "[0, 1]",
+    "far_from": "[0, inf)",
+    "answer_weight": "(0, inf)",
     "value_digits": "[1, 18]",
     "mqar_first_id": "[0, inf)",
     "mqar_keys": "[1, inf)",

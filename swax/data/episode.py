@@ -50,3 +50,19 @@ class Episode:
     def value(self):
         """The first queried key's value."""
         return self.values[0]
+
+
+def draw_distance(rng, cfg, max_distance: int) -> int:
+    """The needle-to-question distance of one episode, at most ``max_distance`` (what the
+    episode's length allows, already capped by ``cfg.max_distance``): uniform in
+    [cfg.min_distance, max_distance]; with ``cfg.far_share`` set, beyond ``cfg.far_from`` (uniform
+    in (far_from, max_distance]) with that probability, else uniform in [min_distance,
+    far_from]. Episodes too short to hold a far distance are near ones."""
+    lo = cfg.min_distance
+    if cfg.far_share is None:
+        return int(rng.integers(lo, max_distance + 1))
+    split = min(cfg.far_from, max_distance)
+    far = rng.random() < cfg.far_share
+    if far and max_distance > split:
+        return int(rng.integers(split + 1, max_distance + 1))
+    return int(rng.integers(lo, split + 1))

@@ -259,7 +259,9 @@ class PackedLoader:
     """Packed sequences of a token stream, shuffled per epoch, sharded across ranks.
 
     ``next_batch()`` returns ``(x, y)`` LongTensors of shape (micro_batch, seq_len) with
-    ``y[:, t] = x[:, t + 1]`` within the stream and -100 where padded. ``synthetic`` (a
+    ``y[:, t] = x[:, t + 1]`` within the stream and -100 where padded; with
+    ``synthetic.answer_weight`` != 1 it returns ``(x, y, w)``, w the float32 loss weight of
+    each target (the answer weight at episode answers, 1 elsewhere). ``synthetic`` (a
     SyntheticConfig) mixes retrieval episodes built from the dataset's own tokens into each
     epoch; they need the tokenizer (``tokenizer`` or ``dataset.tokenizer``). ``eval_batches``
     reads the dataset in fixed order (no shuffle, no episodes): make one loader per split.
@@ -414,30 +416,36 @@ class PackedLoader:
         start = int(rng.integers(len(self.tokens) - n + 1))
         return self.tokens[start : start + n]
 
-    def _item(self, g: int) -> tuple[np.ndarray, np.ndarray]:
+    @property
+    def weighted(self) -> bool:
+        """Whether batches carry per-target loss weights (``synthetic.answer_weight`` != 1)."""
+        return self.synthetic is not None and self.synthetic.answer_weight != 1
+
+    def _item(self, g: int) -> tuple[np.ndarray, ...]:
         epoch, pos = divmod(g, self.sequences_per_epoch)
         idx = int(self._perm(epoch)[pos])
         if idx < self.corpus_in_epoch:
-            return self._corpus_row(idx)
+            x, y = self._corpus_row(idx)
+            return (x, y, np.ones(len(y), np.float32)) if self.weighted else (x, y)
         ep = self.episode(epoch, idx - self.corpus_in_epoch)
         t = np.asarray(ep.tokens, np.int64)
         x, y = t[:-1], t[1:].copy()
+        answer = np.zeros(len(t), dtype=bool)
+        for a0, a1 in ep.answer_spans:
+            answer[a0:a1] = True
         if self.synthetic.answers_only:  # supervise only the answers (targets are t[1:])
-            keep = np.zeros(len(t), dtype=bool)
-            for a0, a1 in ep.answer_spans:
-                keep[a0:a1] = True
-            y[~keep[1:]] = IGNORE_INDEX
-        return x, y
+            y[~answer[1:]] = IGNORE_INDEX
+        if not self.weighted:
+            return x, y
+        return x, y, np.where(answer[1:], self.synthetic.answer_weight, 1.0).astype(np.float32)
 
     def item_kinds(self, epoch: int) -> np.ndarray:
         """Per position of ``epoch``'s order: True where the item is a synthetic episode."""
         return self._perm(epoch) >= self.corpus_in_epoch
 
     @staticmethod
-    def _stack(rows) -> tuple[torch.Tensor, torch.Tensor]:
-        x = torch.from_numpy(np.stack([r[0] for r in rows]))
-        y = torch.from_numpy(np.stack([r[1] for r in rows]))
-        return x, y
+    def _stack(rows) -> tuple[torch.Tensor, ...]:
+        return tuple(torch.from_numpy(np.stack([r[j] for r in rows])) for j in range(len(rows[0])))
 
     # ---------------------------------------------------------------------------- batches
 

@@ -14,7 +14,8 @@ whose keys are queried again later. An episode of exactly ``length`` tokens::
 - Q = ``num_queries`` of the keys (a random order) are asked at the end: the query key, then its
   value, which is the answer (with ``answers_only`` only the answers are training targets);
 - the distance between the end of the pair block and the first query is drawn uniformly in
-  [min_distance, max_distance] like the needle episodes', so lengths beyond the training
+  [min_distance, max_distance] like the needle episodes' (or as a near/far mixture with
+  ``far_share``, see :func:`~swax.data.episode.draw_distance`), so lengths beyond the training
   length put the pairs beyond any fixed window.
 
 The result is an :class:`~swax.data.episode.Episode` like the needle episodes', so the loader
@@ -28,7 +29,7 @@ import numpy as np
 
 from ..errors import SwaxError
 from .config import SyntheticConfig
-from .episode import Episode
+from .episode import Episode, draw_distance
 
 
 def mqar_ids(cfg: SyntheticConfig) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -80,7 +81,7 @@ def make_mqar_episode(
             f"episode length {length} too short: {n} MQAR pairs, {q} queries and "
             f"min_distance={cfg.min_distance} need {mqar_overhead(cfg)} tokens"
         )
-    distance = int(rng.integers(cfg.min_distance, max_d + 1))
+    distance = draw_distance(rng, cfg, max_d)
     start = context - distance - 2 * n  # first token of the pair block
 
     tokens = np.empty(length, dtype=np.int64)

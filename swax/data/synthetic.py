@@ -35,7 +35,7 @@ import numpy as np
 
 from ..errors import SwaxError
 from .config import SyntheticConfig
-from .episode import Episode
+from .episode import Episode, draw_distance
 from .mqar import make_mqar_episode, mqar_overhead
 
 SPLITS = ("train", "eval")
@@ -264,7 +264,7 @@ def make_episode(
             f"episode length {length} too short: {cfg.num_needles} needle(s), the "
             f"question and min_distance={cfg.min_distance} need {need} tokens"
         )
-    distance = int(rng.integers(cfg.min_distance, max_d + 1))
+    distance = draw_distance(rng, cfg, max_d)
     needle_start = context - distance - n0
     where, room = _place_distractors(rng, needles, needle_start, distance)
     hay = _haystack(rng, hay_src, room[0] + room[1], tokenizer.eot_id, _newline_id(tokenizer))

@@ -460,14 +460,28 @@ def _warn_main(info: D.DistInfo) -> Callable[[str], None]:
     return lambda text: print(text, file=sys.stderr, flush=True) if info.is_main else None
 
 
-def _cross_entropy_sum(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-    """Summed (not averaged) token cross-entropy in float32; IGNORE_INDEX targets count 0."""
-    return F.cross_entropy(
-        logits.float().flatten(0, 1),
-        targets.flatten(),
-        ignore_index=IGNORE_INDEX,
-        reduction="sum",
+def _cross_entropy_sum(
+    logits: torch.Tensor, targets: torch.Tensor, weights: torch.Tensor | None = None
+) -> torch.Tensor:
+    """Summed (not averaged) token cross-entropy in float32, each target times its weight when
+    ``weights`` is given; IGNORE_INDEX targets count 0."""
+    if weights is None:
+        return F.cross_entropy(
+            logits.float().flatten(0, 1),
+            targets.flatten(),
+            ignore_index=IGNORE_INDEX,
+            reduction="sum",
+        )
+    ce = F.cross_entropy(
+        logits.float().flatten(0, 1), targets.flatten(), ignore_index=IGNORE_INDEX, reduction="none"
     )
+    return (ce * weights.flatten().float()).sum()
+
+
+def _target_weight(y: torch.Tensor, w: torch.Tensor | None) -> float:
+    """The loss's denominator of one micro-batch: its target tokens, or their summed weight."""
+    mask = y != IGNORE_INDEX
+    return float(mask.sum()) if w is None else float(w.double()[mask].sum())
 
 
 def evaluate(run: RunState) -> float:
@@ -494,8 +508,9 @@ def _forward_backward(run: RunState, batches: list, window) -> float:
     target tokens of the step), so after DDP/FSDP average the gradients over ranks the update is
     that of the mean loss over the global batch, whatever the split."""
     info, dev = run.info, run.info.device
+    # a batch is (x, y) or, with loss weights (data.synthetic.answer_weight), (x, y, w)
     ntok = torch.tensor(
-        [float(sum(int((y != IGNORE_INDEX).sum()) for _, y in batches))],
+        [sum(_target_weight(b[1], b[2] if len(b) > 2 else None) for b in batches)],
         dtype=torch.float64,
         device=dev,
     )
@@ -503,13 +518,14 @@ def _forward_backward(run: RunState, batches: list, window) -> float:
     scale = info.world_size / ntok.item()
     loss_sum = torch.zeros((), dtype=torch.float64, device=dev)
     last = len(batches) - 1
-    for j, (x, y) in enumerate(batches):
+    for j, (x, y, *w) in enumerate(batches):
         x, y = x.to(dev), y.to(dev)
+        w = w[0].to(dev) if w else None
         sync = contextlib.nullcontext()
         if info.distributed and run.cfg.dist.strategy == "ddp" and j < last:
             sync = run.model.no_sync()  # all-reduce the gradients once, after the last one
         with sync, _autocast(dev, run.amp_dtype):
-            ce = _cross_entropy_sum(run.fwd(x, window=window), y)
+            ce = _cross_entropy_sum(run.fwd(x, window=window), y, w)
             (ce * scale).backward()
         loss_sum += ce.detach().double()
     D.all_reduce_sum(loss_sum)
