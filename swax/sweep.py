@@ -86,7 +86,12 @@ class GridSpec:
     """The run whose overrides every grid point starts from ("" = the base alone)."""
     axes: dict[str, list[Any]] = field(default_factory=dict)
     """Dotted TrainConfig key -> values, e.g. {model.mlstm_igate_bias_init: [-10, -4, 0],
-    window.fixed: [8, 24, 64]}."""
+    window.fixed: [8, 24, 64]}. Keys joined by "+" move together: each value is set on every
+    one of them (window.fixed+data.synthetic.far_from: [16, 32] ties the far-needle threshold
+    to the window)."""
+    exclude: list[dict[str, Any]] = field(default_factory=list)
+    """Points left out of the grid: each entry maps axes to a value or a list of values, and a
+    point matching every axis of an entry is not run (e.g. cells that equal another cell)."""
     labels: dict[str, str] = field(default_factory=dict)
     """Dotted key -> short label used in run names (default: the key's last part)."""
     seeds: list[int] = field(default_factory=list)
@@ -236,12 +241,20 @@ def _expand_grid(cfg: SweepConfig) -> None:
     start = cfg.runs.get(g.from_run, {})
     keys = list(g.axes)
     resolved = {run: _comparable(cfg, over) for run, over in cfg.runs.items()}
+    unknown = [k for ex in g.exclude for k in ex if k not in g.axes]
+    if unknown:
+        raise ConfigError(f"grid.exclude names {unknown[0]!r}, which is not an axis")
     for values in itertools.product(*(g.axes[k] for k in keys)):
         overrides, point = start, {}
         for k, v in zip(keys, values):
-            overrides = _set_dotted(overrides, k, v)
+            for part in k.split("+"):
+                overrides = _set_dotted(overrides, part, v)
             point[k] = v
-        label = "-".join(f"{g.labels.get(k, k.split('.')[-1])}{v}" for k, v in point.items())
+        if any(_matches(point, ex) for ex in g.exclude):
+            continue
+        label = "-".join(
+            f"{g.labels.get(k, k.split('+')[0].split('.')[-1])}{v}" for k, v in point.items()
+        )
         name = f"grid-{label}"
         cfg.grid_runs[name] = overrides
         cfg.grid_points[name] = point
@@ -250,6 +263,11 @@ def _expand_grid(cfg: SweepConfig) -> None:
         same = [run for run, conf in resolved.items() if conf == mine]
         if same:
             cfg.aliases[name] = same[0]
+
+
+def _matches(point: dict, exclude: dict) -> bool:
+    """Whether a grid point matches every axis of an ``exclude`` entry (value or list)."""
+    return all(point[k] in (v if isinstance(v, list) else [v]) for k, v in exclude.items())
 
 
 def _comparable(cfg: SweepConfig, overrides: dict) -> dict:
@@ -367,6 +385,8 @@ def evaluate_run(cfg: SweepConfig, name: str, seed: int, progress: bool = False)
             pattern=model.config.layer_types,
             seq_len=tcfg.seq_len,
         )
+        if deploy in out.get("text_loss", {}):  # the run's quality: text at its own window
+            out["text_val_loss"] = out["text_loss"][deploy]
         summary = json.loads((rd / "summary.json").read_text())
         out["val_loss"] = summary["final_val_loss"]
         out["train_elapsed_s"] = summary.get("elapsed")
@@ -629,6 +649,8 @@ def aggregate(results: dict[str, list[dict]]) -> dict[str, dict]:
         for what in ("episodes", "nll"):  # recall at the window the run is used with
             if f"{what}_{a['deploy']}" in a:
                 a[f"{what}_deploy"] = a[f"{what}_{a['deploy']}"]
+        if all("text_val_loss" in e for e in evs):
+            a["text_val_loss"] = mean_spread([e["text_val_loss"] for e in evs])
         for label in evs[0].get("text_loss", {}):
             a[f"text_loss_{label}"] = mean_spread([e["text_loss"][label] for e in evs])
         if "ppl" in evs[0]:

@@ -245,7 +245,7 @@ def test_far_share_draws_that_share_of_distances_beyond_far_from():
     assert [draw_distance(a, plain, 99) for _ in range(20)] == [
         int(b.integers(8, 100)) for _ in range(20)
     ]
-    with pytest.raises(ConfigError, match="far_share and data.synthetic.far_from"):
+    with pytest.raises(ConfigError, match="far_share needs data.synthetic.far_from"):
         SyntheticConfig(task="mqar", far_share=0.1)
     with pytest.raises(ConfigError, match="far_from"):
         SyntheticConfig(task="mqar", min_distance=8, far_share=0.1, far_from=4)
@@ -286,3 +286,28 @@ def test_answer_weight_weights_the_answers_in_the_training_loss():
     plain = SyntheticConfig(**{**vars(cfg), "answer_weight": 1})
     unweighted = PackedLoader(ds, 64, 8, synthetic=plain, tokenizer=tok)
     assert len(unweighted.next_batch()) == 2  # no weights: (x, y) as before
+
+
+def test_supervise_filler_trains_on_text_but_not_on_pairs_or_query_keys():
+    tok = ByteTokenizer()
+    text = np.frombuffer(b"and the earth was without form " * 300, dtype=np.uint8).astype(np.int32)
+    ds = TokenDataset(text, tok.eot_id, 1, "x", tok)
+    cfg = SyntheticConfig(
+        task="mqar", fraction=1.0, num_needles=3, num_queries=2, answers_only=True,
+        min_distance=8, mqar_noise=0, supervise_filler=True,
+    )  # fmt: skip
+    loader = PackedLoader(ds, 80, 4, synthetic=cfg, tokenizer=tok)
+    keys, values, _ = (set(r.tolist()) for r in mqar_ids(cfg))
+    x, y = loader.next_batch()
+    for row_x, row_y in zip(x.tolist(), y.tolist()):
+        full = row_x + [row_y[-1]]
+        for i, t in enumerate(row_y):
+            token_pos = i + 1  # target i is token i + 1 of the episode
+            if full[token_pos] in keys:  # a pair's key or a query key: never a target
+                assert t == -100
+            elif full[token_pos] in values:  # a stored value (no) or an answer (yes)
+                assert (t == -100) == (full[token_pos - 1] in keys and token_pos < 80 - 4)
+            else:  # text filler
+                assert t == full[token_pos]
+    with pytest.raises(ConfigError, match="supervise_filler needs task: mqar"):
+        SyntheticConfig(task="mqar", supervise_filler=True)

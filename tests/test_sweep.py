@@ -86,6 +86,28 @@ def test_grid_points_expand_and_reuse_equal_runs(tmp_path):
         load_sweep(_write(tmp_path, data))
 
 
+def test_grid_axes_tied_by_plus_and_excluded_points(tmp_path):
+    data = _tiny_sweep(tmp_path, {"w8": {"window": {"fixed": 8}}})
+    data["base"]["data"]["synthetic"].update(task="mqar", fraction=0.5, min_distance=2)
+    tied = "window.fixed+data.synthetic.far_from"
+    data["grid"] = {
+        "from_run": "w8",
+        "axes": {tied: [8, 16], "data.synthetic.far_share": [0.0, 0.5, None]},
+        "labels": {tied: "w", "data.synthetic.far_share": "f"},
+        "exclude": [{tied: 16, "data.synthetic.far_share": [0.5, None]}],
+    }
+    cfg = load_sweep(_write(tmp_path, data))
+    names = set(cfg.grid_runs)
+    assert len(names) == 4 and "grid-f0.5-w8" in names and "grid-f0.5-w16" not in names
+    tc = train_config(cfg, "grid-f0.5-w8", 0)
+    assert tc.window.fixed == tc.data.synthetic.far_from == 8  # one value, both keys
+    assert tc.data.synthetic.far_share == 0.5
+    assert train_config(cfg, "grid-fNone-w8", 0).data.synthetic.far_share is None
+    data["grid"]["exclude"] = [{"window.fixed": 8}]
+    with pytest.raises(ConfigError, match="grid.exclude names 'window.fixed'"):
+        load_sweep(_write(tmp_path, data))
+
+
 def _write(tmp_path, data) -> Path:
     p = tmp_path / "sweep.yaml"
     p.write_text(yaml.safe_dump(data))

@@ -33,6 +33,10 @@ class SyntheticConfig:
     answers_only: bool = False
     """Train on the answer tokens of an episode only (its haystack text is not a target);
     focuses the episodes on retrieval. Corpus sequences are unaffected."""
+    supervise_filler: bool = False
+    """mqar with answers_only: also train on the episode's filler (with mqar_noise=0, corpus
+    text), but not on the pairs or the query keys. Each episode is then a language-modelling
+    sequence as well, with the answers a small share of its targets."""
     min_distance: int = 16
     """Fewest tokens between the end of the queried needle and the start of the question."""
     max_distance: int | None = None
@@ -45,7 +49,8 @@ class SyntheticConfig:
     to the long window, so far_share is the share of training answers that only a recurrent
     memory can reach with that window."""
     far_from: int | None = None
-    """The distance that splits near from far episodes (needed with far_share)."""
+    """The distance that splits near from far episodes (needed with far_share; unused
+    without it)."""
     answer_weight: float = 1.0
     """Weight of each answer token in the training loss, relative to a text token's 1 (the
     loss is the weighted mean over target tokens). Above 1 it strengthens the retrieval signal
@@ -82,10 +87,14 @@ class SyntheticConfig:
                 f"data.synthetic.num_queries: expected 1 to num_needles "
                 f"({self.num_needles}), got {self.num_queries!r}"
             )
-        if (self.far_share is None) != (self.far_from is None):
+        if self.supervise_filler and not (self.task == "mqar" and self.answers_only):
             raise ConfigError(
-                "data.synthetic.far_share and data.synthetic.far_from go together: set both or "
-                f"neither (got far_share={self.far_share!r}, far_from={self.far_from!r})"
+                "data.synthetic.supervise_filler needs task: mqar and answers_only: true"
+            )
+        if self.far_share is not None and self.far_from is None:
+            raise ConfigError(
+                "data.synthetic.far_share needs data.synthetic.far_from, the distance beyond "
+                f"which an episode is far (got far_share={self.far_share!r})"
             )
         if self.far_from is not None and self.far_from < self.min_distance:
             raise ConfigError(

@@ -434,7 +434,12 @@ class PackedLoader:
         for a0, a1 in ep.answer_spans:
             answer[a0:a1] = True
         if self.synthetic.answers_only:  # supervise only the answers (targets are t[1:])
-            y[~answer[1:]] = IGNORE_INDEX
+            keep = answer.copy()
+            if self.synthetic.supervise_filler:  # MQAR: all but the pairs and the query keys
+                keep[:] = True
+                for a0, a1 in [*ep.question_spans, ep.needle_span]:
+                    keep[a0:a1] = False
+            y[~keep[1:]] = IGNORE_INDEX
         if not self.weighted:
             return x, y
         return x, y, np.where(answer[1:], self.synthetic.answer_weight, 1.0).astype(np.float32)
