@@ -12,8 +12,11 @@ Generation carries swax's constant-size :class:`~swax.model.SwaxState` under the
 ``swax_state`` (not ``past_key_values``/``cache``, whose API changes between transformers
 versions): :meth:`SwaxForCausalLM.prepare_inputs_for_generation` feeds only the tokens the state
 has not consumed, and :meth:`SwaxForCausalLM._update_model_kwargs_for_generation` carries the
-state from step to step. Greedy search and sampling work; beam search does not (the state cannot
-be reordered), nor left-padded batches (the recurrent state would consume the padding).
+state from step to step, with the token ids it has consumed (``swax_seen``): when a search
+reorders, drops or copies sequences between steps (beam search), each sequence's state is found
+by its prefix and moved with it (:meth:`SwaxState.select_rows`), so beam search gives what it
+gives without a cache. Padded batches are refused (the recurrent state would consume the
+padding): generate one sequence at a time or sequences of equal length.
 """
 
 from __future__ import annotations
@@ -62,17 +65,23 @@ class SwaxCausalLMOutput(ModelOutput):
     loss: torch.Tensor | None = None
     logits: torch.Tensor | None = None
     swax_state: SwaxState | None = None
+    swax_seen: torch.Tensor | None = None
+    """The token ids ``swax_state`` has consumed, one row per sequence (generation only)."""
 
 
 def _check_mask(attention_mask, generating: bool) -> None:
     """Padding swax can compute: none, or (without a decode state) on the right only."""
     if attention_mask is None or bool(attention_mask.all()):
         return
-    right_padded = bool((attention_mask[:, 1:] <= attention_mask[:, :-1]).all())
-    if generating or not right_padded:
+    if generating:
+        raise ValueError(
+            "swax models generate without padding (the recurrent state would consume it): "
+            "generate one sequence at a time, or a batch of sequences of equal length"
+        )
+    if not bool((attention_mask[:, 1:] <= attention_mask[:, :-1]).all()):
         raise ValueError(
             "swax models take no padding inside a sequence or on the left (the recurrent state "
-            "would consume it): use batch size 1 for generation, or pad on the right"
+            "would consume it): pad on the right"
         )
 
 
@@ -124,6 +133,7 @@ class SwaxForCausalLM(PreTrainedModel, GenerationMixin):
         use_cache: bool | None = None,
         logits_to_keep: int = 0,
         return_dict: bool | None = None,
+        swax_seen: torch.Tensor | None = None,
         **kwargs,
     ):
         if input_ids is None:
@@ -145,19 +155,24 @@ class SwaxForCausalLM(PreTrainedModel, GenerationMixin):
             loss = F.cross_entropy(
                 shift.reshape(-1, shift.shape[-1]), labels[:, 1:].reshape(-1), ignore_index=-100
             )
-        out = SwaxCausalLMOutput(loss=loss, logits=logits, swax_state=state)
+        out = SwaxCausalLMOutput(loss=loss, logits=logits, swax_state=state, swax_seen=swax_seen)
         return out if return_dict is not False else out.to_tuple()
 
     def prepare_inputs_for_generation(
-        self, input_ids, swax_state=None, attention_mask=None, **kwargs
+        self, input_ids, swax_state=None, attention_mask=None, swax_seen=None, **kwargs
     ):
-        if swax_state is not None:  # feed only what the state has not consumed
-            input_ids = input_ids[:, swax_state.pos :]
+        if swax_state is not None:
+            swax_state = _follow_sequences(swax_state, swax_seen, input_ids)
+            full, input_ids = input_ids, input_ids[:, swax_state.pos :]  # only what is new
+        else:
+            full = input_ids
+        use_cache = kwargs.get("use_cache", True) is not False
         inputs = {
             "input_ids": input_ids,
             "swax_state": swax_state,
             "attention_mask": attention_mask,
-            "use_cache": kwargs.get("use_cache", True) is not False,
+            "use_cache": use_cache,
+            "swax_seen": full if use_cache else None,
         }
         if kwargs.get("logits_to_keep") is not None:
             inputs["logits_to_keep"] = kwargs["logits_to_keep"]
@@ -168,10 +183,25 @@ class SwaxForCausalLM(PreTrainedModel, GenerationMixin):
             outputs, model_kwargs, *args, **kwargs
         )
         model_kwargs["swax_state"] = getattr(outputs, "swax_state", None)
+        model_kwargs["swax_seen"] = getattr(outputs, "swax_seen", None)
         return model_kwargs
 
-    def _reorder_cache(self, *args, **kwargs):
-        raise NotImplementedError("swax models do not support beam search")
+
+def _follow_sequences(state: SwaxState, seen: torch.Tensor | None, input_ids) -> SwaxState:
+    """``state`` with its rows in the order of ``input_ids``' sequences: row i takes the state
+    of the sequence whose consumed ids (``seen``) are the first ``state.pos`` ids of row i. A
+    search that kept the order gets the state back untouched; one whose sequence matches no
+    state is an error (the state cannot be rebuilt here)."""
+    prefix = input_ids[:, : state.pos]
+    if seen is None or (seen.shape == prefix.shape and bool((seen == prefix).all())):
+        return state
+    same = (prefix[:, None, :] == seen[None, :, : state.pos].to(prefix.device)).all(-1)
+    if not bool(same.any(1).all()):
+        raise ValueError(
+            "swax decode state: a sequence in this generation step continues none of the "
+            "sequences the state holds"
+        )
+    return state.select_rows(same.int().argmax(1))
 
 
 def register() -> None:

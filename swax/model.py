@@ -8,6 +8,7 @@ generation.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 from collections.abc import Callable
@@ -68,6 +69,20 @@ DEFAULT_WINDOW = _Default()
 """Sentinel: use ``config.window``. Pass ``window=None`` explicitly for full causal attention."""
 
 
+def _rows(obj, index: torch.Tensor):
+    """``obj`` with every tensor in it (batch first, as every layer state is) cut to rows
+    ``index``; tuples, lists and dataclasses are rebuilt around them, other values kept."""
+    if isinstance(obj, torch.Tensor):
+        return obj.index_select(0, index.to(obj.device))
+    if isinstance(obj, (tuple, list)):
+        return type(obj)(_rows(o, index) for o in obj)
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return dataclasses.replace(
+            obj, **{f.name: _rows(getattr(obj, f.name), index) for f in dataclasses.fields(obj)}
+        )
+    return obj
+
+
 def _tensor_bytes(obj) -> int:
     if isinstance(obj, torch.Tensor):
         return obj.numel() * obj.element_size()
@@ -91,6 +106,12 @@ class SwaxState:
     def nbytes(self) -> int:
         """Bytes held by all state tensors (the decode memory besides the weights)."""
         return _tensor_bytes(self.layers)
+
+    def select_rows(self, index: torch.Tensor) -> SwaxState:
+        """The state of batch rows ``index`` (a 1-D LongTensor; rows may repeat), as beam
+        search needs when it keeps, drops and copies sequences. A new state: this one is not
+        modified."""
+        return dataclasses.replace(self, layers=_rows(self.layers, index))
 
 
 def _attention_args(cfg: SwaxConfig, rope: bool) -> dict:

@@ -125,6 +125,28 @@ def test_hf_greedy_generate_equals_swax(exported, transformers, pattern):
     assert fed[0] == 37 and set(fed[1:]) == {1} and len(fed) == got.shape[1] - 37
 
 
+@pytest.mark.parametrize("pattern", PATTERNS)
+@pytest.mark.parametrize("beams", [2, 4])
+def test_hf_beam_search_equals_beam_search_without_a_cache(exported, transformers, pattern, beams):
+    """Beam search reorders, drops and copies sequences between steps; the decode state must
+    follow them. Reference: the same search with use_cache=False, where every step is a full
+    forward pass of each whole sequence (no state at all). Two prompts, two sequences back
+    each, scores compared too; and the cached search really fed one token per step."""
+    _, _, out = exported[pattern]
+    hf = load_hf(transformers, out)
+    prompt = torch.randint(0, 256, (2, 21), generator=torch.Generator().manual_seed(3))
+    kw = dict(max_new_tokens=12, num_beams=beams, num_return_sequences=2, do_sample=False,
+              early_stopping=True, return_dict_in_generate=True, output_scores=True)  # fmt: skip
+    fed = []
+    hook = hf.embed.register_forward_hook(lambda m, args, y: fed.append(args[0].shape[1]))
+    got = hf.generate(prompt, **kw)
+    hook.remove()
+    ref = hf.generate(prompt, use_cache=False, **kw)
+    assert got.sequences.tolist() == ref.sequences.tolist()
+    torch.testing.assert_close(got.sequences_scores, ref.sequences_scores, rtol=0, atol=1e-5)
+    assert fed[0] == 21 and set(fed[1:]) == {1}
+
+
 def test_hf_rejects_left_padding(exported, transformers):
     hf = load_hf(transformers, exported["SX"][2])
     ids = torch.randint(0, 256, (2, 8))
@@ -132,6 +154,11 @@ def test_hf_rejects_left_padding(exported, transformers):
     mask[0, :3] = 0
     with pytest.raises(ValueError, match="left"):
         hf(ids, attention_mask=mask)
+    right = torch.ones_like(ids)
+    right[0, -3:] = 0
+    hf(ids, attention_mask=right)  # right padding is fine without a decode state
+    with pytest.raises(ValueError, match="generate without padding"):
+        hf.generate(ids, attention_mask=right, max_new_tokens=2, do_sample=False)
 
 
 def test_byte_tokenizer_round_trip(exported, transformers):

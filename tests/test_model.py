@@ -359,3 +359,27 @@ def test_small_presets_do_not_start_with_the_memory_switched_off():
     off = _normed_mlstm_output_std(SwaxConfig.preset("tiny", mlstm_igate_bias_init=-10.0))
     assert off < 0.1 * ref
     assert SwaxConfig.preset("7b").mlstm_igate_bias_init == -10.0  # the paper's scales keep it
+
+
+@pytest.mark.parametrize("pattern", ["SX", "SD", "SA"])
+def test_state_select_rows_equals_the_state_of_the_selected_rows(pattern):
+    """select_rows (what beam search uses) against running the model on the rows themselves:
+    the continuation's logits from the selected state equal those of the reordered batch."""
+    torch.manual_seed(4)
+    model = SwaxLM(small_cfg(pattern, mlstm_conv_size=4)).eval()
+    ids = torch.randint(0, 97, (3, 30))
+    index = torch.tensor([2, 0, 2, 1])
+    with torch.no_grad():
+        _, state = model(ids[:, :20], window=16, return_state=True)
+        picked = state.select_rows(index)
+        got = model(ids[index, 20:], window=16, state=picked)
+        _, direct = model(ids[index, :20], window=16, return_state=True)
+        want = model(ids[index, 20:], window=16, state=direct)
+
+    def direct_path(m):
+        _, st = m(ids[index, :20], window=16, return_state=True)
+        return m(ids[index, 20:], window=16, state=st)
+
+    floor, ref = model_noise_floor(model, direct_path)  # float32 rounding: batch sizes differ
+    assert_within_noise([got, want], [floor] * 2, [ref] * 2, ["selected state", "direct"])
+    assert picked.pos == 20 and state.layers[0] is not picked.layers[0]
