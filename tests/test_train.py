@@ -2,6 +2,7 @@
 
 import json
 import math
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -442,3 +443,53 @@ def test_train_cli_and_plot_run(tmp_path, capsys):
     assert "throughput: no steps to train (the run had already finished its 3)" in out
     again = json.loads((run / "summary.json").read_text())
     assert again["steps_run"] == 0 and again["tok_s"] == first["tok_s"]
+
+
+def _stop_at(n):
+    class Stop(Exception):
+        pass
+
+    def hook(step, record):
+        if step == n:
+            raise Stop
+
+    return Stop, hook
+
+
+def test_resume_auto_starts_fresh_then_resumes_exactly(tmp_path):
+    """resume=auto: an empty folder trains exactly as a fresh run; after a stop it continues
+    from the newest checkpoint and ends with the uninterrupted run's weights; a folder holding
+    a run without a checkpoint is refused."""
+    args = ("steps=10", "checkpoint.every=3", "resume=auto")
+    train(small_cfg(tmp_path, "steps=10", "checkpoint.every=3", name="ref"))
+    Stop, hook = _stop_at(5)
+    with pytest.raises(Stop):
+        train(small_cfg(tmp_path, *args, name="auto"), on_step_end=hook)
+    assert latest_checkpoint(tmp_path / "auto").name == "step_000003"
+    again = train(small_cfg(tmp_path, *args, name="auto"))
+    assert again["steps_run"] == 7
+    ref, got = losses(tmp_path / "ref"), losses(tmp_path / "auto")
+    assert [ref[s] for s in range(1, 11)] == [got[s] for s in range(1, 11)]
+    ma = SwaxLM.from_pretrained(tmp_path / "ref" / "model").state_dict()
+    mb = SwaxLM.from_pretrained(tmp_path / "auto" / "model").state_dict()
+    assert all(torch.equal(ma[k], mb[k]) for k in ma)
+    train(small_cfg(tmp_path, "steps=2", name="nockpt"))
+    shutil.rmtree(tmp_path / "nockpt" / "checkpoints")  # a run (model/) without checkpoints
+    with pytest.raises(ConfigError, match="resume=auto: .* no intact checkpoint"):
+        train(small_cfg(tmp_path, "steps=2", "checkpoint.every=100", "resume=auto",
+                        name="nockpt"))  # fmt: skip
+
+
+def test_resume_reads_the_runs_config_and_names_a_disagreeing_key(tmp_path):
+    """`resume=true` with only run_dir continues the run with its own settings (here a
+    seq_len, window and steps that differ from the defaults); keys that may change (steps) are
+    taken, any other key that disagrees is one error naming both values."""
+    first = ["steps=4", "checkpoint.every=2", "seq_len=96", "window.long=48"]
+    train(small_cfg(tmp_path, *first, name="r"))
+    cfg = load_train_config(None, [f"run_dir={tmp_path / 'r'}", "resume=true", "steps=6"])
+    assert (cfg.seq_len, cfg.window.long, cfg.steps, cfg.model["d_model"]) == (96, 48, 6, 32)
+    assert train(cfg)["steps_run"] == 2
+    with pytest.raises(ConfigError, match=r"seq_len=64 differs .* has seq_len=96"):
+        load_train_config(None, [f"run_dir={tmp_path / 'r'}", "resume=true", "seq_len=64"])
+    same = load_train_config(None, [f"run_dir={tmp_path / 'r'}", "resume=true", "seq_len=96"])
+    assert same.seq_len == 96  # a key given again with the run's value is fine

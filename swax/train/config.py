@@ -124,8 +124,12 @@ class TrainConfig:
     """Global batch in sequences per optimizer step (over all ranks and micro-batches)."""
     seed: int = 0
     """Seed of initialisation, data order and window draws."""
-    resume: bool = False
-    """Continue from the last checkpoint in run_dir (an error if there is none)."""
+    resume: bool | Literal["auto"] = False
+    """true: continue from the newest intact checkpoint in run_dir (an error if there is none);
+    auto: continue when run_dir holds one, else start a fresh run (what a job that is restarted
+    by torchrun --max-restarts or SLURM --requeue wants: one command for both). From the
+    command line either reads the run's config.yaml; keys given again must agree with it,
+    except RESUME_MAY_CHANGE."""
     model: dict[str, Any] = field(default_factory=lambda: {"preset": "tiny", "layer_pattern": "SX"})
     """The model: `preset` plus any SwaxConfig field to override."""
     data: DataConfig = field(default_factory=DataConfig)
@@ -274,19 +278,62 @@ def _set(tree: dict, path: list[str], value: Any) -> None:
     node[path[-1]] = value
 
 
+RESUME_MAY_CHANGE = ("steps", "threads", "resume", "device", "log", "checkpoint.every",
+                     "checkpoint.keep")  # fmt: skip
+"""Keys (or sections) a resumed run may set differently from its config.yaml: how long it runs,
+where and how fast, and what it logs; everything that shapes the model, the data order or the
+optimisation must stay as the run started."""
+
+
 def load_train_config(
     path: str | Path | None = None, overrides: list[str] | tuple[str, ...] = ()
 ) -> TrainConfig:
     """A TrainConfig from a YAML file (None: the defaults = the tiny run) and key=value
-    overrides. Errors name the file or the dotted key."""
+    overrides. Errors name the file or the dotted key. With ``resume`` true or auto and a
+    ``config.yaml`` in the run folder (the resolved config a run writes at its start), that
+    config is the base: the keys given here must equal it, except those in RESUME_MAY_CHANGE,
+    which replace its values."""
     data: dict = {}
     if path is not None:
         data = load_yaml_mapping(path, "config file")
     for text in overrides:
         keys, value = parse_override(text)
         _set(data, keys, value)
-    cfg = from_dict(TrainConfig, data)
-    return cfg
+    saved = Path(data.get("run_dir", TrainConfig.run_dir)) / "config.yaml"
+    if data.get("resume", False) in (True, "auto") and saved.is_file():
+        data = _resumed_config(data, saved)
+    return from_dict(TrainConfig, data)
+
+
+def _resumed_config(data: dict, saved_path: Path) -> dict:
+    """The saved run's config with the given keys that may change; a given key that differs
+    from the saved run and may not change is one ConfigError naming it and both values."""
+    saved = from_dict(TrainConfig, load_yaml_mapping(saved_path, "the run's config.yaml"))
+    out = saved.to_dict()
+    theirs = _flat(out)
+    for key, value in _flat(data).items():
+        changeable = any(key == k or key.startswith(k + ".") for k in RESUME_MAY_CHANGE)
+        if changeable or key == "run_dir":
+            _set(out, key.split("."), value)
+        elif key not in theirs or theirs[key] != value:
+            raise ConfigError(
+                f"{key}={value!r} differs from the run being resumed ({saved_path} has "
+                f"{key}={theirs.get(key)!r}); a resumed run keeps its settings except "
+                f"{', '.join(RESUME_MAY_CHANGE)}: drop the key, or use another run_dir"
+            )
+    return out
+
+
+def _flat(tree: dict, prefix: str = "") -> dict:
+    """{dotted key: value} of the leaves of a nested dict (a dict value of the model section
+    counts as its keys)."""
+    out = {}
+    for k, v in tree.items():
+        if isinstance(v, dict) and v:
+            out.update(_flat(v, f"{prefix}{k}."))
+        else:
+            out[f"{prefix}{k}"] = v
+    return out
 
 
 def save_train_config(cfg: TrainConfig, path: str | Path) -> None:

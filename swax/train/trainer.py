@@ -331,7 +331,17 @@ def _lock_run_dir(lock: RunLock, info: D.DistInfo) -> None:
 def _prepare_run_dir(cfg: TrainConfig, info: D.DistInfo) -> tuple[Path, Path | None]:
     run_dir = Path(cfg.run_dir)
     ckpt = latest_checkpoint(run_dir)
-    if cfg.resume:
+    resume = cfg.resume is True or (cfg.resume == "auto" and ckpt is not None)
+    if (
+        cfg.resume == "auto"
+        and ckpt is None
+        and (list_checkpoints(run_dir) or (run_dir / "model").exists())
+    ):
+        raise ConfigError(
+            f"resume=auto: {run_dir} holds a run but no intact checkpoint to resume from; "
+            "pass overwrite=true to start over (deletes it), or another run_dir"
+        )
+    if resume:
         if ckpt is None:
             raise ConfigError(f"resume=true but {run_dir} holds no checkpoint to resume from")
     elif list_checkpoints(run_dir) or (run_dir / "model").exists():
@@ -349,7 +359,7 @@ def _prepare_run_dir(cfg: TrainConfig, info: D.DistInfo) -> tuple[Path, Path | N
         run_dir.mkdir(parents=True, exist_ok=True)
         for p in remove_stale_files(run_dir):
             log.info("removed %s, left by an interrupted write", p)
-    return run_dir, ckpt if cfg.resume else None
+    return run_dir, ckpt if resume else None
 
 
 def _build_data(cfg: TrainConfig, info: D.DistInfo):
