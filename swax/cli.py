@@ -204,7 +204,7 @@ def cmd_train(cfg: C.TrainArgs) -> int:
 def cmd_plot_run(cfg: C.PlotRunConfig) -> int:
     from pathlib import Path
 
-    from .train.plot import plot_run
+    from .runplot import plot_run
 
     if cfg.out:
         check_writable_dir(Path(cfg.out).parent, "--out folder")
@@ -607,7 +607,7 @@ COMMANDS: dict = {
     "info": (C.InfoConfig, cmd_info, "parameters and FLOPs of a preset or checkpoint"),
     "generate": (C.GenerateConfig, cmd_generate, "generate text with constant-memory decoding"),
     "train": (C.TrainArgs, cmd_train, "train a model (default: the tiny preset on the KJV)"),
-    "plot-run": (C.PlotRunConfig, cmd_plot_run, "draw a run's loss curves to a PNG"),
+    "plot-run": (C.PlotRunConfig, cmd_plot_run, "draw a run's loss curves (per window) to a PNG"),
     "eval": {
         "niah": (C.NiahConfig, cmd_eval_niah, "RULER needle-in-a-haystack at long lengths"),
         "tasks": (C.TasksConfig, cmd_eval_tasks, "short-context tasks: ARC, HellaSwag, PIQA, …"),

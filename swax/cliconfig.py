@@ -172,7 +172,8 @@ class CompareConfig:
 
 @dataclass
 class PlotRunConfig:
-    """Draw a run's loss curves to a PNG."""
+    """Draw a run's loss curves to a PNG: the training loss per attention window (one series
+    per window of a stochastic or scheduled run), the validation loss and the learning rate."""
 
     run: str = option(positional=True, metavar="RUN")
     """The run folder (holding metrics.jsonl)."""

@@ -254,7 +254,7 @@ OUTPUT_COMMANDS = {
         ("swax.eval.compare", "compare"),
     ),
     "sweep": (["sweep", "SWEEP"], ("swax.sweep", "run_sweep")),
-    "plot_run": (["plot-run", "RUN", "--out", "OUT/loss.png"], ("swax.train.plot", "plot_run")),
+    "plot_run": (["plot-run", "RUN", "--out", "OUT/loss.png"], ("swax.runplot", "plot_run")),
 }
 
 
