@@ -21,7 +21,7 @@ import time
 from . import cliconfig as C
 from .configutil import add_arguments, config_keys, from_args, resolve_window
 from .errors import ConfigError, SwaxError
-from .paths import check_writable_dir
+from .paths import check_output_dir, check_writable_dir
 from .threads import ENV as THREADS_ENV
 from .threads import parse_threads, set_threads, threads_setting
 
@@ -301,9 +301,11 @@ def _eval_label(cfg: C.EvalConfig) -> str:
     return label
 
 
-def _eval_out(cfg: C.EvalConfig, kind: str):
-    """The results folder (--out, else results/KIND-LABEL), checked writable before the work."""
-    return check_writable_dir(cfg.out or f"results/{kind}-{_eval_label(cfg)}", "--out")
+def _eval_out(cfg: C.EvalConfig, kind: str, outputs):
+    """The results folder (--out, else results/KIND-LABEL), checked before the work: writable,
+    and new or empty, or (with --overwrite) emptied of the files ``outputs`` of an earlier run."""
+    out = cfg.out or f"results/{kind}-{_eval_label(cfg)}"
+    return check_output_dir(out, "--out", outputs, f"swax eval {kind}", cfg.overwrite)
 
 
 def _eval_model(cfg: C.EvalConfig):
@@ -341,10 +343,12 @@ def cmd_eval_niah(cfg: C.NiahConfig) -> int:
 
     from .eval.niah import (
         SwaxPredictor,
+        dump_files,
         dump_records,
         format_table,
         parse_lengths,
         peak_rss_gib,
+        results_files,
         run_niah,
     )
     from .eval.ruler import TASKS
@@ -362,7 +366,9 @@ def cmd_eval_niah(cfg: C.NiahConfig) -> int:
         from .data import load_tokenizer
 
         tok = load_tokenizer(cfg.tokenizer)
-        check_writable_dir(cfg.dump, "--dump")
+        check_output_dir(
+            cfg.dump, "--dump", dump_files(), "swax eval niah --dump", cfg.overwrite, "records"
+        )
         paths = dump_records(
             cfg.dump, tok, tasks, lengths, cfg.samples, cfg.seed, haystack, key_split
         )
@@ -370,7 +376,7 @@ def cmd_eval_niah(cfg: C.NiahConfig) -> int:
         return 0
     if not cfg.model and not cfg.preset:
         raise SwaxError("pass --model DIR (or --preset NAME for random weights, or --dump DIR)")
-    out = _eval_out(cfg, "niah")
+    out = _eval_out(cfg, "niah", results_files())
     model, tok, label, window = _eval_model(cfg)
     predict = SwaxPredictor(model, tok, window, cfg.prefill_chunk)
     result = run_niah(
@@ -399,12 +405,12 @@ def cmd_eval_niah(cfg: C.NiahConfig) -> int:
 
 def cmd_eval_tasks(cfg: C.TasksConfig) -> int:
 
-    from .eval.tasks import evaluate_tasks, format_table, parse_tasks, write_results
+    from .eval.tasks import RESULT_FILES, evaluate_tasks, format_table, parse_tasks, write_results
 
     parse_tasks(cfg.tasks)  # an unknown task name fails before the model loads
     if not cfg.model and not cfg.preset:
         raise SwaxError("pass --model DIR (or --preset NAME for random weights)")
-    out = _eval_out(cfg, "tasks")
+    out = _eval_out(cfg, "tasks", RESULT_FILES)
     model, tok, label, window = _eval_model(cfg)
     results = evaluate_tasks(
         model,
@@ -464,10 +470,10 @@ def _train_len(cfg: C.PplConfig) -> int | None:
 def cmd_eval_ppl(cfg: C.PplConfig) -> int:
 
     from .eval.niah import parse_lengths
-    from .eval.ppl import bucketize, position_losses, write_ppl
+    from .eval.ppl import RESULT_FILES, bucketize, position_losses, write_ppl
 
     edges = sorted(set(parse_lengths(cfg.lengths, "--lengths")))
-    out = _eval_out(cfg, "ppl")
+    out = _eval_out(cfg, "ppl", RESULT_FILES)
     model, tok, label, window = _eval_model(cfg)
     tokens, source = _ppl_tokens(cfg, tok)
     losses = position_losses(model, tokens, edges[-1], cfg.samples, window, cfg.chunk)
@@ -493,9 +499,9 @@ def cmd_eval_ppl(cfg: C.PplConfig) -> int:
 
 
 def cmd_eval_compare(cfg: C.CompareConfig) -> int:
-    from .eval.compare import compare
+    from .eval.compare import RESULT_FILES, compare
 
-    check_writable_dir(cfg.out, "--out")
+    check_output_dir(cfg.out, "--out", RESULT_FILES, "swax eval compare", cfg.overwrite)
     table = compare(cfg.results, cfg.out)
     print(table)
     print(f"written to {cfg.out}")

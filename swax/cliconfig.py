@@ -96,7 +96,10 @@ class EvalConfig(LoadConfig):
     seed: int = 42
     """Seed of the random weights of a preset and of the evaluation data."""
     out: str | None = None
-    """Results folder (default: results/KIND-LABEL)."""
+    """Results folder (default: results/KIND-LABEL); must be new or empty."""
+    overwrite: bool = False
+    """Replace the results of an earlier run of the same command in --out (a folder holding
+    other files is refused even so)."""
 
 
 @dataclass
@@ -116,7 +119,8 @@ class NiahConfig(EvalConfig):
     records: str | None = option(None, metavar="DIR")
     """Read TASK-LENGTH.jsonl records written by --dump instead of generating them."""
     dump: str | None = option(None, metavar="DIR")
-    """Only write the records (RULER's JSONL format) to this folder and exit; no model."""
+    """Only write the records (RULER's JSONL format) to this folder and exit; no model. The
+    folder must be new or empty (or hold an earlier dump, with --overwrite)."""
     tokenizer: str = "byte"
     """With --dump: byte, gpt2 or a tokenizer path."""
     prefill_chunk: int = option(2048, minimum=1)
@@ -167,7 +171,10 @@ class CompareConfig:
     results: list[str] = option(positional=True, metavar="RESULTS")
     """Results folders written by swax eval."""
     out: str = "results/compare"
-    """Output folder."""
+    """Output folder; must be new or empty."""
+    overwrite: bool = False
+    """Replace the files of an earlier swax eval compare in --out (a folder holding other
+    files is refused even so)."""
 
 
 @dataclass

@@ -363,3 +363,175 @@ def test_episode_accuracy_with_a_perfect_retriever():
     )
     assert got[300]["acc"] == 100.0 and got[600]["acc"] == 100.0
     assert got[300]["nll"] == pytest.approx(0.0, abs=1e-6)  # all mass on the right digit
+
+
+# ------------------------------------------------------------------ output folders: no mixing
+
+
+def _boom(*args, **kwargs):
+    raise AssertionError("the work started before the output folder was checked")
+
+
+def run_cli(capsys, *args):
+    """(exit status, stdout, stderr lines) of ``swax ARGS`` in this process."""
+    rc = cli(*args)
+    out, err = capsys.readouterr()
+    return rc, out, [ln for ln in err.splitlines() if ln.strip()]
+
+
+def _niah_folder(out, lengths=(1024, 2048), label="echo"):
+    run_niah(
+        echo_needle,
+        ByteTokenizer(),
+        ["niah_single_1"],
+        list(lengths),
+        samples=1,
+        out_dir=out,
+        progress=False,
+        settings={"label": label},
+    )
+    return out
+
+
+def _ppl_folder(out, label="ppl-model"):
+    from swax.eval.ppl import write_ppl
+
+    rows = bucketize(np.array([[1.0, 2.0, 3.0, 4.0]]), [2, 4])
+    write_ppl(out, rows, {"label": label})
+    return out
+
+
+def _tasks_folder(out, label="tasks-model"):
+    from swax.eval.tasks import write_results
+
+    results = {
+        "piqa": {
+            "source": "piqa.jsonl",
+            "metrics": {"n": 2, "num_fewshot": 0, "acc": 0.5, "acc_norm": 1.0},
+            "records": [{"line": 1}, {"line": 2}],
+        }
+    }
+    write_results(out, results, {"label": label})
+    return out
+
+
+# command -> (arguments before --out, a writer of that command's results into a folder)
+EVAL_OUTPUTS = {
+    "niah": (["eval", "niah", "--preset", "tiny", "--lengths", "1k"], _niah_folder),
+    "tasks": (["eval", "tasks", "--preset", "tiny"], _tasks_folder),
+    "ppl": (["eval", "ppl", "--preset", "tiny"], _ppl_folder),
+}
+
+
+@pytest.mark.parametrize("command", [*EVAL_OUTPUTS, "compare", "dump"])
+def test_eval_refuses_a_folder_of_earlier_results(tmp_path, capsys, monkeypatch, command):
+    # a second swax eval niah into the same --out left the first run's summary-1024.csv and
+    # pred/*-1024.jsonl beside the new results; swax eval ppl overwrote without notice
+    import swax.cli
+    import swax.eval.compare
+    import swax.eval.niah
+
+    out = tmp_path / "out"
+    if command == "compare":
+        argv = ["eval", "compare", str(_niah_folder(tmp_path / "niah")), "--out", str(out)]
+        compare([tmp_path / "niah"], out)
+        monkeypatch.setattr(swax.eval.compare, "compare", _boom)
+    elif command == "dump":
+        argv = ["eval", "niah", "--dump", str(out), "--lengths", "1k", "--tasks", "niah_single_1"]
+        assert cli(*argv, "--samples", "1") == 0
+        monkeypatch.setattr(swax.eval.niah, "dump_records", _boom)
+    else:
+        args, write = EVAL_OUTPUTS[command]
+        write(out)
+        argv = [*args, "--out", str(out)]
+    monkeypatch.setattr(swax.cli, "_load", _boom)
+    before = sorted(p.relative_to(out) for p in out.rglob("*"))
+    rc, _, err = run_cli(capsys, *argv)
+    assert rc == 2 and len(err) == 1, err
+    assert err[0].startswith("swax: error: ") and str(out) in err[0] and "--overwrite" in err[0]
+    assert sorted(p.relative_to(out) for p in out.rglob("*")) == before  # nothing touched
+
+
+@pytest.mark.parametrize("command", [*EVAL_OUTPUTS, "compare"])
+def test_eval_never_deletes_other_files(tmp_path, capsys, monkeypatch, command):
+    import swax.cli
+    import swax.eval.compare
+
+    out = tmp_path / "out"
+    if command == "compare":
+        args = ["eval", "compare", str(_niah_folder(tmp_path / "niah"))]
+        compare([tmp_path / "niah"], out)
+        monkeypatch.setattr(swax.eval.compare, "compare", _boom)
+    else:
+        args, write = EVAL_OUTPUTS[command]
+        write(out)
+    (out / "notes.txt").write_text("mine")
+    monkeypatch.setattr(swax.cli, "_load", _boom)
+    for extra in ([], ["--overwrite"]):
+        rc, _, err = run_cli(capsys, *args, "--out", str(out), *extra)
+        assert rc == 2 and len(err) == 1 and "notes.txt" in err[0] and str(out) in err[0], err
+    assert (out / "notes.txt").read_text() == "mine"
+
+
+def test_eval_niah_overwrite_removes_the_earlier_results(tmp_path, capsys, monkeypatch):
+    import swax.eval.niah
+
+    out = _niah_folder(tmp_path / "out", lengths=(1024, 2048))
+    assert (out / "summary-2048.csv").is_file() and (
+        out / "pred/niah_single_1-2048.jsonl"
+    ).is_file()
+    monkeypatch.setattr(swax.eval.niah, "SwaxPredictor", lambda *a, **k: constant)
+    args = ["eval", "niah", "--preset", "tiny", "--lengths", "1k", "--tasks", "niah_single_1"]
+    rc, _, err = run_cli(capsys, *args, "--samples", "1", "--out", str(out), "--overwrite")
+    assert rc == 0, err
+    names = sorted(str(p.relative_to(out)) for p in out.rglob("*"))
+    assert names == [
+        "heatmap-niah_single_1.png",
+        "pred",
+        "pred/niah_single_1-1024.jsonl",
+        "results.json",
+        "summary-1024.csv",
+        "summary.csv",
+    ]
+    assert json.loads((out / "results.json").read_text())["settings"]["lengths"] == [1024]
+
+
+def test_eval_ppl_overwrite_replaces_its_files(tmp_path, capsys):
+    text = tmp_path / "held.txt"
+    text.write_text("And it came to pass in those days. " * 40)
+    out = _ppl_folder(tmp_path / "p")
+    args = ["eval", "ppl", "--preset", "tiny", "--data", str(text), "--lengths", "64,128"]
+    rc, _, err = run_cli(capsys, *args, "--samples", "1", "--out", str(out))
+    assert rc == 2 and "--overwrite" in err[0]
+    rc, _, err = run_cli(capsys, *args, "--samples", "1", "--out", str(out), "--overwrite")
+    assert rc == 0, err
+    rows = list(csv.DictReader((out / "ppl.csv").open()))
+    assert [int(r["bucket_end"]) for r in rows] == [64, 128]
+    assert sorted(p.name for p in out.iterdir()) == ["ppl.csv", "ppl.json", "ppl.png"]
+
+
+def test_check_output_dir(tmp_path):
+    from swax.errors import SwaxError
+    from swax.paths import check_output_dir
+
+    outputs = ["results.json", "summary-[0-9]*.csv", "pred/*.jsonl"]
+    new = tmp_path / "new" / "out"
+    assert check_output_dir(new, "--out", outputs, "cmd") == new and not new.exists()
+    d = tmp_path / "d"
+    (d / "pred").mkdir(parents=True)
+    check_output_dir(d, "--out", outputs, "cmd")  # an empty output folder inside: fine
+    for name in ("results.json", "summary-1024.csv", "pred/a.jsonl"):
+        (d / name).write_text("x")
+    with pytest.raises(SwaxError, match=r"--out .*d already holds results of cmd.*--overwrite"):
+        check_output_dir(d, "--out", outputs, "cmd")
+    (d / "pred" / "keep.txt").write_text("mine")  # not an output, even in an output folder
+    (d / "sub").mkdir()  # an empty folder the command does not make
+    for overwrite in (False, True):
+        with pytest.raises(SwaxError, match="does not write"):
+            check_output_dir(d, "--out", outputs, "cmd", overwrite)
+    (d / "pred" / "keep.txt").unlink()
+    (d / "sub").rmdir()
+    (tmp_path / "target.json").write_text("elsewhere")
+    (d / "summary-2048.csv").symlink_to(tmp_path / "target.json")
+    check_output_dir(d, "--out", outputs, "cmd", overwrite=True)
+    assert list(d.iterdir()) == [] and (tmp_path / "target.json").read_text() == "elsewhere"

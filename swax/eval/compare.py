@@ -13,6 +13,15 @@ from pathlib import Path
 
 from ..errors import SwaxError
 
+RESULT_FILES = (
+    "compare.csv",
+    "compare.png",
+    "compare-tasks.csv",
+    "compare-ppl.csv",
+    "compare-ppl.png",
+)
+"""The files ``swax eval compare`` writes in its --out folder (what ``--overwrite`` replaces)."""
+
 
 def _label(folder: Path, settings: dict) -> str:
     return settings.get("label") or folder.name

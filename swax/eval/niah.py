@@ -35,6 +35,27 @@ log = logging.getLogger("swax")
 DEPTH_BINS = 10  # heatmap rows: needle depth in bins of 10%
 
 
+def results_files() -> list[str]:
+    """The files ``swax eval niah`` writes in its results folder (glob patterns relative to
+    it; see the module docstring): what ``--overwrite`` may replace."""
+    from .ruler import TASKS
+
+    return [
+        "results.json",
+        "summary.csv",
+        "summary-[0-9]*.csv",
+        *[f"heatmap-{t}.png" for t in TASKS],
+        *[f"pred/{t}-[0-9]*.jsonl" for t in TASKS],
+    ]
+
+
+def dump_files() -> list[str]:
+    """The files ``swax eval niah --dump`` writes (glob patterns): ``TASK-LENGTH.jsonl``."""
+    from .ruler import TASKS
+
+    return [f"{t}-[0-9]*.jsonl" for t in TASKS]
+
+
 def parse_length(text: str | int) -> int:
     """'4k' -> 4096, '131k' -> 131072, '128k' -> 131072, '2000' -> 2000."""
     if isinstance(text, int):

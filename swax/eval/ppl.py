@@ -6,7 +6,8 @@ chunk, whatever the length). The per-position negative log-likelihood is average
 inside the buckets (0, l1], (l1, l2], … given by ``lengths``: a flat curve means the model
 extrapolates; a rising one means it does not.
 
-Writes ``ppl.csv`` (bucket_start, bucket_end, loss, ppl, tokens) and ``ppl.png``.
+Writes ``ppl.csv`` (bucket_start, bucket_end, loss, ppl, tokens), ``ppl.json`` (the settings
+and the same rows) and ``ppl.png``.
 """
 
 from __future__ import annotations
@@ -21,6 +22,9 @@ import torch
 import torch.nn.functional as F
 
 from ..errors import SwaxError
+
+RESULT_FILES = ("ppl.csv", "ppl.json", "ppl.png")
+"""The files :func:`write_ppl` (``swax eval ppl``) writes in its results folder."""
 
 
 @torch.no_grad()

@@ -323,6 +323,9 @@ TASKS: dict[str, TaskSpec] = {
 }
 TASK_ALIASES = {"lambada_openai": "lambada", "arc_e": "arc_easy", "arc_c": "arc_challenge"}
 
+RESULT_FILES = ("results.json", *(f"{name}_records.jsonl" for name in TASKS))
+"""The files :func:`write_results` (``swax eval tasks``) writes in its results folder."""
+
 
 def parse_tasks(tasks: str | Sequence[str]) -> list[str]:
     """Task names from ``"arc_easy,piqa"``, a list, or ``"all"``; SwaxError for an unknown one."""
