@@ -170,7 +170,7 @@ class CompareConfig:
     """Merge results folders (NIAH, tasks, ppl) into one table and figure."""
 
     results: list[str] = option(positional=True, metavar="RESULTS")
-    """Results folders written by swax eval."""
+    """Results folders written by swax eval niah, tasks or ppl (kinds may be mixed)."""
     out: str = "results/compare"
     """Output folder; must be new or empty."""
     overwrite: bool = False

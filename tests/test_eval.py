@@ -535,3 +535,55 @@ def test_check_output_dir(tmp_path):
     (d / "summary-2048.csv").symlink_to(tmp_path / "target.json")
     check_output_dir(d, "--out", outputs, "cmd", overwrite=True)
     assert list(d.iterdir()) == [] and (tmp_path / "target.json").read_text() == "elsewhere"
+
+
+# -------------------------------------------------------------- compare: every kind of results
+
+
+def test_compare_reads_niah_tasks_and_ppl_results(tmp_path, capsys):
+    # swax eval compare refused a tasks results folder ("holds no 'average'")
+    niah = _niah_folder(tmp_path / "niah", label="echo")
+    tasks = _tasks_folder(tmp_path / "tasks", label="m")
+    ppl = _ppl_folder(tmp_path / "ppl", label="m")
+    out = tmp_path / "cmp"
+    rc, stdout, err = run_cli(
+        capsys, "eval", "compare", str(niah), str(tasks), str(ppl), "--out", str(out)
+    )
+    assert rc == 0, err
+    assert "NIAH accuracy" in stdout and "short-context tasks" in stdout and "by position" in stdout
+    rows = list(csv.reader((out / "compare-tasks.csv").open()))
+    assert rows == [["task", "metric", "m"], ["piqa", "acc", "0.5"], ["piqa", "acc_norm", "1.0"]]
+    assert re.search(r"^piqa +acc_norm +100\.00$", stdout, re.M), stdout
+    rows = list(csv.reader((out / "compare-ppl.csv").open()))
+    assert rows == [["bucket_end", "m"], ["2", "1.5"], ["4", "3.5"]]
+    rows = list(csv.reader((out / "compare.csv").open()))
+    assert rows == [["model", "1024", "2048"], ["echo", "100.0", "100.0"]]
+    assert {p.name for p in out.iterdir()} == {
+        "compare.csv",
+        "compare.png",
+        "compare-tasks.csv",
+        "compare-ppl.csv",
+        "compare-ppl.png",
+    }
+
+
+def test_compare_tasks_folders_written_by_the_command(tmp_path, capsys):
+    """Two real swax eval tasks runs (the bundled samples) side by side."""
+    outs = []
+    for label in ("a", "b"):
+        outs.append(str(tmp_path / label))
+        args = ["eval", "tasks", "--preset", "tiny", "--tasks", "arc_easy,lambada", "--limit", "2"]
+        rc, _, err = run_cli(capsys, *args, "--label", label, "--out", outs[-1])
+        assert rc == 0, err
+    rc, stdout, err = run_cli(capsys, "eval", "compare", *outs, "--out", str(tmp_path / "c"))
+    assert rc == 0, err
+    rows = list(csv.reader((tmp_path / "c" / "compare-tasks.csv").open()))
+    assert rows[0] == ["task", "metric", "a", "b"]
+    assert [r[:2] for r in rows[1:]] == [
+        ["arc_easy", "acc"],
+        ["arc_easy", "acc_norm"],
+        ["lambada", "acc"],
+        ["lambada", "perplexity"],
+    ]
+    saved = json.loads((tmp_path / "a" / "results.json").read_text())["tasks"]
+    assert float(rows[4][2]) == pytest.approx(saved["lambada"]["perplexity"])
