@@ -342,24 +342,32 @@ def _haystack(path):
 def cmd_eval_niah(cfg: C.NiahConfig) -> int:
 
     from .eval.niah import (
+        DEFAULT_LENGTHS,
         SwaxPredictor,
         dump_files,
         dump_records,
         format_table,
         parse_lengths,
         peak_rss_gib,
+        records_grid,
         results_files,
         run_niah,
     )
     from .eval.ruler import TASKS
 
-    lengths = parse_lengths(cfg.lengths, "--lengths")
-    tasks = list(TASKS) if cfg.tasks == "all" else [t.strip() for t in cfg.tasks.split(",")]
-    unknown = [t for t in tasks if t not in TASKS]
-    if unknown:
-        raise SwaxError(
-            f"unknown NIAH task {unknown[0]!r}; expected 'all' or some of {', '.join(TASKS)}"
-        )
+    lengths = None if cfg.lengths is None else parse_lengths(cfg.lengths, "--lengths")
+    tasks = None
+    if cfg.tasks is not None:
+        tasks = list(TASKS) if cfg.tasks == "all" else [t.strip() for t in cfg.tasks.split(",")]
+        unknown = [t for t in tasks if t not in TASKS]
+        if unknown:
+            raise SwaxError(
+                f"unknown NIAH task {unknown[0]!r}; expected 'all' or some of {', '.join(TASKS)}"
+            )
+    if cfg.records and not cfg.dump:  # the records' own tasks and lengths, unless narrowed
+        tasks, lengths = records_grid(cfg.records, tasks, lengths)
+    tasks = list(TASKS) if tasks is None else tasks
+    lengths = parse_lengths(DEFAULT_LENGTHS) if lengths is None else lengths
     key_split = "eval" if cfg.synthetic_keys else None
     haystack = _haystack(cfg.haystack)
     if cfg.dump:
@@ -397,7 +405,7 @@ def cmd_eval_niah(cfg: C.NiahConfig) -> int:
             "tokenizer": tok.name,
         },
     )
-    print(f"NIAH accuracy (%), {label}, window {window}, {cfg.samples} samples per cell")
+    print(f"NIAH accuracy (%), {label}, window {window}, {result.samples} samples per cell")
     print(format_table(result, tasks, lengths))
     print(f"peak memory: {peak_rss_gib():.2f} GiB | results: {out}")
     return 0

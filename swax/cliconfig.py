@@ -106,10 +106,12 @@ class EvalConfig(LoadConfig):
 class NiahConfig(EvalConfig):
     """RULER needle-in-a-haystack at long context lengths."""
 
-    lengths: str = "4k,8k,16k,32k,65k,131k"
-    """Comma list of context lengths in tokens (4k = 4096)."""
-    tasks: str = "all"
-    """'all' or a comma list of RULER NIAH tasks."""
+    lengths: str | None = None
+    """Comma list of context lengths in tokens (4k = 4096); default 4k,8k,16k,32k,65k,131k, or
+    with --records the lengths of the records."""
+    tasks: str | None = None
+    """'all' or a comma list of RULER NIAH tasks; default all, or with --records the tasks of
+    the records."""
     samples: int = option(10, minimum=1)
     """Samples per task and length."""
     synthetic_keys: bool = False
@@ -117,7 +119,8 @@ class NiahConfig(EvalConfig):
     haystack: str | None = option(None, metavar="PATH")
     """Text for the essay haystack (default: the embedded King James Bible)."""
     records: str | None = option(None, metavar="DIR")
-    """Read TASK-LENGTH.jsonl records written by --dump instead of generating them."""
+    """Read TASK-LENGTH.jsonl records written by --dump instead of generating them (all of
+    the folder's, unless --tasks and --lengths narrow them)."""
     dump: str | None = option(None, metavar="DIR")
     """Only write the records (RULER's JSONL format) to this folder and exit; no model. The
     folder must be new or empty (or hold an earlier dump, with --overwrite)."""

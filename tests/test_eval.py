@@ -587,3 +587,81 @@ def test_compare_tasks_folders_written_by_the_command(tmp_path, capsys):
     ]
     saved = json.loads((tmp_path / "a" / "results.json").read_text())["tasks"]
     assert float(rows[4][2]) == pytest.approx(saved["lambada"]["perplexity"])
+
+
+# ------------------------------------------------------------ niah --records: tasks and lengths
+
+
+@pytest.fixture
+def dumped(tmp_path, capsys):
+    d = tmp_path / "records"
+    args = ["eval", "niah", "--dump", str(d), "--lengths", "1k,2k", "--samples", "2"]
+    assert cli(*args, "--tasks", "niah_single_1,niah_multikey_1") == 0
+    capsys.readouterr()
+    return d
+
+
+def test_eval_niah_records_alone_takes_their_tasks_and_lengths(
+    dumped, tmp_path, capsys, monkeypatch
+):
+    # --records DIR needed --tasks and --lengths repeated (else: "no niah_single_1-4096.jsonl")
+    import swax.eval.niah
+
+    monkeypatch.setattr(swax.eval.niah, "SwaxPredictor", lambda *a, **k: echo_needle)
+    out = tmp_path / "o"
+    rc, stdout, err = run_cli(
+        capsys, "eval", "niah", "--preset", "tiny", "--records", str(dumped), "--out", str(out)
+    )
+    assert rc == 0, err
+    settings = json.loads((out / "results.json").read_text())["settings"]
+    assert settings["tasks"] == ["niah_single_1", "niah_multikey_1"]
+    assert settings["lengths"] == [1024, 2048] and settings["samples"] == 2
+    assert "2 samples per cell" in stdout and "niah_multikey_1  100.0  100.0" in stdout
+    # explicit flags narrow them
+    out = tmp_path / "o2"
+    rc, _, err = run_cli(
+        capsys,
+        "eval",
+        "niah",
+        "--preset",
+        "tiny",
+        "--records",
+        str(dumped),
+        "--out",
+        str(out),
+        "--lengths",
+        "2k",
+        "--tasks",
+        "niah_multikey_1",
+    )
+    assert rc == 0, err
+    settings = json.loads((out / "results.json").read_text())["settings"]
+    assert settings["tasks"] == ["niah_multikey_1"] and settings["lengths"] == [2048]
+
+
+def test_eval_niah_records_missing_cells_name_the_file(dumped, tmp_path, capsys, monkeypatch):
+    import swax.cli
+
+    monkeypatch.setattr(swax.cli, "_load", _boom)
+    (dumped / "niah_multikey_1-2048.jsonl").unlink()
+    base = [
+        "eval",
+        "niah",
+        "--preset",
+        "tiny",
+        "--records",
+        str(dumped),
+        "--out",
+        str(tmp_path / "o"),
+    ]
+    for extra, needle in (
+        ([], "niah_multikey_1-2048.jsonl"),  # not a full table: which file is missing
+        (["--lengths", "4k"], "niah_single_1-4096.jsonl"),
+        (["--tasks", "niah_single_2"], "niah_single_2"),
+    ):
+        rc, _, err = run_cli(capsys, *base, *extra)
+        assert rc == 2 and len(err) == 1 and needle in err[0] and str(dumped) in err[0], err
+    empty = ["eval", "niah", "--preset", "tiny", "--records", str(tmp_path / "o")]
+    (tmp_path / "o").mkdir()
+    rc, _, err = run_cli(capsys, *empty, "--out", str(tmp_path / "o2"))
+    assert rc == 2 and "no TASK-LENGTH.jsonl" in err[0], err

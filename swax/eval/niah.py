@@ -34,6 +34,9 @@ log = logging.getLogger("swax")
 
 DEPTH_BINS = 10  # heatmap rows: needle depth in bins of 10%
 
+DEFAULT_LENGTHS = "4k,8k,16k,32k,65k,131k"
+"""The lengths of ``swax eval niah`` when neither --lengths nor --records gives them."""
+
 
 def results_files() -> list[str]:
     """The files ``swax eval niah`` writes in its results folder (glob patterns relative to
@@ -127,6 +130,49 @@ class NiahResult:
 def _depth_bin(depth) -> int:
     d = depth[0] if isinstance(depth, (list, tuple)) else depth
     return min(DEPTH_BINS - 1, max(0, int(float(d) // (100 / DEPTH_BINS))))
+
+
+def dumped_cells(folder: str | Path) -> dict[str, list[int]]:
+    """{task: sorted lengths} of the ``TASK-LENGTH.jsonl`` files in a folder written by
+    ``--dump`` (in RULER's task order; other files are ignored). A missing folder, or one
+    without such files, is a SwaxError naming it."""
+    from .ruler import TASKS
+
+    folder = Path(folder)
+    if not folder.is_dir():
+        what = "is not a folder" if folder.exists() else "does not exist"
+        raise SwaxError(f"--records {folder} {what} (expected a folder written by --dump)")
+    found: dict[str, set[int]] = {}
+    for p in folder.iterdir():
+        task, _, length = p.name.removesuffix(".jsonl").rpartition("-")
+        if p.name.endswith(".jsonl") and task in TASKS and length.isdigit() and p.is_file():
+            found.setdefault(task, set()).add(int(length))
+    if not found:
+        raise SwaxError(
+            f"--records {folder} holds no TASK-LENGTH.jsonl records (write them with "
+            "swax eval niah --dump DIR)"
+        )
+    return {t: sorted(found[t]) for t in TASKS if t in found}
+
+
+def records_grid(
+    folder: str | Path, tasks: Sequence[str] | None = None, lengths: Sequence[int] | None = None
+) -> tuple[list[str], list[int]]:
+    """(tasks, lengths) to evaluate from a ``--dump`` folder: those of its records, or the
+    given ones (which narrow them). Every task must have records at every length (the results
+    are a full table); a missing file is a SwaxError naming it and what the folder holds."""
+    cells = dumped_cells(folder)
+    tasks = list(cells) if tasks is None else list(tasks)
+    if lengths is None:
+        lengths = sorted({n for t in tasks for n in cells.get(t, ())})
+    missing = [f"{t}-{n}.jsonl" for t in tasks for n in lengths if n not in cells.get(t, ())]
+    if missing or not lengths:
+        held = "; ".join(f"{t} at {','.join(map(str, ns))}" for t, ns in cells.items())
+        raise SwaxError(
+            f"--records {folder} has no {missing[0] if missing else 'records of ' + tasks[0]} "
+            f"(it holds {held}); pass --tasks and --lengths it holds"
+        )
+    return tasks, list(lengths)
 
 
 def load_dumped(folder: Path, task: str, length: int) -> list[dict]:
@@ -223,6 +269,8 @@ def run_niah(
         tokenizer, tasks, lengths, samples, seed, haystack_text, key_split, records_dir
     )
     total = sum(len(r) for r in all_records.values())
+    # records read from --records may be fewer than asked for: count those evaluated
+    result.samples = max((len(r) for r in all_records.values()), default=samples)
     bar = tqdm(total=total, desc="niah", unit="sample", disable=not progress, dynamic_ncols=True)
     timings: dict[str, float] = {}
     for length in lengths:
@@ -249,7 +297,7 @@ def run_niah(
             **(settings or {}),
             "tasks": list(tasks),
             "lengths": list(lengths),
-            "samples": samples,
+            "samples": result.samples,
             "seed": seed,
             "key_split": key_split,
             "elapsed_s": time.perf_counter() - t0,
