@@ -7,7 +7,7 @@ TORCH_SPEC ?= torch==2.13.0
 STAMP  := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: install demo test test-isa test-slow lint format bench gpu-check clean
+.PHONY: install demo demo-recall test test-isa test-slow lint format bench gpu-check clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -19,6 +19,10 @@ install: $(STAMP)
 
 demo: $(STAMP)
 	$(BIN)/swax demo
+
+# the paper's window effect on recall: a short- and a long-window model, about 5 minutes
+demo-recall: $(STAMP)
+	$(BIN)/swax demo recall
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q -n 2 -m "not slow and not gpu" $(PYTEST_ARGS)

@@ -240,6 +240,63 @@ def cmd_sweep(args: C.SweepArgs) -> int:
     return 0
 
 
+def cmd_eval_recall(cfg: C.RecallConfig) -> int:
+    """Recall of key-value episodes at each length, with the model's window and the run's
+    training window (the window study's metric) -> OUT/recall.json and a table."""
+    import dataclasses
+
+    from .data import DataConfig, SyntheticConfig, build_datasets
+    from .eval.niah import parse_lengths
+    from .eval.recall import (
+        RECALL_FILES,
+        recall_by_window,
+        recall_table,
+        training_setup,
+        write_recall,
+    )
+
+    trained, run_windows, seq_len = training_setup(cfg.model) if cfg.model else (None, {}, None)
+    lengths = []
+    for item in [x.strip() for x in cfg.lengths.split(",") if x.strip()]:
+        if item.lower().endswith("x"):
+            if seq_len is None:
+                raise SwaxError(
+                    f"--lengths {item}: a multiple of the training length needs a swax train "
+                    "run folder around --model (its config.yaml); give lengths in tokens"
+                )
+            lengths.append(int(float(item[:-1]) * seq_len))
+        else:
+            lengths += parse_lengths(item, "--lengths")
+    if not lengths:
+        raise SwaxError(f"--lengths: no length given in {cfg.lengths!r}")
+    task = cfg.task if cfg.task != "auto" else (trained.task if trained else "mqar")
+    base = trained if trained is not None and trained.task == task else None
+    episodes = dataclasses.replace(
+        base or SyntheticConfig(task=task, fraction=1.0, compact=True, min_distance=8),
+        far_share=None,  # evaluation distances are uniform
+        **{k: v for k, v in (("num_needles", cfg.pairs), ("num_queries", cfg.queries),
+                             ("min_distance", cfg.min_distance)) if v is not None},
+    )  # fmt: skip
+    out = _eval_out(cfg, "recall", RECALL_FILES)
+    model, tok, label, window = _eval_model(cfg)
+    explicit = str(cfg.window) != "default"
+    windows = {"own": window} if explicit else {"long": window, **run_windows}
+    _, val = build_datasets(DataConfig(), tok, seq_len=1, seed=0)
+    results = recall_by_window(
+        model, tok, val.tokens, episodes, lengths, cfg.samples, windows, seed=cfg.seed,
+        batch_size=cfg.batch_size, progress=True,
+    )  # fmt: skip
+    meta = {"model": _model_name(cfg), "label": label, "windows": windows, "seq_len": seq_len,
+            "episodes": dataclasses.asdict(episodes), "samples": cfg.samples}  # fmt: skip
+    path = write_recall(out, results, meta)
+    chance = 100 / (episodes.mqar_values if episodes.task == "mqar" else 10**episodes.digits)
+    print(f"recall (%) of {label}, {episodes.num_needles} pair(s), {cfg.samples} episodes per "
+          f"length (chance {chance:.2g}%); windows {windows}:")  # fmt: skip
+    print(recall_table(results, lengths, seq_len))
+    print(f"results: {path}")
+    return 0
+
+
 def cmd_demo(args: C.DemoConfig) -> int:
     """Train the tiny SWAX model on the embedded corpus (or reuse a finished demo run), show the
     loss it reached, generate a sample, and show that its decode state does not grow."""
@@ -255,6 +312,13 @@ def cmd_demo(args: C.DemoConfig) -> int:
     from .train import load_train_config, train
     from .train.checkpoint import latest_checkpoint
 
+    if args.overrides[:1] == ["recall"]:  # swax demo recall [--run-dir DIR] [key=value ...]
+        from . import recall_demo
+
+        run_dir = args.run_dir if args.run_dir != C.DemoConfig.run_dir else "runs/demo-recall"
+        check_writable_dir(run_dir, "--run-dir", keep=True)
+        recall_demo.run(run_dir, args.overrides[1:])
+        return 0
     run_dir = Path(args.run_dir)
     overrides = [f"run_dir={run_dir}", *args.overrides]
     summary_file = run_dir / "summary.json"
@@ -663,10 +727,16 @@ COMMANDS: dict = {
             cmd_eval_convert_tasks,
             "write a task's data file from a Parquet or saved Hugging Face dataset",
         ),
+        "recall": (C.RecallConfig, cmd_eval_recall, "key-value recall against length and window"),
     },
     "export": EXPORT_COMMANDS,
     "sweep": (C.SweepArgs, cmd_sweep, "train and evaluate a family of runs (resumable)"),
-    "demo": (C.DemoConfig, cmd_demo, "the default job: train the tiny model, then generate"),
+    "demo": (
+        C.DemoConfig,
+        cmd_demo,
+        "the default job: train the tiny model, then generate; `swax demo recall`: the "
+        "window effect on recall (two small models, about 5 minutes)",
+    ),
     "data": {
         "prepare": (
             C.DataPrepareConfig,

@@ -242,19 +242,43 @@ class SweepArgs:
 
 @dataclass
 class DemoConfig:
-    """The default job: train the tiny model (or reuse a finished demo run), then generate."""
+    """The default job: train the tiny model (or reuse a finished demo run), then generate.
+    ``swax demo recall`` instead trains a short- and a long-window model on associative recall
+    and prints their recall against context length (the paper's window effect)."""
 
     run_dir: str = "runs/demo"
-    """Folder of the demo's training run."""
+    """Folder of the demo's training run (swax demo recall: runs/demo-recall)."""
     context: int = option(32768, minimum=1)
     """Long context for the constant-memory demonstration, in tokens."""
     overrides: list[str] = option(
         default_factory=list, positional=True, nargs="*", metavar="key=value"
     )
-    """Training overrides, e.g. steps=100."""
+    """Training overrides, e.g. steps=100 (after the word recall for swax demo recall)."""
 
     def __post_init__(self) -> None:
         _check(self)
+
+
+@dataclass
+class RecallConfig(EvalConfig):
+    """Recall of key-value episodes (MQAR or needles) at chosen lengths, with the model's own
+    window and its training window: the window study's metric for one model."""
+
+    lengths: str = "1x,2x,4x,8x,16x,32x"
+    """Comma list of lengths: tokens (512, 4k) or multiples of the run's training length
+    (8x; needs a swax train run folder around --model)."""
+    samples: int = option(64, minimum=1)
+    """Episodes per length."""
+    task: Literal["auto", "mqar", "needle"] = "auto"
+    """Episodes: auto (those the run trained on, else one-pair MQAR), mqar or needle."""
+    pairs: int | None = option(None, minimum=1)
+    """Key-value pairs (needles) per episode (default: the run's, else 1)."""
+    queries: int | None = option(None, minimum=1)
+    """Keys asked per episode (default: the run's, else 1)."""
+    min_distance: int | None = option(None, minimum=0)
+    """Fewest tokens between the pairs and the first question (default: the run's, else 8)."""
+    batch_size: int = option(16, minimum=1)
+    """Episodes evaluated at once."""
 
 
 # ---------------------------------------------------------------- swax export (hf, onnx)

@@ -447,11 +447,14 @@ class _EvalContext:
         return {str(k): v for k, v in res.items()}
 
     def recall(self) -> dict:
+        from .eval.recall import recall_by_window
+
         lengths = [m * self.tcfg.seq_len for m in self.ev.length_multiples]
-        return {
-            f"episodes_{label}": self._episodes(self.model, lengths, self.ev.samples, w)
-            for label, w in self.windows.items()
-        }
+        return recall_by_window(
+            self.model, self.tok, self.val, self.ep_cfg, lengths, self.ev.samples,
+            self.windows, seed=self.ev.seed, batch_size=self.ev.batch_size,
+            progress=self.progress,
+        )  # fmt: skip
 
     def text_loss(self) -> dict:
         """Held-out text at the training length, with each evaluation window."""

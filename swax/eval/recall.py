@@ -1,0 +1,90 @@
+"""Recall of synthetic key-value episodes at chosen lengths and windows: the window study's
+metric (``swax eval recall``, ``swax demo recall``, and every run of ``swax sweep``).
+
+The episodes are those of :mod:`swax.data.mqar` (MQAR: key-value pairs of dedicated token ids)
+or :mod:`swax.data.synthetic` (needles in text), drawn with evaluation keys and a seed, so every
+model sees the same ones. Results have the shape of the sweeps' ``eval.json``:
+``{"episodes_<label>": {"<length>": {"acc", "n", "nll", "by_depth", "by_distance"}}}``, one
+label per evaluation window (``long``, the model's own; ``train``, the run's training window).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from ..data.config import SyntheticConfig
+from .episodes import episode_accuracy
+
+RECALL_FILES = ("recall.json",)
+"""What ``swax eval recall`` writes in its results folder."""
+
+
+def recall_by_window(
+    model,
+    tokenizer,
+    haystack,
+    cfg: SyntheticConfig,
+    lengths: list[int],
+    samples: int,
+    windows: dict[str, int | None],
+    seed: int = 1234,
+    batch_size: int = 16,
+    progress: bool = False,
+) -> dict[str, dict]:
+    """``{f"episodes_{label}": {str(length): result}}`` for each (label, window) of ``windows``
+    (see :func:`swax.eval.episodes.episode_accuracy` for a result)."""
+    out = {}
+    for label, window in windows.items():
+        res = episode_accuracy(
+            model,
+            tokenizer,
+            haystack,
+            lengths,
+            samples,
+            cfg,
+            window=window,
+            seed=seed,
+            progress=progress,
+            batch_size=batch_size,
+        )
+        out[f"episodes_{label}"] = {str(k): v for k, v in res.items()}
+    return out
+
+
+def training_setup(model_dir: str | Path) -> tuple[SyntheticConfig | None, dict, int | None]:
+    """(the episodes it was trained on, its windows {"train"?: W}, its training length) when
+    ``model_dir`` is the ``model/`` folder of a ``swax train`` run (its ``config.yaml`` beside
+    it); (None, {}, None) otherwise."""
+    from ..train.config import load_train_config
+
+    run_yaml = Path(model_dir).resolve().parent / "config.yaml"
+    if not run_yaml.is_file():
+        return None, {}, None
+    tcfg = load_train_config(str(run_yaml), [])
+    w = tcfg.window
+    train_w = (w.fixed or w.long) if w.kind == "fixed" else w.short
+    windows = {} if train_w == w.long else {"train": train_w}
+    syn = tcfg.data.synthetic
+    return (syn if syn.fraction > 0 else None), windows, tcfg.seq_len
+
+
+def write_recall(out: Path, results: dict, meta: dict) -> Path:
+    """``recall.json`` in ``out``: the results and what they were computed with."""
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / "recall.json"
+    path.write_text(json.dumps({**meta, **results}, indent=1))
+    return path
+
+
+def recall_table(results: dict, lengths: list[int], base: int | None = None) -> str:
+    """Windows × lengths, recall in %, as aligned text (the lengths as multiples of ``base``
+    too when given)."""
+    head = ["window"] + [f"{n}" + (f" ({n / base:g}x)" if base else "") for n in lengths]
+    rows = [
+        [key.removeprefix("episodes_")] + [f"{res[str(n)]['acc']:.1f}" for n in lengths]
+        for key, res in results.items()
+        if key.startswith("episodes_")
+    ]
+    widths = [max(len(r[i]) for r in [head, *rows]) for i in range(len(head))]
+    return "\n".join("  ".join(c.rjust(w) for c, w in zip(r, widths)) for r in [head, *rows])
