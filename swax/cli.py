@@ -189,10 +189,14 @@ def cmd_train(cfg: C.TrainArgs) -> int:
     check_writable_dir(cfg.run_dir, "run_dir", keep=True)
     summary = train(cfg)
     if int(os.environ.get("RANK", "0")) == 0:
-        print(
-            f"validation loss: {summary.get('initial_val_loss', float('nan')):.4f} (untrained) "
-            f"-> {summary['final_val_loss']:.4f} (trained)"
-        )
+        final = summary["final_val_loss"]
+        if final == final:  # not NaN: the run had validation data
+            print(
+                f"validation loss: {summary.get('initial_val_loss', float('nan')):.4f} "
+                f"(untrained) -> {final:.4f} (trained)"
+            )
+        else:
+            print("validation loss: none (the run has no validation data; see above)")
         if summary.get("steps_run", 1):
             speed = f"{summary['tok_s']:,.0f} tokens/s"
         else:
@@ -674,12 +678,17 @@ def cmd_data_prepare(cfg: C.DataPrepareConfig) -> int:
             "again to resume",
             stop.signum or signal.SIGINT,
         ) from None
+    from .data.shards import no_validation_reason
+
     tr, va = index["train"], index["val"]
     print(
         f"{index['documents']:,} documents -> {tr['tokens']:,} training tokens in "
         f"{len(tr['shards'])} shards, {va['tokens']:,} validation tokens in "
         f"{len(va['shards'])} shards ({index['dtype']}, tokenizer {index['tokenizer']['name']})"
     )
+    reason = no_validation_reason(index)
+    if reason:
+        print(f"warning: no validation data: {reason}", file=sys.stderr)
     print(f"shard set: {cfg.out} (train with data.source={cfg.out})")
     return 0
 

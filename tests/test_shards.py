@@ -419,3 +419,22 @@ def test_prepare_interrupted_by_a_signal_resumes_byte_identically(
     r = swax(*args)
     assert r.returncode == 0, r.stderr
     assert _files(out) == _files(prepared)
+
+
+def test_a_set_without_validation_says_why_and_training_names_it(tmp_path):
+    src = tmp_path / "src"
+    src.mkdir()
+    for i in range(3):  # three documents: the 2% hash split picks none of them
+        (src / f"d{i}.txt").write_text(f"document {i} " + "and the earth was " * 40)
+    r = swax("data", "prepare", str(src), "--out", str(tmp_path / "set"), "--no-progress")
+    assert r.returncode == 0, r.stderr
+    assert "0 validation tokens" in r.stdout
+    assert (
+        "warning: no validation data: --val-fraction 0.02 put none of its 3 documents" in r.stderr
+    )
+    r = swax("train", f"data.source={tmp_path / 'set'}", "steps=1", "seq_len=32", "batch_size=2",
+             "window.long=16", "window.short=8", "model.d_model=16", "optim.warmup_steps=0",
+             f"run_dir={tmp_path / 'run'}", "threads=1")  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    assert "has no validation data (--val-fraction 0.02 put none of its 3 documents" in r.stderr
+    assert "no validation data" in r.stdout and "nan" not in r.stdout

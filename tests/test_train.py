@@ -493,3 +493,11 @@ def test_resume_reads_the_runs_config_and_names_a_disagreeing_key(tmp_path):
         load_train_config(None, [f"run_dir={tmp_path / 'r'}", "resume=true", "seq_len=64"])
     same = load_train_config(None, [f"run_dir={tmp_path / 'r'}", "resume=true", "seq_len=96"])
     assert same.seq_len == 96  # a key given again with the run's value is fine
+
+
+def test_a_run_shorter_than_its_warmup_is_warned_about(tmp_path, capfd):
+    train(small_cfg(tmp_path, "steps=3", "optim.warmup_steps=6", name="w"))
+    err = capfd.readouterr().err
+    assert "warning: optim.warmup_steps=6 >= steps=3: the learning rate only rises" in err
+    train(small_cfg(tmp_path, "steps=3", "optim.warmup_steps=1", name="ok"))
+    assert "warmup_steps" not in capfd.readouterr().err

@@ -177,9 +177,18 @@ def _shard_datasets(
     index, tr, va = open_shard_set(cfg.source)
     train = TokenDataset(tr.tokens, tok.eot_id, tr.documents, str(cfg.source), tok)
     val = None
-    if va is not None and len(va.tokens) >= seq_len + 1:
+    if va is None or len(va.tokens) == 0:
+        from .shards import no_validation_reason
+
+        log.warning(
+            "data: the shard set %s has no validation data (%s); this run reports no "
+            "validation loss",
+            cfg.source,
+            no_validation_reason(index) or "no val shards",
+        )
+    elif len(va.tokens) >= seq_len + 1:
         val = TokenDataset(va.tokens, tok.eot_id, va.documents, f"{cfg.source} (val)", tok)
-    elif va is not None:
+    else:
         log.warning(
             "data: the %d validation tokens of %s are fewer than seq_len + 1; no validation",
             len(va.tokens),

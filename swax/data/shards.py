@@ -536,6 +536,20 @@ def make_index(tok, spec: str, dtype, shard_tokens: int, settings: dict, shards,
     return index
 
 
+def no_validation_reason(index: dict) -> str | None:
+    """Why a shard set holds no validation tokens (None when it holds some)."""
+    if index["val"]["tokens"] > 0:
+        return None
+    fraction = index.get("settings", {}).get("val_fraction", 0)
+    if not fraction:
+        return "it was prepared with --val-fraction 0"
+    return (
+        f"--val-fraction {fraction:g} put none of its {index['documents']:,} documents in "
+        "validation (documents are split by a hash of their text, so a few documents may "
+        "give none): prepare it again with more documents or a larger --val-fraction"
+    )
+
+
 def write_index(folder: str | Path, index: dict) -> None:
     """Write ``index.json`` (atomically: its presence marks a complete shard set)."""
     _atomic_json(Path(folder) / INDEX, index)

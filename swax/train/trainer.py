@@ -462,6 +462,13 @@ def setup_run(cfg: TrainConfig, info: D.DistInfo) -> RunState:
         f"{train_tokens / 1e6:.2f}M training tokens ({tok.name})"
         + (f" | resumed from {ckpt.name}" if ckpt else "")
     )
+    o = cfg.optim
+    if o.warmup_steps >= cfg.steps and ckpt is None:
+        _warn_main(info)(
+            f"warning: optim.warmup_steps={o.warmup_steps} >= steps={cfg.steps}: the learning "
+            f"rate only rises, to {o.lr * cfg.steps / o.warmup_steps:.3g} (optim.lr={o.lr:g}), "
+            "and never decays; lower optim.warmup_steps for a run this short"
+        )
     return run
 
 
@@ -618,7 +625,10 @@ def run_steps(run: RunState, on_step_end: Callable[[int, dict], None] | None = N
     run.t_start = time.perf_counter()
     if run.start_step == 0:
         run.summary["initial_val_loss"] = evaluate(run)
-        logger.message(f"validation loss before training: {run.summary['initial_val_loss']:.4f}")
+        if run.val_loader is not None:
+            logger.message(
+                f"validation loss before training: {run.summary['initial_val_loss']:.4f}"
+            )
         logger.write({"step": 0, "val_loss": run.summary["initial_val_loss"]})
     run.model.train()
     run.t_last, run.tok_last = time.perf_counter(), 0
@@ -705,11 +715,15 @@ def _export(run: RunState) -> None:
     save_tokenizer(run.tok, model_dir)
     summary = run.summary
     summary["model_dir"] = str(model_dir)
+    val = (
+        f"validation loss {summary.get('initial_val_loss', float('nan')):.4f} -> "
+        f"{summary['final_val_loss']:.4f}"
+        if run.val_loader is not None
+        else "no validation data"
+    )
     run.logger.message(
         f"done: {run.cfg.steps} steps, {run.tokens_seen / 1e6:.2f}M tokens in "
-        f"{_fmt_time(summary['elapsed'])} | validation loss "
-        f"{summary.get('initial_val_loss', float('nan')):.4f} -> "
-        f"{summary['final_val_loss']:.4f} | model saved to {model_dir}"
+        f"{_fmt_time(summary['elapsed'])} | {val} | model saved to {model_dir}"
     )
     (run.run_dir / "summary.json").write_text(json.dumps(json_safe(summary), indent=1))
 
