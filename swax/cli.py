@@ -23,7 +23,7 @@ from .configutil import add_arguments, config_keys, from_args, resolve_window
 from .errors import ConfigError, SwaxError
 from .paths import check_output_dir, check_writable_dir
 from .threads import ENV as THREADS_ENV
-from .threads import parse_threads, set_threads, threads_setting
+from .threads import busy_hint, parse_threads, set_threads, threads_setting
 
 
 def _load(cfg: C.LoadConfig):
@@ -780,7 +780,7 @@ def _add_command(sub, name: str, entry: tuple) -> None:
         type=_threads_arg,
         metavar="N",
         default=argparse.SUPPRESS,
-        help=f"CPU threads of torch (default: ${THREADS_ENV}, else 0 = torch's choice); on a "
+        help=f"CPU threads of torch (default: ${THREADS_ENV}, else 0 = one per usable CPU); on a "
         "small or busy machine 1 can be several times faster",
     )
     sp.set_defaults(fn=fn, config_cls=cls)
@@ -791,7 +791,7 @@ def _threads_arg(text: str) -> int:
         return parse_threads(text)
     except ConfigError:
         raise argparse.ArgumentTypeError(
-            f"expected a whole number of threads >= 0 (0 = torch's default), got {text!r}"
+            f"expected a whole number of threads >= 0 (0 = one per usable CPU), got {text!r}"
         ) from None
 
 
@@ -815,6 +815,10 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+BUSY_HINT_COMMANDS = ("train", "eval", "generate", "demo", "sweep")
+"""Commands whose speed depends on the thread count: they say so when the machine is busy."""
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args, extra = parser.parse_known_args(argv)
@@ -831,7 +835,12 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return 0
     try:
-        set_threads(threads_setting(getattr(args, "threads", None)))
+        threads = threads_setting(getattr(args, "threads", None))
+        set_threads(threads)
+        if threads != 1 and args.command in BUSY_HINT_COMMANDS and sys.stderr.isatty():
+            hint = busy_hint()  # for a person at a terminal: logs and tests get no extra line
+            if hint:
+                print(hint, file=sys.stderr)
         return args.fn(from_args(args.config_cls, args))
     except KeyboardInterrupt as e:  # TrainingStopped (a signal, checkpoint saved) or Ctrl-C
         print(f"swax: {str(e) or 'interrupted'}", file=sys.stderr)

@@ -1,5 +1,6 @@
 """The `swax` command: one-line errors with non-zero exits, generation from a checkpoint."""
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -322,11 +323,38 @@ def test_threads_option_and_variable_reach_torch(capsys, monkeypatch):
         monkeypatch.setenv("SWAX_THREADS", "2")
         assert run_inprocess(capsys, "info", "--preset", "tiny").returncode == 0
         assert torch.get_num_threads() == 2
-        # the option wins over the variable; 0 leaves torch's setting alone
+        # the option wins over the variable; 0 is one thread per CPU this process may use
         assert run_inprocess(capsys, "info", "--preset", "tiny", "--threads", "3").returncode == 0
         assert torch.get_num_threads() == 3
+        monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0}, raising=False)
         assert run_inprocess(capsys, "info", "--preset", "tiny", "--threads", "0").returncode == 0
-        assert torch.get_num_threads() == 3
+        assert torch.get_num_threads() == 1  # a one-CPU mask on a machine with more cores
+    finally:
+        torch.set_num_threads(n)
+
+
+def test_a_busy_machine_gets_one_hint_line_at_a_terminal(capsys, monkeypatch):
+    """Load above the usable CPUs: a person at a terminal is told about --threads once; logs
+    and pipes (no terminal) get nothing extra, nor does --threads 1."""
+    import swax.threads as T
+
+    monkeypatch.delenv("SWAX_THREADS", raising=False)
+    monkeypatch.setattr(os, "getloadavg", lambda: (9.0, 9.0, 9.0))
+    monkeypatch.setattr(T, "usable_cpus", lambda: 2)
+    args = ("eval", "recall", "--model", "/nonexistent/model", "--lengths", "64")
+    n = torch.get_num_threads()
+    try:
+        for tty, extra, hinted in ((True, (), True), (False, (), False),
+                                   (True, ("--threads", "1"), False)):  # fmt: skip
+            monkeypatch.setattr(sys.stderr, "isatty", lambda tty=tty: tty, raising=False)
+            r = run_inprocess(capsys, *args, *extra)
+            lines = r.stderr.strip().splitlines()
+            assert r.returncode == 2 and lines[-1].startswith("swax: error:")
+            hint = [ln for ln in lines if "load (9.0) exceeds the 2 CPU(s)" in ln]
+            assert len(hint) == (1 if hinted else 0), r.stderr
+            assert not hinted or "--threads 1" in hint[0]
+        monkeypatch.setattr(os, "getloadavg", lambda: (1.5, 1.0, 1.0))
+        assert T.busy_hint(2) is None
     finally:
         torch.set_num_threads(n)
 

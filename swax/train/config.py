@@ -153,7 +153,7 @@ class TrainConfig:
     activation_checkpointing: bool = False
     """Recompute each block in the backward pass to save memory."""
     threads: int = 0
-    """CPU threads for torch (0 = torch's default)."""
+    """CPU threads for torch (0 = one per CPU this process may use)."""
     overwrite: bool = False
     """Allow starting a fresh run in a run_dir that already holds checkpoints (deletes them)."""
 
