@@ -20,7 +20,7 @@ import time
 
 from . import cliconfig as C
 from .configutil import add_arguments, config_keys, from_args, resolve_window
-from .errors import ConfigError, SwaxError
+from .errors import ConfigError, SwaxError, is_disk_full
 from .paths import check_output_dir, check_writable_dir
 from .threads import ENV as THREADS_ENV
 from .threads import busy_hint, parse_threads, set_threads, threads_setting
@@ -850,6 +850,13 @@ def main(argv: list[str] | None = None) -> int:
             raise
         msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         print(f"swax: error: {msg}", file=sys.stderr)
+        return 2
+    except OSError as e:
+        if not is_disk_full(e) or os.environ.get("SWAX_DEBUG"):
+            raise
+        where = f" writing {e.filename}" if getattr(e, "filename", None) else ""
+        print(f"swax: error: no space left on the device{where}; free some space and run "
+              "again (what was saved before is intact)", file=sys.stderr)  # fmt: skip
         return 2
 
 

@@ -415,13 +415,16 @@ class SwaxLM(nn.Module):
         earlier checkpoint in that directory intact."""
         from safetensors.torch import save_file
 
+        from .paths import writing
+
         path = Path(path)
-        path.mkdir(parents=True, exist_ok=True)
         tensors = {k: v.detach().contiguous().cpu() for k, v in self.state_dict().items()}
         tmp_w, tmp_c = path / (WEIGHTS_NAME + ".tmp"), path / (CONFIG_NAME + ".tmp")
-        save_file(tensors, str(tmp_w), metadata={"format": "pt", "library": "swax"})
-        match_umask(tmp_w)
-        self.config.save(tmp_c)
+        with writing("the model's weights", path, cleanup=[tmp_w, tmp_c]):
+            path.mkdir(parents=True, exist_ok=True)
+            save_file(tensors, str(tmp_w), metadata={"format": "pt", "library": "swax"})
+            match_umask(tmp_w)
+            self.config.save(tmp_c)
         # the old checksum goes first: killed before the new one is written, the folder loads
         # unchecked rather than failing on intact new weights
         (path / CHECKSUMS_NAME).unlink(missing_ok=True)

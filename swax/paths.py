@@ -13,7 +13,7 @@ import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
-from .errors import SwaxError
+from .errors import DiskFullError, SwaxError, is_disk_full
 
 
 def check_writable_dir(path: str | Path, what: str, keep: bool = False) -> Path:
@@ -120,3 +120,31 @@ def check_output_dir(
         except OSError:
             pass
     return p
+
+
+class writing:  # noqa: N801 (a context manager named for what it guards)
+    """``with writing("checkpoint step_000008", path, cleanup=[tmp]):`` — a full disk while
+    writing becomes one DiskFullError naming what was being written and where, after the paths
+    in ``cleanup`` (the partial files or folders) are removed; other errors pass unchanged."""
+
+    def __init__(self, what: str, path, cleanup: Sequence = ()):
+        self.what, self.path, self.cleanup = what, path, list(cleanup)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, kind, error, tb):
+        if error is None or not is_disk_full(error):
+            return False
+        import shutil
+
+        for p in self.cleanup:
+            p = Path(p)
+            if p.is_dir():
+                shutil.rmtree(p, ignore_errors=True)
+            else:
+                p.unlink(missing_ok=True)
+        raise DiskFullError(
+            f"no space left on the device writing {self.what} to {self.path}; what was saved "
+            "before is intact: free some space and run again (a training run: with resume=auto)"
+        ) from None

@@ -116,3 +116,69 @@ def test_sigterm_to_torchrun_stops_every_rank_at_one_step_and_resumes(tmp_path):
     b = SwaxLM.from_pretrained(run / "model").state_dict()
     for name in a:
         assert torch.equal(a[name], b[name]), name
+
+
+def _children(pid: int) -> list[int]:
+    """The pids whose parent is ``pid`` (from /proc)."""
+    import os
+
+    kids = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    stat = f.read()
+            except OSError:
+                continue
+            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+                kids.append(int(entry))
+    return kids
+
+
+def test_a_killed_worker_is_restarted_and_the_run_ends_bit_identical(tmp_path):
+    """Elastic recovery: one rank killed outright (SIGKILL) at a random step under torchrun
+    --max-restarts with resume=auto; torchrun restarts both workers, which resume from the
+    newest checkpoint, and the final weights equal the uninterrupted 2-process run's."""
+    import os
+    import random
+    import signal
+    import time
+
+    import torch
+
+    from swax import SwaxLM
+
+    args = [*ARGS, "steps=16", "checkpoint.every=3", "log.val_every=0", "resume=auto"]
+    ref = tmp_path / "ref"
+    run_swax([*args, f"run_dir={ref}"], nproc=2)
+    rng = random.Random()
+    kill_after, victim = rng.randint(4, 12), rng.randint(0, 1)
+    note = f"(killed rank {victim} after step {kill_after})"
+    run = tmp_path / "elastic"
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
+           "--max-restarts=2", "-m", "swax", "train", *args, f"run_dir={run}"]  # fmt: skip
+    with open(tmp_path / "log.txt", "w") as log:
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
+        t0 = time.time()
+        while not (
+            (run / "metrics.jsonl").is_file()
+            and (run / "metrics.jsonl").read_text().count('"loss"') >= kill_after
+        ):
+            assert proc.poll() is None and time.time() - t0 < 900, note
+            time.sleep(0.01)
+        workers = sorted(
+            p for p in _children(proc.pid) if b"swax" in open(f"/proc/{p}/cmdline", "rb").read()
+        )
+        assert len(workers) == 2, (workers, note)
+        ranks = {}
+        for p in workers:
+            env = open(f"/proc/{p}/environ", "rb").read().split(b"\0")
+            ranks[int(next(e for e in env if e.startswith(b"RANK="))[5:])] = p
+        os.kill(ranks[victim], signal.SIGKILL)
+        assert proc.wait(timeout=900) == 0, (tmp_path / "log.txt").read_text()[-3000:] + note
+    out = (tmp_path / "log.txt").read_text()
+    assert "resumed from step_" in out, out[-3000:]  # the restarted workers resumed
+    a = SwaxLM.from_pretrained(ref / "model").state_dict()
+    b = SwaxLM.from_pretrained(run / "model").state_dict()
+    for name in a:
+        assert torch.equal(a[name], b[name]), (name, note)

@@ -375,3 +375,66 @@ def test_two_cli_trainings_on_one_run_dir(tmp_path):
     assert second.stderr.count("\n") == 1
     first.send_signal(signal.SIGTERM)
     assert first.wait(timeout=300) == 143
+
+
+# ------------------------------------------------------------------------------ a full disk
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A 4 MiB tmpfs (root only), unmounted afterwards; the test is skipped where it cannot be
+    mounted (not root, or no permission to mount in this container)."""
+    if os.geteuid() != 0:
+        pytest.skip("a full disk is tested on a small tmpfs, which needs root to mount")
+    mnt = tmp_path / "disk"
+    mnt.mkdir()
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(mnt)],
+                       capture_output=True, text=True)  # fmt: skip
+    if r.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {r.stderr.strip()}")
+    try:
+        yield mnt
+    finally:
+        subprocess.run(["umount", "-l", str(mnt)], capture_output=True)
+
+
+def _fill(disk, leave: int):
+    """A file on ``disk`` that leaves about ``leave`` bytes free; returns its path."""
+    st = os.statvfs(disk)
+    filler = disk / "filler"
+    with open(filler, "wb") as f:
+        f.write(b"\0" * max(0, st.f_bavail * st.f_frsize - leave))
+    return filler
+
+
+@pytest.mark.slow
+def test_a_full_disk_stops_with_one_line_and_resume_after_freeing_is_exact(tmp_path, small_disk):
+    """The second checkpoint of a run does not fit: one error line naming it and the path,
+    exit 2, no partial checkpoint left, the first intact; after space is freed, resume=auto
+    ends with the uninterrupted run's weights. An export onto a full disk is the same."""
+    steps = ["steps=9", "checkpoint.every=3", "checkpoint.keep=3", "log.val_every=0"]
+    _cli_train(tmp_path / "ref", *steps).wait(timeout=600)
+    size = sum(
+        f.stat().st_size for f in (tmp_path / "ref" / "checkpoints" / "step_000003").iterdir()
+    )
+    run = small_disk / "run"
+    filler = _fill(small_disk, int(1.5 * size) + 64 * 1024)  # one checkpoint fits, not two
+    proc = _cli_train(run, *steps)
+    assert proc.wait(timeout=600) == 2
+    err = proc.communicate()[1].strip().splitlines()
+    assert "Traceback" not in "\n".join(err)
+    assert err[-1].startswith("swax: error: no space left on the device writing checkpoint "
+                              "step_000006 to "), err[-3:]  # fmt: skip
+    assert latest_checkpoint(run).name == "step_000003"
+    assert not list((run / "checkpoints").glob("*.tmp"))  # the partial one is gone
+    filler.unlink()
+    proc = _cli_train(run, *steps, "resume=auto")
+    assert proc.wait(timeout=600) == 0, proc.communicate()[1][-2000:]
+    assert_same_weights(run, tmp_path / "ref")
+    # an export onto a full disk: one line, exit 2, nothing half-written left as the folder
+    filler = _fill(small_disk, 16 * 1024)
+    r = subprocess.run([sys.executable, "-m", "swax", "export", "hf", str(run / "model"),
+                        str(small_disk / "hf")], capture_output=True, text=True)  # fmt: skip
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr[-2000:]
+    assert r.stderr.strip().splitlines()[-1].startswith("swax: error: no space left on the device")
+    assert not (small_disk / "hf").exists() or not any((small_disk / "hf").iterdir())

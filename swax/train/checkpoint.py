@@ -27,6 +27,7 @@ import torch.distributed as dist
 
 from ..errors import CheckpointError, CorruptCheckpointError
 from ..integrity import checksums, match_umask, verify_checksums
+from ..paths import writing
 
 STEP_RE = re.compile(r"^step_(\d+)$")
 
@@ -104,16 +105,17 @@ def save_checkpoint(
         tmp = final.with_name(final.name + ".tmp")
         if tmp.exists():
             shutil.rmtree(tmp)
-        tmp.mkdir(parents=True)
         rng = {"torch": torch.get_rng_state()}
         if torch.cuda.is_available():
             rng["cuda"] = torch.cuda.get_rng_state()
-        _write_files(
-            tmp,
-            {**model_sd, **{f"__rng__.{k}": v for k, v in rng.items()}},
-            optim_sd,
-            {**trainer_state, "step": step},
-        )
+        with writing(f"checkpoint {final.name}", tmp, cleanup=[tmp]):
+            tmp.mkdir(parents=True)
+            _write_files(
+                tmp,
+                {**model_sd, **{f"__rng__.{k}": v for k, v in rng.items()}},
+                optim_sd,
+                {**trainer_state, "step": step},
+            )
         if final.exists():  # re-saving a step (e.g. after a resume): swap, then delete the old
             old = final.with_name(final.name + ".old")
             os.replace(final, old)

@@ -34,6 +34,7 @@ from ..data.jsonl import json_safe
 from ..data.loader import data_tokenizer
 from ..errors import ConfigError, SwaxError
 from ..model import SwaxLM
+from ..paths import writing
 from . import distributed as D
 from .checkpoint import latest_checkpoint, list_checkpoints, load_latest_checkpoint, save_checkpoint
 from .config import TrainConfig, save_train_config
@@ -183,8 +184,9 @@ class _Logger:
     def write(self, record: dict) -> None:
         if not self.enabled:
             return
-        self.fh.write(json.dumps(json_safe(record), allow_nan=False) + "\n")
-        self.fh.flush()
+        with writing("the metrics", self.metrics_path):
+            self.fh.write(json.dumps(json_safe(record), allow_nan=False) + "\n")
+            self.fh.flush()
         if self.tb is not None:
             for k, v in record.items():
                 if isinstance(v, (int, float)) and k != "step":
