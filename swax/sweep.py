@@ -21,6 +21,7 @@ import copy
 import json
 import logging
 import statistics
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -564,13 +565,23 @@ def all_jobs(cfg: SweepConfig, only: list[str] | None = None) -> list[tuple[str,
     return jobs
 
 
-def _job(cfg: SweepConfig, name: str, seed: int, threads: int | None) -> tuple[str, int, dict]:
+def _job(
+    cfg: SweepConfig, name: str, seed: int, threads: int | None, worker: bool = False
+) -> tuple[str, int, dict]:
     """Train (unless done) and evaluate one run; the unit of work of a parallel sweep."""
     from .threads import set_threads
 
     set_threads(threads or 0)
-    _train_one(cfg, name, seed)
-    return name, seed, evaluate_run(cfg, name, seed)
+    try:
+        _train_one(cfg, name, seed)
+        return name, seed, evaluate_run(cfg, name, seed)
+    except KeyboardInterrupt as e:  # stopped by a signal (its checkpoint saved): a worker
+        if not worker:  # process ends here, so that it starts no other run of the sweep
+            raise
+        import os
+
+        print(f"swax sweep: {name} seed {seed}: {e or 'interrupted'}", file=sys.stderr, flush=True)
+        os._exit(getattr(e, "exit_code", 130))
 
 
 def run_sweep(
@@ -605,12 +616,18 @@ def run_sweep(
         import multiprocessing as mp
         from concurrent.futures import ProcessPoolExecutor, as_completed
 
-        with ProcessPoolExecutor(jobs, mp_context=mp.get_context("spawn")) as pool:
-            futures = {pool.submit(_job, cfg, n, s, threads): (n, s) for n, s in todo}
-            for i, fut in enumerate(as_completed(futures), 1):
-                name, seed, out = fut.result()
-                done[(name, seed)] = out
-                report(i, name, seed, "done")
+        pool = ProcessPoolExecutor(jobs, mp_context=mp.get_context("spawn"))
+        try:
+            with _stop_raises():
+                futures = {pool.submit(_job, cfg, n, s, threads, True): (n, s) for n, s in todo}
+                for i, fut in enumerate(as_completed(futures), 1):
+                    name, seed, out = fut.result()
+                    done[(name, seed)] = out
+                    report(i, name, seed, "done")
+        except BaseException:
+            _stop_workers(pool)
+            raise
+        pool.shutdown()
     names = [n for n in cfg.runs if not only or n in only]
     results = {n: [done[(n, s)] for s in cfg.seeds] for n in names}
     for name in cfg.grid_runs:  # a grid point equal to a sweep run reads that run
@@ -618,6 +635,55 @@ def run_sweep(
             src = cfg.aliases.get(name, name)
             results[name] = [done[(src, s)] for s in grid_seeds(cfg)]
     return results
+
+
+class _stop_raises:  # noqa: N801
+    """SIGTERM raises KeyboardInterrupt in the sweep's main process while the block runs (as
+    Ctrl-C does), so that a scheduler's stop reaches the runs instead of orphaning them."""
+
+    def __enter__(self):
+        import signal
+        import threading
+
+        self.old = None
+        if threading.current_thread() is threading.main_thread():
+
+            def raise_stop(signum, frame):
+                raise KeyboardInterrupt(f"stopped by {signal.Signals(signum).name}")
+
+            self.old = signal.signal(signal.SIGTERM, raise_stop)
+        return self
+
+    def __exit__(self, *exc):
+        import signal
+
+        if self.old is not None:
+            signal.signal(signal.SIGTERM, self.old)
+        return False
+
+
+def _stop_workers(pool, grace: float = 300.0) -> None:
+    """Stop a sweep's worker processes: no new run starts, each running one gets SIGTERM (it
+    saves a checkpoint at its next step and stops, so the sweep resumes it), and any still
+    alive after ``grace`` seconds is killed."""
+    import os
+    import signal
+    import time
+
+    procs = list((getattr(pool, "_processes", None) or {}).values())  # before shutdown clears it
+    pool.shutdown(wait=False, cancel_futures=True)
+    for p in procs:
+        if p.is_alive():
+            try:
+                os.kill(p.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+    deadline = time.monotonic() + grace
+    for p in procs:
+        p.join(max(0.0, deadline - time.monotonic()))
+        if p.is_alive():
+            p.kill()
+            p.join()
 
 
 # ------------------------------------------------------------------------------ aggregation

@@ -104,6 +104,7 @@ def test_quick_study_writes_a_report_from_the_runs(tmp_path):
     r = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=900)
     assert r.returncode == 0, r.stderr[-3000:]
     text = (tmp_path / "r" / "REPORT.md").read_text()
+    assert "**A smoke run**" in text
     for f in ("recall_vs_length.png", "laziness_map.png"):
         assert (tmp_path / "r" / f).stat().st_size > 1000
     for section in ("## The paper's claims in this regime", "## The laziness map",

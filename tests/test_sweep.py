@@ -337,6 +337,7 @@ def test_quick_sweep_writes_a_report_from_the_runs(tmp_path):
     r = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr[-3000:]
     text = (tmp_path / "report" / "REPORT.md").read_text()
+    assert "**A smoke run**" in text
     for f in ("recall_vs_length.png", "learning_curves.png", "phase_diagram.png"):
         assert (tmp_path / "report" / f).stat().st_size > 1000
     cfg = load_sweep(SWEEP, quick=True)
@@ -365,3 +366,64 @@ def test_quick_sweep_writes_a_report_from_the_runs(tmp_path):
     assert stamps == {
         n: (tmp_path / run_dir(cfg, n, 0) / "eval.json").stat().st_mtime_ns for n in cfg.runs
     }
+
+
+def _processes_with(tag: str) -> list[int]:
+    """Pids of the processes whose environment holds ``tag`` (this test's own)."""
+    import os
+
+    pids = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/environ", "rb") as f:
+                    if tag.encode() in f.read():
+                        pids.append(int(entry))
+            except OSError:
+                pass
+    return pids
+
+
+@pytest.mark.slow
+def test_sigterm_to_a_parallel_sweep_stops_its_runs_and_it_resumes(tmp_path):
+    """SIGTERM to the sweep's process alone (a scheduler's stop): its worker processes stop
+    too, each training run with a checkpoint, no process is left behind, and the same command
+    then finishes the sweep from those checkpoints."""
+    import os
+    import secrets
+    import signal
+    import time
+
+    data = _tiny_sweep(tmp_path, {"a": {"window": {"fixed": 8}}, "b": {"window": {"fixed": 16}}})
+    data["base"].update(steps=400, seq_len=64)
+    data["base"]["checkpoint"] = {"every": 20}
+    data["base"]["log"] = {"every": 1, "val_every": 0, "val_batches": 1}
+    data["jobs"] = 2
+    path = _write(tmp_path, data)
+    tag = f"SWAX_SWEEP_TEST={secrets.token_hex(8)}"
+    env = {**os.environ, tag.split("=")[0]: tag.split("=")[1]}
+    cmd = [sys.executable, "-m", "swax", "sweep", str(path)]
+    log = tmp_path / "sweep.log"  # a file, not a pipe: a full pipe would block the runs
+    with open(log, "w") as fh:
+        proc = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=fh, stderr=fh)
+    metrics = [tmp_path / "out" / "runs" / f"{n}-s0" / "metrics.jsonl" for n in ("a", "b")]
+    t0 = time.time()
+    while not all(m.is_file() and m.read_text().count('"loss"') >= 30 for m in metrics):
+        assert proc.poll() is None and time.time() - t0 < 900, log.read_text()[-2000:]
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGTERM)  # to the sweep's own process only
+    assert proc.wait(timeout=600) != 0
+    err = log.read_text()
+    deadline = time.time() + 60
+    while _processes_with(tag) and time.time() < deadline:
+        time.sleep(0.2)
+    assert _processes_with(tag) == [], err[-2000:]  # no orphaned worker
+    for name in ("a", "b"):  # each run stopped at a step boundary with its checkpoint
+        assert f"swax sweep: {name} seed 0: stopped by SIGTERM after step" in err, err[-2000:]
+    for m in metrics:
+        assert any((m.parent / "checkpoints").glob("step_*")) and not (m.parent / "model").exists()
+    r = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.stderr.count("resumed from step_") == 2
+    for m in metrics:
+        assert (m.parent / "eval.json").is_file()

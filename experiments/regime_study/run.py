@@ -301,6 +301,16 @@ def write_report(cfg, cfg_path, results, agg, seq_len, mcfg, mresults, out, wall
         f"over runs; this invocation {wall_s / 60:.1f} min of wall time",
         f"- seeds: {cfg.seeds}",
         "",
+        *(
+            [
+                "> **A smoke run** (`--quick`: a few training steps and evaluation samples). Its "
+                "numbers and verdicts check that the pipeline works; they say nothing about the "
+                "paper's claims. The full run is the same command without `--quick`.",
+                "",
+            ]
+            if quick
+            else []
+        ),
         "## The regime",
         "",
         f"- training length T = {seq_len}; short window {short_w} (T/{seq_len // short_w}), "

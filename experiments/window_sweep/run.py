@@ -558,6 +558,16 @@ def write_report(
         f"- seeds: {cfg.seeds}; training length {seq_len} tokens; every run sees the same "
         "number of tokens",
         "",
+        *(
+            [
+                "> **A smoke run** (`--quick`: a few training steps and evaluation samples). Its "
+                "numbers and verdicts check that the pipeline works; they say nothing about the "
+                "paper's claims. The full run is the same command without `--quick`.",
+                "",
+            ]
+            if quick
+            else []
+        ),
         "## Task",
         "",
         task_text(cfg),
