@@ -501,3 +501,43 @@ def test_a_run_shorter_than_its_warmup_is_warned_about(tmp_path, capfd):
     assert "warning: optim.warmup_steps=6 >= steps=3: the learning rate only rises" in err
     train(small_cfg(tmp_path, "steps=3", "optim.warmup_steps=1", name="ok"))
     assert "warmup_steps" not in capfd.readouterr().err
+
+
+def test_wandb_logger_offline_with_a_stand_in_module(tmp_path, monkeypatch, capfd):
+    """log.wandb=offline: a W&B run in run_dir, no network, every metrics record logged at
+    its step, the same W&B run id on resume; without the package, one warning."""
+    import types
+
+    calls = {"init": [], "log": [], "finish": 0}
+
+    class Run:
+        def log(self, data, step):
+            calls["log"].append((step, data))
+
+        def finish(self):
+            calls["finish"] += 1
+
+    fake = types.ModuleType("wandb")
+    fake.util = types.SimpleNamespace(generate_id=lambda: "abc123")
+    fake.init = lambda **kw: calls["init"].append(kw) or Run()
+    monkeypatch.setitem(sys.modules, "wandb", fake)
+    train(small_cfg(tmp_path, "steps=4", "checkpoint.every=2", "log.wandb=offline", name="w"))
+    (kw,) = calls["init"]
+    assert kw["mode"] == "offline" and kw["dir"] == str(tmp_path / "w") and kw["id"] == "abc123"
+    logged: dict = {}
+    for step, data in calls["log"]:  # several records may share a step (loss, validation)
+        logged.setdefault(step, {}).update(data)
+    written = [json.loads(ln) for ln in (tmp_path / "w" / "metrics.jsonl").read_text().splitlines()]
+    for rec in written:
+        for key, value in rec.items():
+            if key != "step" and value is not None:
+                assert logged[rec["step"]][key] == value
+    assert calls["finish"] == 1
+    fake.util.generate_id = lambda: "other"  # a resumed run keeps its W&B run
+    train(small_cfg(tmp_path, "steps=6", "checkpoint.every=2", "log.wandb=offline",
+                    "resume=true", name="w"))  # fmt: skip
+    assert calls["init"][1]["id"] == "abc123"
+    monkeypatch.setitem(sys.modules, "wandb", None)  # not installed
+    capfd.readouterr()
+    train(small_cfg(tmp_path, "steps=1", "log.wandb=offline", name="nowandb"))
+    assert "log.wandb=offline but the wandb package is not installed" in capfd.readouterr().err

@@ -96,6 +96,12 @@ class LogConfig:
     """Batches (of batch_size sequences) of the validation stream per evaluation."""
     tensorboard: bool = True
     """Also write TensorBoard events when the tensorboard package is installed."""
+    wandb: Literal["off", "offline", "online"] = "off"
+    """Also log the metrics to Weights & Biases (needs ``pip install wandb``): offline writes
+    the run under run_dir/wandb with no network (``wandb sync`` uploads it later); online
+    logs as it trains. A resumed run continues the same W&B run."""
+    wandb_project: str = "swax"
+    """W&B project name."""
     progress: bool = True
     """A progress bar on a terminal (plain log lines otherwise)."""
 

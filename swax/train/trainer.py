@@ -130,6 +130,33 @@ def _window_label(window) -> str:
     return str(window)
 
 
+def _start_wandb(cfg: TrainConfig, run_dir: Path):
+    """A W&B run for this training run (log.wandb offline or online), or None with a warning
+    when the wandb package is not installed. The W&B run id is kept in run_dir, so a resumed
+    run logs into the same W&B run."""
+    try:
+        import wandb
+    except ImportError:
+        print(
+            f"warning: log.wandb={cfg.log.wandb} but the wandb package is not installed "
+            "(pip install wandb); logging to metrics.jsonl only",
+            file=sys.stderr,
+        )
+        return None
+    id_file = run_dir / "wandb_id"
+    run_id = id_file.read_text().strip() if id_file.is_file() else wandb.util.generate_id()
+    id_file.write_text(run_id + "\n")
+    return wandb.init(
+        project=cfg.log.wandb_project,
+        name=run_dir.name,
+        id=run_id,
+        resume="allow",
+        dir=str(run_dir),
+        mode=cfg.log.wandb,
+        config=cfg.to_dict(),
+    )
+
+
 class _Logger:
     """Rank-0 output: progress bar or plain lines, metrics.jsonl, TensorBoard."""
 
@@ -138,6 +165,7 @@ class _Logger:
         self.cfg = cfg
         self.bar = None
         self.tb = None
+        self.wandb = None
         self.metrics_path = run_dir / "metrics.jsonl"
         if not enabled:
             return
@@ -161,6 +189,8 @@ class _Logger:
                 self.tb = SummaryWriter(str(run_dir / "tb"))
             except ImportError:
                 self.tb = None
+        if cfg.log.wandb != "off":
+            self.wandb = _start_wandb(cfg, run_dir)
 
     def _trim_metrics(self, start_step: int) -> None:
         """Keep the lines up to the resumed step; a line that is not JSON (a partial last line
@@ -191,6 +221,9 @@ class _Logger:
             for k, v in record.items():
                 if isinstance(v, (int, float)) and k != "step":
                     self.tb.add_scalar(k, v, record["step"])
+        if self.wandb is not None:
+            scalars = {k: v for k, v in json_safe(record).items() if k != "step" and v is not None}
+            self.wandb.log(scalars, step=record["step"])
 
     def progress(self, step: int, text: str, line: bool) -> None:
         if not self.enabled:
@@ -216,6 +249,8 @@ class _Logger:
             self.bar.close()
         if self.tb is not None:
             self.tb.close()
+        if self.wandb is not None:
+            self.wandb.finish()
         self.fh.close()
 
 
