@@ -221,7 +221,15 @@ def test_no_intact_checkpoint_is_one_error(tmp_path):
 
 
 def test_resume_with_another_model_names_the_difference(tmp_path):
+    """Resuming with another model: the run's config.yaml names the key and both values; with
+    config.yaml gone, loading the checkpoint names the mismatched shape and the saved model."""
     train(small_cfg(tmp_path, "steps=2", name="m"))
+    with pytest.raises(ConfigError) as info:
+        small_cfg(tmp_path, "steps=4", "resume=true", "model.d_model=48", name="m")
+    msg = str(info.value)
+    assert "model.d_model=48 differs from the run being resumed" in msg
+    assert "model.d_model=32" in msg
+    (tmp_path / "m" / "config.yaml").unlink()
     with pytest.raises(CheckpointError) as info:
         train(small_cfg(tmp_path, "steps=4", "resume=true", "model.d_model=48", name="m"))
     msg = str(info.value)
