@@ -181,3 +181,26 @@ def test_eval_niah_131k_random_tiny_model_under_4gib(tmp_path):
     peak = float(r.stdout.split("peak memory:")[1].split("GiB")[0])
     assert peak < 4.0
     assert "128k" in r.stdout and "niah_multikey_2" in r.stdout
+
+
+def test_readme_commands_after_make_demo(tmp_path):
+    """The README's block of commands for after `make demo`, pasted in order: `swax demo`
+    (fewer steps) makes runs/demo in a fresh folder whose .venv is this interpreter's, then
+    every command of the block runs there with its exit status 0."""
+    import os
+
+    text = (ROOT / "README.md").read_text()
+    block = text.split("<!-- readme-commands:begin -->")[1].split("<!-- readme-commands:end -->")[0]
+    commands = [ln.split("  #")[0].strip() for ln in block.splitlines()]
+    commands = [c for c in commands if c.startswith(".venv/bin/")]
+    assert len(commands) >= 10
+    os.symlink(sys.prefix, tmp_path / ".venv")
+    env = {**os.environ, "SWAX_THREADS": "1"}
+    demo = subprocess.run([str(tmp_path / ".venv/bin/swax"), "demo", "steps=30", "--context",
+                           "4096"], cwd=tmp_path, env=env, capture_output=True, text=True,
+                          timeout=900)  # fmt: skip
+    assert demo.returncode == 0, demo.stderr[-2000:]
+    for cmd in commands:
+        r = subprocess.run(["bash", "-c", cmd], cwd=tmp_path, env=env, capture_output=True,
+                           text=True, timeout=900)  # fmt: skip
+        assert r.returncode == 0, f"{cmd}\n{r.stdout[-1500:]}\n{r.stderr[-2500:]}"
