@@ -68,12 +68,12 @@ def test_design_numbers_are_computed_from_the_config():
     rs = _report_module()
     cfg = load_sweep(HERE / "sweep.yaml")
     shares = rs.target_shares(cfg)
-    # 90% episodes x 4 answers against 10% text sequences x 256 targets
-    assert shares["answers_of_targets"] == pytest.approx(3.6 / (3.6 + 25.6))
+    # 90% episodes x 1 answer against 10% text sequences x 256 targets
+    assert shares["answers_of_targets"] == pytest.approx(0.9 / (0.9 + 25.6))
     assert shares["answers_of_loss"] == shares["answers_of_targets"]  # weight 1
-    # a training episode has 257 tokens, 8 of them the 4 queries and answers and 8 the pairs,
-    # so its distance is uniform over [8, 241]: 209 of those 234 values lie beyond W = 32
-    assert rs.uniform_far_share(32, 256, cfg) == pytest.approx(209 / 234)
+    # a training episode has 257 tokens, 2 of them the query and its answer and 2 the pair,
+    # so its distance is uniform over [8, 253]: 221 of those 246 values lie beyond W = 32
+    assert rs.uniform_far_share(32, 256, cfg) == pytest.approx(221 / 246)
     assert rs.uniform_far_share(256, 256, cfg) == 0.0
 
 
@@ -115,7 +115,10 @@ def test_quick_study_writes_a_report_from_the_runs(tmp_path):
     assert set(results) == {*cfg.runs, *cfg.grid_runs}
     for name in cfg.runs:
         (ev,) = results[name]
-        assert ev["pattern"] == "XS" and ev["seq_len"] == 256
+        want = (
+            cfg.runs[name].get("model", {}).get("layer_pattern", cfg.base["model"]["layer_pattern"])
+        )
+        assert ev["pattern"] == want and ev["seq_len"] == 256  # the run trained what was asked
         assert set(ev["episodes_long"]) == {"256", "512"} and "acc" in ev["episodes_long"]["256"]
         assert ev["text_val_loss"] == ev["text_loss"][ev["deploy"]]
         on_disk = json.loads((tmp_path / run_dir(cfg, name, 0) / "eval.json").read_text())

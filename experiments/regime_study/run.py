@@ -6,13 +6,13 @@
 
 The paper's regime: the long window is an eighth of the training length (2048 of 16k), the short
 one 1/128 of it, and most of what the model is trained on is text. Here: training length 256,
-short window 8 (T/32), long window 32 (T/8), every sequence King James Bible text (supervised)
-with a multi-query recall episode inside it (its answers about 2% of the targets). Three parts,
-each its own sweep config next to this file, all resumable (a finished run or evaluation is
-never redone; an interrupted run resumes from its checkpoint):
+short window 8 (T/32), long window 32 (T/8); 10% of the sequences King James Bible text (every
+byte supervised), 90% one-pair recall episodes (only the answer supervised), so text is 97% of
+the targets. Two parts, each its own sweep config next to this file, all resumable (a finished
+run or evaluation is never redone; an interrupted run resumes from its checkpoint):
 
 - ``sweep.yaml``: short / long / stochastic windows for SWAX and the Gated DeltaNet hybrid,
-  three seeds, with the share of far needles (beyond the long window) fixed by the config, and
+  three seeds, with uniform needle distances (90% of the needles beyond the long window), and
   the laziness map (a grid over long window / T × share of far needles);
 - ``multipair.yaml``: multi-pair recall at T = 64 with and without the mLSTM's short convolution
   and for each layer order (what stops multi-pair binding on the CPU).
