@@ -411,3 +411,25 @@ def test_train_with_doc_mask_on_a_shard_set(tmp_path):
     plain = _run(tmp_path, tmp_path / "set", "p", "steps=2")
     assert len(masked) == 2 and all(np.isfinite(v) for v in masked.values())
     assert masked[1] != plain[1]
+
+
+# ------------------------------------------------------------------------------ GPU
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("pattern", ["SX", "SD", "SA"])
+def test_model_packed_equals_documents_alone_on_gpu(pattern):
+    """The GPU's own backends (Triton mLSTM, fla, flash/flex skipped for attention): the packed
+    batch on CUDA against each document alone in float64 on the CPU; tolerance from the CUDA
+    float32 result of the document alone (TF32 matmuls included)."""
+    model = _model(pattern)
+    model64 = copy.deepcopy(model).double()
+    cuda = copy.deepcopy(model).cuda()
+    ids = torch.randint(0, 61, (2, T), generator=torch.Generator().manual_seed(6))
+    with torch.no_grad():
+        logits = cuda(ids.cuda(), doc_ids=packed_ids().cuda()).cpu()
+        for b, s in docs_of():
+            ref = model64(ids[b : b + 1, s])
+            tol = floor_and_tol(cuda(ids[b : b + 1, s].cuda()).cpu(), ref)
+            assert max_err(logits[b : b + 1, s], ref) <= tol
