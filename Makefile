@@ -30,7 +30,7 @@ test: $(STAMP)
 # The op tests again under other CPU instruction sets than the machine's own: float32 rounding
 # differs between ATen's kernels, and the tolerances must hold on all of them.
 OP_TESTS := tests/test_mlstm_op.py tests/test_gated_delta_op.py tests/test_attention_op.py \
-	tests/test_backends.py
+	tests/test_backends.py tests/test_doc_mask.py
 test-isa: $(STAMP)
 	for isa in default avx2; do \
 		echo "op tests with ATEN_CPU_CAPABILITY=$$isa"; \

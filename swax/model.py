@@ -32,6 +32,7 @@ from .layers import (
     SwiGLU,
     swiglu_hidden_dim,
 )
+from .ops.docs import check_doc_ids
 
 WEIGHTS_NAME = "model.safetensors"
 CONFIG_NAME = "config.json"
@@ -201,11 +202,12 @@ class Block(nn.Module):
             cfg.d_model, swiglu_hidden_dim(cfg.d_model, cfg.mlp_ratio, cfg.mlp_multiple_of)
         )
 
-    def forward(self, x, window, state=None, return_state=False):
+    def forward(self, x, window, state=None, return_state=False, doc_ids=None):
+        extra = {} if doc_ids is None else {"doc_ids": doc_ids}
         if return_state:
-            h, new_state = self.mixer(self.mixer_norm(x), window, state, True)
+            h, new_state = self.mixer(self.mixer_norm(x), window, state, True, **extra)
         else:
-            h, new_state = self.mixer(self.mixer_norm(x), window, state, False), None
+            h, new_state = self.mixer(self.mixer_norm(x), window, state, False, **extra), None
         x = x + h
         x = x + self.mlp(self.mlp_norm(x))
         return x, new_state
@@ -265,6 +267,7 @@ class SwaxLM(nn.Module):
         return_state: bool = False,
         logits_to_keep: int | None = None,
         return_hidden: bool = False,
+        doc_ids: torch.Tensor | None = None,
     ):
         """Logits (B, T, vocab) for token ids (B, T) [and the state after the last token].
 
@@ -277,6 +280,11 @@ class SwaxLM(nn.Module):
                 so no T×vocab tensor is made).
             return_hidden: return the final normalised hidden states (B, T, d_model) instead
                 of logits (for chunked losses).
+            doc_ids: packed documents: (B, T) integer, each token's document index, not
+                decreasing along a row (a new value starts a document; see
+                :mod:`swax.ops.docs`). Every layer then sees only its own document, so the
+                logits equal those of each document run alone; the returned state continues
+                each row's last document. Not with ``state``.
         """
         window = self._check_window(window)
         input_ids = self._check_ids(input_ids)
@@ -287,15 +295,21 @@ class SwaxLM(nn.Module):
                 raise ValueError(
                     f"state was built with window {state.window}, but window {window} was given"
                 )
+        if doc_ids is not None:
+            if state is not None:
+                raise ValueError("doc_ids cannot be combined with a state (prefill in one call)")
+            check_doc_ids(doc_ids, *input_ids.shape, "SwaxLM.forward")
+            doc_ids = doc_ids.to(input_ids.device)
         x = self.embed(input_ids)
         new_layers = []
         ckpt = self.gradient_checkpointing and self.training and torch.is_grad_enabled()
         for i, block in enumerate(self.blocks):
             w = window[i] if isinstance(window, tuple) else window
             if ckpt and state is None and not return_state:
-                x, s = checkpoint(block, x, w, None, False, use_reentrant=False)
+                x, s = checkpoint(block, x, w, None, False, doc_ids, use_reentrant=False)
             else:
-                x, s = block(x, w, None if state is None else state.layers[i], return_state)
+                layer_state = None if state is None else state.layers[i]
+                x, s = block(x, w, layer_state, return_state, doc_ids)
             new_layers.append(s)
         if logits_to_keep is not None:
             x = x[:, -logits_to_keep:]

@@ -140,6 +140,11 @@ class DataConfig:
     different seeds share one validation set."""
     synthetic: SyntheticConfig = dataclasses.field(default_factory=SyntheticConfig)
     """Synthetic retrieval episodes mixed into training."""
+    doc_mask: bool = False
+    """Packed documents stay apart: every layer sees only its own document (attention masks
+    earlier documents, recurrent states and convolutions restart, RoPE positions count from the
+    document's start). Documents end at the tokenizer's end-of-text token; an episode is one
+    document. Off by default: a packed row is one stream."""
 
     def __post_init__(self):
         from ..configutil import check_bounds, from_dict

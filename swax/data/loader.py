@@ -95,6 +95,21 @@ def tokenize_documents(docs: Sequence[str], tokenizer, batch_size: int = 512) ->
     return np.concatenate(parts)
 
 
+def _document_ids_np(x: np.ndarray, eot_id: int) -> np.ndarray:
+    ids = np.zeros(len(x), np.int64)
+    ids[1:] = np.cumsum(np.asarray(x[:-1]) == eot_id)
+    return ids
+
+
+def document_ids(x: torch.Tensor, eot_id: int) -> torch.Tensor:
+    """(B, T) document index of each token of packed rows ``x``: a document ends with its
+    end-of-text token, so the token after one starts the next document (each row's first token
+    starts document 0). The ``doc_ids`` of :meth:`swax.SwaxLM.forward`."""
+    ids = torch.zeros_like(x, dtype=torch.long)
+    ids[:, 1:] = torch.cumsum(x[:, :-1] == eot_id, dim=1)
+    return ids
+
+
 def _is_val(doc: str, fraction: float, split_seed: int) -> bool:
     h = hashlib.blake2b(f"{split_seed}\0".encode() + doc.encode("utf-8"), digest_size=8)
     return int.from_bytes(h.digest(), "little") / 2.0**64 < fraction
@@ -267,6 +282,9 @@ def _split(cfg: DataConfig, docs: list[str], tokenizer, need: int):
 class PackedLoader:
     """Packed sequences of a token stream, shuffled per epoch, sharded across ranks.
 
+    With ``doc_mask`` every batch is ``(x, y, w, doc_ids)`` (w all ones unless weighted) and
+    ``eval_batches`` yields ``(x, y, doc_ids)``: doc_ids (micro_batch, seq_len) from the
+    end-of-text separators (:func:`document_ids`), an episode being one document.
     ``next_batch()`` returns ``(x, y)`` LongTensors of shape (micro_batch, seq_len) with
     ``y[:, t] = x[:, t + 1]`` within the stream and -100 where padded; with
     ``synthetic.answer_weight`` != 1 it returns ``(x, y, w)``, w the float32 loss weight of
@@ -286,6 +304,7 @@ class PackedLoader:
         seed: int = 0,
         synthetic: SyntheticConfig | None = None,
         tokenizer=None,
+        doc_mask: bool = False,
     ):
         if dataset is None:
             raise SwaxError(
@@ -319,6 +338,8 @@ class PackedLoader:
         if eot is None:
             eot = self.tokenizer.eot_id if self.tokenizer is not None else 0
         self.pad_id = int(eot)
+        self.eot_id = int(eot)
+        self.doc_mask = bool(doc_mask)
         self.synthetic = synthetic if synthetic is not None and synthetic.fraction > 0 else None
         self.corpus_sequences = math.ceil((len(self.tokens) - 1) / seq_len)
         self.synthetic_sequences = 0
@@ -431,6 +452,19 @@ class PackedLoader:
         return self.synthetic is not None and self.synthetic.answer_weight != 1
 
     def _item(self, g: int) -> tuple[np.ndarray, ...]:
+        item = self._raw_item(g)
+        if not self.doc_mask:
+            return item
+        x, y, *w = item
+        w = w[0] if w else np.ones(len(y), np.float32)
+        epoch, pos = divmod(g, self.sequences_per_epoch)
+        episode = int(self._perm(epoch)[pos]) >= self.corpus_in_epoch
+        # an episode is one document whatever its filler holds; a corpus row splits after
+        # every end-of-text token
+        doc = np.zeros(len(x), np.int64) if episode else _document_ids_np(x, self.eot_id)
+        return x, y, w, doc
+
+    def _raw_item(self, g: int) -> tuple[np.ndarray, ...]:
         epoch, pos = divmod(g, self.sequences_per_epoch)
         idx = int(self._perm(epoch)[pos])
         if idx < self.corpus_in_epoch:
@@ -497,6 +531,8 @@ class PackedLoader:
                 self._corpus_row(i) if i < n else empty
                 for i in range(start, start + self.micro_batch)
             ]
+            if self.doc_mask:
+                rows = [(x, y, _document_ids_np(x, self.eot_id)) for x, y in rows]
             yield self._stack(rows)
 
     # ---------------------------------------------------------------------------- state

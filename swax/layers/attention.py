@@ -17,6 +17,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..ops import apply_rope, sliding_window_attention
+from ..ops.docs import doc_positions
 
 
 @dataclass(frozen=True)
@@ -32,6 +33,9 @@ class AttentionState:
     v: torch.Tensor
     pos: int
     window: int | None
+    doc_start: torch.Tensor | None = None
+    """After a packed prefill (doc_ids): (B,) absolute position where each row's last document
+    starts; decoding continues that document (earlier keys masked, RoPE counted from it)."""
 
     def chronological(self) -> tuple[torch.Tensor, torch.Tensor]:
         """The cached keys and values still inside the window, oldest first."""
@@ -100,11 +104,13 @@ class _Attention(nn.Module):
         window: int | None = None,
         state: AttentionState | None = None,
         return_state: bool = False,
+        doc_ids: torch.Tensor | None = None,
     ):
         """x: (B, T, d_model) -> (B, T, d_model) [, new AttentionState].
 
         ``window`` is ignored by full attention; for sliding-window attention it must match the
-        window the state was built with.
+        window the state was built with. ``doc_ids`` (B, T): packed documents (see
+        :mod:`swax.ops.docs`), not with a state.
         """
         B, T, _ = x.shape
         w = window if self.sliding else None
@@ -112,6 +118,15 @@ class _Attention(nn.Module):
             raise ValueError(
                 f"decode state was built for window {state.window}, but window {w} was given"
             )
+        if doc_ids is not None and state is not None and state.pos > 0:
+            raise ValueError("doc_ids cannot be combined with a decode state")
+        if state is not None and state.doc_start is not None and T != 1:
+            raise ValueError(
+                "a state after a packed prefill (doc_ids) continues one token at a time, "
+                f"got {T} tokens"
+            )
+        if doc_ids is not None or (state is not None and state.doc_start is not None):
+            return self._forward_docs(x, w, state, return_state, doc_ids)
         pos = 0 if state is None else state.pos
         q = self.q_proj(x).view(B, T, self.n_heads, self.head_dim).transpose(1, 2)
         k = self.k_proj(x).view(B, T, self.n_kv_heads, self.head_dim).transpose(1, 2)
@@ -141,6 +156,53 @@ class _Attention(nn.Module):
                     new_state = AttentionState(k, v, pos + T, None)
                 else:
                     new_state = AttentionState(*_to_ring(k, v, pos + T, w), pos + T, w)
+        y = self.o_proj(o.transpose(1, 2).reshape(B, T, self.n_heads * self.head_dim))
+        return (y, new_state) if return_state else y
+
+    def _qkv(self, x: torch.Tensor, positions: torch.Tensor):
+        B, T, _ = x.shape
+        q = self.q_proj(x).view(B, T, self.n_heads, self.head_dim).transpose(1, 2)
+        k = self.k_proj(x).view(B, T, self.n_kv_heads, self.head_dim).transpose(1, 2)
+        v = self.v_proj(x).view(B, T, self.n_kv_heads, self.head_dim).transpose(1, 2)
+        if self.qk_norm:
+            q, k = self._norm(q, self.q_norm_weight), self._norm(k, self.k_norm_weight)
+        if self.rope:
+            q = apply_rope(q, base=self.rope_base, positions=positions)
+            k = apply_rope(k, base=self.rope_base, positions=positions)
+        return q, k, v
+
+    def _forward_docs(self, x, w, state, return_state, doc_ids):
+        """Packed documents: a prefill with doc_ids, or one decode step after one."""
+        B, T, _ = x.shape
+        if state is None or state.pos == 0:  # the packed prefill
+            q, k, v = self._qkv(x, doc_positions(doc_ids))
+            o = sliding_window_attention(q, k, v, w, backend=self.backend, doc_ids=doc_ids)
+            new_state = None
+            if return_state:
+                t = torch.arange(T, device=x.device)
+                last = doc_ids == doc_ids[:, -1:]
+                start = torch.where(last, t, torch.full_like(t, T)).min(dim=1).values
+                ring = (k, v) if w is None else _to_ring(k, v, T, w)
+                new_state = AttentionState(*ring, T, w, start)
+        else:  # one decode step: slots before the row's document start are masked
+            pos, start = state.pos, state.doc_start
+            q, k, v = self._qkv(x, (pos - start)[:, None])
+            if w is None:
+                rk, rv = torch.cat([state.k, k], 2), torch.cat([state.v, v], 2)
+                slot_pos = torch.arange(pos + 1, device=x.device)
+                n = pos + 1
+            else:
+                rk, rv = state.k.clone(), state.v.clone()
+                rk[:, :, pos % w] = k[:, :, 0]
+                rv[:, :, pos % w] = v[:, :, 0]
+                n = min(pos + 1, w)
+                j = torch.arange(n, device=x.device)
+                slot_pos = pos - (pos - j) % w  # the newest absolute position in slot j
+            G = self.n_heads // self.n_kv_heads
+            mask = (slot_pos[None, :] >= start[:, None])[:, None, None, :]  # (B, 1, 1, n)
+            kk, vv = (t.float().repeat_interleave(G, 1) for t in (rk[:, :, :n], rv[:, :, :n]))
+            o = F.scaled_dot_product_attention(q.float(), kk, vv, attn_mask=mask).to(q.dtype)
+            new_state = AttentionState(rk, rv, pos + 1, w, start)
         y = self.o_proj(o.transpose(1, 2).reshape(B, T, self.n_heads * self.head_dim))
         return (y, new_state) if return_state else y
 

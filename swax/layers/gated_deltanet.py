@@ -17,6 +17,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..ops.conv import causal_conv1d
+from ..ops.docs import doc_conv1d
 from ..ops.gated_delta import gated_delta_rule, gated_delta_step
 from .norm import MultiHeadNorm
 
@@ -71,13 +72,22 @@ class GatedDeltaNetLayer(nn.Module):
         ).clamp(min=1e-4)
         self.dt_bias.copy_(dt + torch.log(-torch.expm1(-dt)))  # inverse softplus
 
-    def forward(self, x: torch.Tensor, window=None, state=None, return_state: bool = False):
-        """x: (B, T, d_model) -> (B, T, d_model) [, (S, conv)]. ``window`` is ignored."""
+    def forward(
+        self, x: torch.Tensor, window=None, state=None, return_state: bool = False, doc_ids=None
+    ):
+        """x: (B, T, d_model) -> (B, T, d_model) [, (S, conv)]. ``window`` is ignored.
+        ``doc_ids`` (B, T): packed documents (see :mod:`swax.ops.docs`): state and convolution
+        restart at each document; not with a state."""
         B, T, _ = x.shape
         H = self.n_heads
+        if doc_ids is not None and state is not None:
+            raise ValueError("doc_ids cannot be combined with a decode state")
         S0, conv0 = (None, None) if state is None else state
         u = torch.cat([self.q_proj(x), self.k_proj(x), self.v_proj(x)], dim=-1).transpose(1, 2)
-        u, new_conv = causal_conv1d(u, self.conv_weight, conv0)
+        if doc_ids is None:
+            u, new_conv = causal_conv1d(u, self.conv_weight, conv0)
+        else:
+            u, new_conv = doc_conv1d(u, self.conv_weight, doc_ids)
         u = F.silu(u)
         q, k, v = u.transpose(1, 2).split([self.qk_dim, self.qk_dim, self.v_dim], dim=-1)
         q = F.normalize(q.float().view(B, T, H, -1), dim=-1, eps=1e-6).to(x.dtype)
@@ -99,6 +109,7 @@ class GatedDeltaNetLayer(nn.Module):
                 output_final_state=return_state,
                 mode="chunk",
                 chunk_size=self.chunk_size,
+                doc_ids=doc_ids,
             )
             o = o.transpose(1, 2)  # (B, T, H, Dv)
         y = self.o_proj(self.norm(o) * F.silu(self.g_proj(x)))

@@ -26,6 +26,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..ops.conv import causal_conv1d
+from ..ops.docs import doc_conv1d
 from ..ops.mlstm import mlstm, mlstm_step
 from .norm import MultiHeadNorm
 
@@ -93,16 +94,24 @@ class MLSTMLayer(nn.Module):
             bound = 1 / math.sqrt(self.conv_size)
             nn.init.uniform_(self.conv_weight, -bound, bound)
 
-    def forward(self, x: torch.Tensor, window=None, state=None, return_state: bool = False):
+    def forward(
+        self, x: torch.Tensor, window=None, state=None, return_state: bool = False, doc_ids=None
+    ):
         """x: (B, T, d_model) -> (B, T, d_model) [, (C, n, m) or (C, n, m, conv)]. ``window``
-        is ignored."""
+        is ignored. ``doc_ids`` (B, T): packed documents (see :mod:`swax.ops.docs`): state and
+        convolution restart at each document; not with a state."""
         B, T, _ = x.shape
         H = self.n_heads
+        if doc_ids is not None and state is not None:
+            raise ValueError("doc_ids cannot be combined with a decode state")
         xqk, conv = x, None
         if self.conv_weight is not None:
             conv0 = None if state is None else state[3]
             state = None if state is None else state[:3]
-            xqk, conv = causal_conv1d(x.transpose(1, 2), self.conv_weight, conv0)
+            if doc_ids is None:
+                xqk, conv = causal_conv1d(x.transpose(1, 2), self.conv_weight, conv0)
+            else:
+                xqk, conv = doc_conv1d(x.transpose(1, 2), self.conv_weight, doc_ids)
             xqk = F.silu(xqk).transpose(1, 2)
         q = self.q(xqk).view(B, T, H, -1)
         k = self.k(xqk).view(B, T, H, -1)
@@ -126,6 +135,7 @@ class MLSTMLayer(nn.Module):
                 mode="chunk",
                 chunk_size=self.chunk_size,
                 eps=self.eps,
+                doc_ids=doc_ids,
             )
             h = h.transpose(1, 2)  # (B, T, H, Dv)
         o = torch.sigmoid(self.ogate(x))

@@ -28,6 +28,7 @@ import torch
 import torch.nn.functional as F
 
 from ._checks import check_floating, check_ndim
+from .docs import check_doc_ids
 from .registry import register_backend, select_backend
 
 
@@ -69,6 +70,7 @@ def sliding_window_attention(
     window: int | None,
     scale: float | None = None,
     backend: str | None = None,
+    doc_ids: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Causal attention where each query sees the last ``window`` keys (itself included).
 
@@ -79,6 +81,9 @@ def sliding_window_attention(
         window: W >= 1, or None for full causal attention.
         scale: score scale, default D ** -0.5.
         backend: ``"auto"``/None, ``"blockwise"``, ``"flash"``, ``"flex"`` or ``"reference"``.
+        doc_ids: (B, T) document index of each token (packed documents, see
+            :mod:`swax.ops.docs`): a query sees only keys of its own document. Needs Tq == Tk
+            (no cache); blockwise and reference do it, flash and flex fall back to blockwise.
 
     Returns:
         (B, Hq, Tq, Dv) in q's dtype.
@@ -86,15 +91,24 @@ def sliding_window_attention(
     _check_inputs(q, k, v, window)
     if scale is None:
         scale = q.shape[-1] ** -0.5
-    impl = select_backend("swa", backend, q, k, v, window)
-    return impl.fn(q, k, v, window, scale)
+    if doc_ids is not None:
+        check_doc_ids(doc_ids, q.shape[0], q.shape[2], "sliding_window_attention")
+        if k.shape[2] != q.shape[2]:
+            raise ValueError(
+                "sliding_window_attention: doc_ids need as many keys as queries (no cache), "
+                f"got {k.shape[2]} keys for {q.shape[2]} queries"
+            )
+    impl = select_backend("swa", backend, q, k, v, window, doc_ids)
+    if doc_ids is None:  # a backend registered without document support takes 5 arguments
+        return impl.fn(q, k, v, window, scale)
+    return impl.fn(q, k, v, window, scale, doc_ids)
 
 
 # --------------------------------------------------------------------------------------------
 # reference: naive masked softmax (Tq × Tk)
 
 
-def _reference(q, k, v, window, scale):
+def _reference(q, k, v, window, scale, doc_ids=None):
     B, Hq, Tq, D = q.shape
     Hkv, Tk = k.shape[1], k.shape[2]
     G = Hq // Hkv
@@ -106,6 +120,8 @@ def _reference(q, k, v, window, scale):
     mask = kpos <= qpos
     if window is not None:
         mask = mask & (qpos - kpos < window)
+    if doc_ids is not None:  # (B, 1, Tq, Tk): same document only
+        mask = mask & (doc_ids[:, None, :, None] == doc_ids[:, None, None, :])
     s = s.masked_fill(~mask, float("-inf"))
     return (s.softmax(-1) @ vf).to(q.dtype)
 
@@ -180,9 +196,29 @@ def _key_windows(x: torch.Tensor, W: int, bq: int, nb: int, off: int, pad_right:
     return torch.cat(parts, dim=3)[:, :, :, extra:]
 
 
-def _blockwise(q, k, v, window, scale):
+def _doc_sdpa(q, k, v, scale, doc_ids, block: int = 512):
+    """Full causal attention within documents (Tq == Tk), query blocks against their keys."""
+    B, Hq, T, D = q.shape
+    G = Hq // k.shape[1]
+    upcast = q.device.type == "cpu" and q.dtype != torch.float32
+    qq, kk, vv = (t.float() if upcast else t for t in (q, k, v))
+    kk, vv = _expand_kv(kk, G), _expand_kv(vv, G)
+    outs = []
+    for s in range(0, T, block):
+        e = min(T, s + block)
+        pos = torch.arange(s, e, device=q.device)[:, None]
+        mask = (torch.arange(e, device=q.device)[None, :] <= pos)[None, None]
+        mask = mask & (doc_ids[:, None, s:e, None] == doc_ids[:, None, None, :e])
+        outs.append(F.scaled_dot_product_attention(
+            qq[:, :, s:e], kk[:, :, :e], vv[:, :, :e], attn_mask=mask, scale=scale))  # fmt: skip
+    return torch.cat(outs, dim=2).to(q.dtype)
+
+
+def _blockwise(q, k, v, window, scale, doc_ids=None):
     B, Hq, Tq, D = q.shape
     Hkv, Tk, Dv = k.shape[1], k.shape[2], v.shape[-1]
+    if (window is None or window >= Tk) and doc_ids is not None:
+        return _doc_sdpa(q, k, v, scale, doc_ids)
     if window is None or window >= Tk:
         return _causal_sdpa(q, k, v, scale)
     G = Hq // Hkv
@@ -202,6 +238,11 @@ def _blockwise(q, k, v, window, scale):
         start = torch.arange(nb, device=q.device)[:, None] * bq + off
         valid = (start + torch.arange(L, device=q.device)[None, :]) >= W - 1  # (nb, L)
         mask = mask[None] & valid[:, None, :]
+    if doc_ids is not None:  # (B, 1, 1, nb, bq, L): keys of the query's own document
+        d = doc_ids[:, None, :, None]
+        k_doc = _key_windows(d, W, bq, nb, off, pad_right)[..., 0]  # (B, 1, nb, L)
+        q_doc = F.pad(doc_ids, (0, pad_right)).view(B, 1, nb, bq)
+        mask = mask & (q_doc[..., None] == k_doc[:, :, :, None, :])[:, :, None]
     s = s.masked_fill(~mask, float("-inf"))
     o = s.softmax(-1) @ v_win[:, :, None]  # (B, Hkv, G, nb, bq, Dv)
     o = o.reshape(B, Hq, nb * bq, Dv)[:, :, :Tq]
@@ -212,7 +253,9 @@ def _blockwise(q, k, v, window, scale):
 # CUDA fast paths
 
 
-def _flash_usable(q, k, v, window):
+def _flash_usable(q, k, v, window, doc_ids=None):
+    if doc_ids is not None:
+        return "document masking (doc_ids) is not implemented for it"
     if q.device.type != "cuda":
         return "needs CUDA"
     if q.dtype not in (torch.float16, torch.bfloat16):
@@ -224,7 +267,7 @@ def _flash_usable(q, k, v, window):
     return None
 
 
-def _flash(q, k, v, window, scale):
+def _flash(q, k, v, window, scale, doc_ids=None):
     from flash_attn import flash_attn_func
 
     ws = (-1, -1) if window is None else (window - 1, 0)
@@ -239,7 +282,9 @@ def _flash(q, k, v, window, scale):
     return o.transpose(1, 2)
 
 
-def _flex_usable(q, k, v, window):
+def _flex_usable(q, k, v, window, doc_ids=None):
+    if doc_ids is not None:
+        return "document masking (doc_ids) is not implemented for it"
     if q.device.type != "cuda":
         return "needs CUDA"
     try:
@@ -295,7 +340,7 @@ def _flex_block_mask(tq: int, tk: int, window: int, device: str):
     return create_block_mask(mask_mod, None, None, tq_p, tk_p, device=device)
 
 
-def _flex(q, k, v, window, scale):
+def _flex(q, k, v, window, scale, doc_ids=None):
     # nothing to mask beyond causality, or a single query: the fused SDPA kernels do it without
     # compiling a block mask per (Tq, Tk) (decode would otherwise recompile every token)
     Tq, Tk = q.shape[2], k.shape[2]

@@ -70,6 +70,7 @@ import torch
 import torch.nn.functional as F
 
 from ._checks import check_choice, check_floating, check_ndim, check_positive_int, check_shape
+from .docs import by_document, check_doc_ids
 from .registry import list_backends, register_backend, select_backend
 
 __all__ = ["gated_delta_rule", "gated_delta_step"]
@@ -222,6 +223,7 @@ def gated_delta_rule(
     chunk_size: int = 64,
     scale: float | None = None,
     backend: str | None = None,
+    doc_ids: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Gated delta rule over a sequence (fla's ``naive_recurrent_gated_delta_rule``).
 
@@ -242,6 +244,9 @@ def gated_delta_rule(
             "fla" or "native" (see the module docstring). A backend that cannot run on these
             inputs falls back to the automatic choice, with a warning logged once. The
             recurrent mode is the reference and ignores it.
+        doc_ids: ``(B, T)`` document index of each token (packed documents, see
+            :mod:`swax.ops.docs`): the state restarts from zero at each document start, and the
+            final state is that of each row's last document. Not with an ``initial_state``.
 
     Returns:
         ``o``: ``(B, H, T, Dv)`` in q's dtype, and the final state ``(B, H, Dk, Dv)``
@@ -259,6 +264,19 @@ def gated_delta_rule(
     Dv = v.shape[-1]
     _check_state("initial_state", initial_state, (B, H, Dk, Dv), fn)
     scale = _resolve_scale(scale, Dk, fn)
+    if doc_ids is not None and T > 0:
+        check_doc_ids(doc_ids, B, T, fn)
+        if initial_state is not None:
+            raise ValueError(f"{fn}: doc_ids cannot be combined with an initial_state")
+
+        def op(q, k, v, g, beta, init, out_state):
+            return gated_delta_rule(q, k, v, g, beta, init, out_state, mode, chunk_size, scale,
+                                    backend)  # fmt: skip
+
+        # padding: decay exp(0) = 1 and write strength 0 leave the state as it is
+        neutral = (0.0, 0.0, 0.0, 0.0, 0.0)
+        return by_document(op, (q, k, v, g, beta), neutral, doc_ids, chunk_size,
+                           output_final_state)  # fmt: skip
 
     if mode == "chunk" and T > 0:
         impl = select_backend("gated_delta", backend, q, k, v, g, beta, initial_state)

@@ -78,6 +78,7 @@ import torch.nn.functional as F
 
 from ._checks import check_choice, check_floating, check_ndim, check_positive_int, check_shape
 from ._mlstm_chunkwise import mlstm_chunkwise
+from .docs import by_document, check_doc_ids
 from .registry import list_backends, register_backend, select_backend
 
 MODES = ("parallel", "chunk", "recurrent")
@@ -243,6 +244,7 @@ def mlstm(
     chunk_size: int = 64,
     eps: float = 1e-6,
     backend: str | None = None,
+    doc_ids: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, State | None]:
     """mLSTM over a sequence (see the module docstring for the math).
 
@@ -261,6 +263,9 @@ def mlstm(
             "triton", "native" or "autograd" (see the module docstring). A backend that
             cannot run on these inputs falls back to the automatic choice, with a warning
             logged once. The other modes are references and ignore it.
+        doc_ids: (B, T) document index of each token (packed documents, see
+            :mod:`swax.ops.docs`): the state restarts from empty at each document start, and
+            the final state is that of each row's last document. Not with an initial_state.
 
     Returns:
         h: (B, H, T, Dv) in q's dtype, and the final state (C, n, m), float32, or None.
@@ -276,6 +281,9 @@ def mlstm(
     Dv = v.shape[-1]
     if initial_state is not None:
         _check_state(initial_state, B, H, Dqk, Dv, "initial_state", "mlstm")
+    if doc_ids is not None:
+        return _by_document(q, k, v, i, f, output_final_state, mode, chunk_size, eps, backend,
+                            initial_state, doc_ids)  # fmt: skip
     state = _init_state(initial_state, B, H, Dqk, Dv, q.device)
 
     out_dtype = q.dtype
@@ -301,6 +309,26 @@ def mlstm(
     else:
         h, state = _autograd_chunks(qf, kf, vf, i_f, f, state, T, eps)
     return h.to(out_dtype), (state if output_final_state else None)
+
+
+_IGATE_OFF, _FGATE_KEEP = -1.0e4, 1.0e4  # padding: i = exp(-1e4 - m) = 0, f = sigmoid(1e4) = 1
+
+
+def _by_document(q, k, v, i, f, want_state, mode, chunk_size, eps, backend, initial_state,
+                 doc_ids):  # fmt: skip
+    """mlstm on each packed document alone (swax.ops.docs.by_document)."""
+    B, _, T, _ = q.shape
+    check_doc_ids(doc_ids, B, T, "mlstm")
+    if initial_state is not None:
+        raise ValueError("mlstm: doc_ids cannot be combined with an initial_state")
+    if T == 0:
+        return mlstm(q, k, v, i, f, None, want_state, mode, chunk_size, eps, backend)
+
+    def op(q, k, v, i, f, init, out_state):
+        return mlstm(q, k, v, i, f, init, out_state, mode, chunk_size, eps, backend)
+
+    neutral = (0.0, 0.0, 0.0, _IGATE_OFF, _FGATE_KEEP)
+    return by_document(op, (q, k, v, i, f), neutral, doc_ids, chunk_size, want_state)
 
 
 def _autograd_chunks(qf, kf, vf, i_f, f, state, L, eps):

@@ -40,11 +40,17 @@ def rope_cos_sin(
 
 
 def apply_rope(
-    x: torch.Tensor, offset: int = 0, base: float = 10000.0, rotary_dim: int | None = None
+    x: torch.Tensor,
+    offset: int = 0,
+    base: float = 10000.0,
+    rotary_dim: int | None = None,
+    positions: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Rotate ``x`` of shape (B, H, T, D) for absolute positions offset … offset + T - 1.
 
     ``rotary_dim`` (default D) rotates only the first ``rotary_dim`` channels (partial RoPE).
+    ``positions`` (B, T) integer, if given, replaces offset … offset + T - 1 with a position per
+    token and row (packed documents count from each document's start).
     The rotation is done in float32 and the result returned in ``x``'s dtype.
     """
     if x.ndim != 4:
@@ -54,7 +60,18 @@ def apply_rope(
     d = x.shape[-1] if rotary_dim is None else rotary_dim
     if d > x.shape[-1]:
         raise ValueError(f"rotary_dim {d} exceeds head dim {x.shape[-1]}")
-    cos, sin = rope_cos_sin(x.shape[-2], d, offset, base, device=x.device)
+    if positions is None:
+        cos, sin = rope_cos_sin(x.shape[-2], d, offset, base, device=x.device)
+    else:
+        if tuple(positions.shape) != (x.shape[0], x.shape[2]) or bool((positions < 0).any()):
+            raise ValueError(
+                f"rope positions must be >= 0 with shape {(x.shape[0], x.shape[2])}, got "
+                f"{tuple(positions.shape)}"
+            )
+        inv = rope_frequencies(d, base).to(x.device)
+        ang = positions.to(torch.float64)[..., None] * inv  # (B, T, d/2), exact in float64
+        ang = torch.cat([ang, ang], dim=-1)[:, None]  # (B, 1, T, d)
+        cos, sin = ang.cos().float(), ang.sin().float()
     xr = x[..., :d].float()
     x1, x2 = xr[..., : d // 2], xr[..., d // 2 :]
     rotated = torch.cat([-x2, x1], dim=-1)

@@ -421,6 +421,7 @@ def _build_data(cfg: TrainConfig, info: D.DistInfo):
         cfg.seed,
         synthetic=cfg.data.synthetic,
         tokenizer=tok,
+        doc_mask=cfg.data.doc_mask,
     )
     # validation batches are global batches (batch_size sequences), whatever the world size
     # and accumulation, so every run of a config is validated on the same sequences
@@ -428,8 +429,9 @@ def _build_data(cfg: TrainConfig, info: D.DistInfo):
     if val_ds is not None:
         per_rank = cfg.batch_size // info.world_size
         val_loader = PackedLoader(
-            val_ds, cfg.seq_len, per_rank, info.rank, info.world_size, cfg.seed
-        )
+            val_ds, cfg.seq_len, per_rank, info.rank, info.world_size, cfg.seed,
+            doc_mask=cfg.data.doc_mask,
+        )  # fmt: skip
     return tok, mcfg, train_ds.num_tokens, loader, val_loader
 
 
@@ -547,9 +549,11 @@ def evaluate(run: RunState) -> float:
     run.model.eval()
     total = torch.zeros(2, dtype=torch.float64, device=dev)  # (loss sum, target tokens)
     with torch.no_grad(), _autocast(dev, run.amp_dtype):
-        for x, y in run.val_loader.eval_batches(run.cfg.log.val_batches):
+        for x, y, *doc in run.val_loader.eval_batches(run.cfg.log.val_batches):
             x, y = x.to(dev), y.to(dev)
-            total[0] += _cross_entropy_sum(run.fwd(x, window=run.sched.long), y).double()
+            extra = {"doc_ids": doc[0].to(dev)} if doc else {}
+            logits = run.fwd(x, window=run.sched.long, **extra)
+            total[0] += _cross_entropy_sum(logits, y).double()
             total[1] += (y != IGNORE_INDEX).sum()
     D.all_reduce_sum(total)
     run.model.train()
@@ -562,7 +566,8 @@ def _forward_backward(run: RunState, batches: list, window) -> float:
     target tokens of the step), so after DDP/FSDP average the gradients over ranks the update is
     that of the mean loss over the global batch, whatever the split."""
     info, dev = run.info, run.info.device
-    # a batch is (x, y) or, with loss weights (data.synthetic.answer_weight), (x, y, w)
+    # a batch is (x, y), with loss weights (data.synthetic.answer_weight) (x, y, w), with
+    # data.doc_mask (x, y, w, doc_ids)
     ntok = torch.tensor(
         [sum(_target_weight(b[1], b[2] if len(b) > 2 else None) for b in batches)],
         dtype=torch.float64,
@@ -572,14 +577,15 @@ def _forward_backward(run: RunState, batches: list, window) -> float:
     scale = info.world_size / ntok.item()
     loss_sum = torch.zeros((), dtype=torch.float64, device=dev)
     last = len(batches) - 1
-    for j, (x, y, *w) in enumerate(batches):
+    for j, (x, y, *rest) in enumerate(batches):
         x, y = x.to(dev), y.to(dev)
-        w = w[0].to(dev) if w else None
+        w = rest[0].to(dev) if rest else None
+        extra = {"doc_ids": rest[1].to(dev)} if len(rest) > 1 else {}
         sync = contextlib.nullcontext()
         if info.distributed and run.cfg.dist.strategy == "ddp" and j < last:
             sync = run.model.no_sync()  # all-reduce the gradients once, after the last one
         with sync, _autocast(dev, run.amp_dtype):
-            ce = _cross_entropy_sum(run.fwd(x, window=window), y, w)
+            ce = _cross_entropy_sum(run.fwd(x, window=window, **extra), y, w)
             (ce * scale).backward()
         loss_sum += ce.detach().double()
     D.all_reduce_sum(loss_sum)
