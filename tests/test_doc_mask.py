@@ -380,37 +380,45 @@ def _weights(run_dir):
     return SwaxLM.from_pretrained(run_dir / "model").state_dict()
 
 
-def test_train_with_doc_mask_on_text_resumes_exactly(tmp_path):
-    src = _short_documents(tmp_path / "docs")
+def _masked_run_resumes_exactly(tmp_path, src, tag):
+    """A doc-masked run killed after step 3 (its later checkpoints and export removed) and
+    resumed: the same losses and bit-identical weights as the uninterrupted run. Returns the
+    uninterrupted run's losses."""
     import shutil
 
     from swax.train.checkpoint import list_checkpoints
 
-    full = _run(tmp_path, src, "full", "data.doc_mask=true", "steps=6", "checkpoint.every=3")
-    shutil.copytree(tmp_path / "full", tmp_path / "cut")  # the run as if killed after step 3
-    shutil.rmtree(tmp_path / "cut" / "model")
-    for ck in list_checkpoints(tmp_path / "cut"):
+    args = ("data.doc_mask=true", "steps=6", "checkpoint.every=3")
+    full = _run(tmp_path, src, f"{tag}-full", *args)
+    cut = tmp_path / f"{tag}-cut"
+    shutil.copytree(tmp_path / f"{tag}-full", cut)  # the run as if killed after step 3
+    shutil.rmtree(cut / "model")
+    for ck in list_checkpoints(cut):
         if ck.name != "step_000003":
             shutil.rmtree(ck)
-    resumed = _run(tmp_path, src, "cut", "data.doc_mask=true", "steps=6", "checkpoint.every=3",
-                   "resume=true")  # fmt: skip
+    resumed = _run(tmp_path, src, f"{tag}-cut", *args, "resume=true")
     assert {s: resumed[s] for s in (4, 5, 6)} == {s: full[s] for s in (4, 5, 6)}
-    a, b = _weights(tmp_path / "full"), _weights(tmp_path / "cut")
+    a, b = _weights(tmp_path / f"{tag}-full"), _weights(cut)
     assert all(torch.equal(a[n], b[n]) for n in a)
+    return full
+
+
+def test_train_with_doc_mask_on_text_resumes_exactly(tmp_path):
+    src = _short_documents(tmp_path / "docs")
+    full = _masked_run_resumes_exactly(tmp_path, src, "text")
     unmasked = _run(tmp_path, src, "off", "steps=6", "checkpoint.every=3")
     assert unmasked[1] != full[1]  # the mask changes what the model sees
 
 
-def test_train_with_doc_mask_on_a_shard_set(tmp_path):
+def test_train_with_doc_mask_on_a_shard_set_resumes_exactly(tmp_path):
     from swax.data.shards import prepare_shards
 
     src = _short_documents(tmp_path / "docs")
     prepare_shards(str(src), tmp_path / "set", shard_tokens=4000, val_fraction=0.05,
                    progress=False)  # fmt: skip
-    masked = _run(tmp_path, tmp_path / "set", "m", "data.doc_mask=true", "steps=2")
-    plain = _run(tmp_path, tmp_path / "set", "p", "steps=2")
-    assert len(masked) == 2 and all(np.isfinite(v) for v in masked.values())
-    assert masked[1] != plain[1]
+    full = _masked_run_resumes_exactly(tmp_path, tmp_path / "set", "shards")
+    plain = _run(tmp_path, tmp_path / "set", "p", "steps=6", "checkpoint.every=3")
+    assert plain[1] != full[1]
 
 
 # ------------------------------------------------------------------------------ GPU
