@@ -114,6 +114,10 @@ class DistConfig:
     """ddp: replicated model; fsdp: FSDP2 fully_shard per block."""
     backend: Literal["auto", "gloo", "nccl"] = "auto"
     """Process-group backend; auto = nccl on CUDA, gloo on CPU."""
+    timeout_s: float = 1800.0
+    """Seconds a collective (or the ranks' connection at start) may take before it fails
+    (torch's default, 30 min). A failure ends the workers, so ``torchrun --max-restarts`` can
+    restart the job; lower it for small models to recover sooner from a rank that hangs."""
 
 
 @dataclass
@@ -222,6 +226,7 @@ BOUNDS: dict[str, str] = {
     "window.short": "[1, inf)",
     "window.long": "[1, inf)",
     "window.fixed": "[1, inf)",
+    "dist.timeout_s": "(0, inf)",
     "window.p_short": "[0, 1]",
     "window.anneal_frac": "[0, 1]",
     "optim.lr": "(0, inf)",

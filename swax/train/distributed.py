@@ -8,6 +8,7 @@ CUDA and gloo on the CPU; multi-node runs use torchrun's standard ``--nnodes --n
 
 from __future__ import annotations
 
+import datetime
 import os
 from dataclasses import dataclass
 
@@ -34,7 +35,7 @@ class DistInfo:
         return self.world_size > 1
 
 
-def setup(device: str = "auto", backend: str = "auto") -> DistInfo:
+def setup(device: str = "auto", backend: str = "auto", timeout_s: float = 1800.0) -> DistInfo:
     """Initialise the process group when launched by torchrun; pick the device."""
     world = int(os.environ.get("WORLD_SIZE", "1"))
     rank = int(os.environ.get("RANK", "0"))
@@ -47,8 +48,33 @@ def setup(device: str = "auto", backend: str = "auto") -> DistInfo:
     if world > 1 and not dist.is_initialized():
         if backend == "auto":
             backend = "nccl" if dev.type == "cuda" else "gloo"
-        dist.init_process_group(backend=backend, device_id=dev if dev.type == "cuda" else None)
+        timeout = datetime.timedelta(seconds=timeout_s)
+        kw = {}
+        store = _attempt_store(world, timeout)
+        if store is not None:
+            kw = dict(store=store, rank=rank, world_size=world)
+        dist.init_process_group(
+            backend=backend,
+            device_id=dev if dev.type == "cuda" else None,
+            timeout=timeout,
+            **kw,
+        )
     return DistInfo(rank, world, local, dev)
+
+
+def _attempt_store(world: int, timeout: datetime.timedelta):
+    """Under torchrun (the agent's store), a store whose keys are this restart's own. torch
+    reuses the agent's store across restarts without a prefix per attempt, so a restarted gloo
+    group could read a dead worker's address from the attempt before and never connect (seen
+    under --max-restarts after one rank was killed). None outside torchrun."""
+    attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT")
+    if attempt is None or os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True":
+        return None
+    store = dist.TCPStore(
+        os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), world, is_master=False,
+        timeout=timeout,
+    )  # fmt: skip
+    return dist.PrefixStore(f"swax/attempt_{attempt}", store)
 
 
 def teardown() -> None:

@@ -335,7 +335,7 @@ def train(cfg: TrainConfig, on_step_end: Callable[[int, dict], None] | None = No
     ``on_step_end(step, record)`` is called after every optimizer step (1-based step) with the
     step's metrics; an exception raised there stops the run like an interruption would.
     """
-    info = D.setup(cfg.device, cfg.dist.backend)
+    info = D.setup(cfg.device, cfg.dist.backend, cfg.dist.timeout_s)
     lock = RunLock(cfg.run_dir)
     try:
         _lock_run_dir(lock, info)
