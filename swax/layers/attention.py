@@ -128,14 +128,7 @@ class _Attention(nn.Module):
         if doc_ids is not None or (state is not None and state.doc_start is not None):
             return self._forward_docs(x, w, state, return_state, doc_ids)
         pos = 0 if state is None else state.pos
-        q = self.q_proj(x).view(B, T, self.n_heads, self.head_dim).transpose(1, 2)
-        k = self.k_proj(x).view(B, T, self.n_kv_heads, self.head_dim).transpose(1, 2)
-        v = self.v_proj(x).view(B, T, self.n_kv_heads, self.head_dim).transpose(1, 2)
-        if self.qk_norm:
-            q, k = self._norm(q, self.q_norm_weight), self._norm(k, self.k_norm_weight)
-        if self.rope:
-            q = apply_rope(q, offset=pos, base=self.rope_base)
-            k = apply_rope(k, offset=pos, base=self.rope_base)
+        q, k, v = self._qkv(x, offset=pos)
 
         new_state = None
         if state is not None and pos > 0 and T == 1 and w is not None:
@@ -159,7 +152,9 @@ class _Attention(nn.Module):
         y = self.o_proj(o.transpose(1, 2).reshape(B, T, self.n_heads * self.head_dim))
         return (y, new_state) if return_state else y
 
-    def _qkv(self, x: torch.Tensor, positions: torch.Tensor):
+    def _qkv(self, x: torch.Tensor, offset: int = 0, positions: torch.Tensor | None = None):
+        """q (B, Hq, T, D), k and v (B, Hkv, T, D), RoPE at offset … offset + T - 1 or at
+        ``positions`` (B, T)."""
         B, T, _ = x.shape
         q = self.q_proj(x).view(B, T, self.n_heads, self.head_dim).transpose(1, 2)
         k = self.k_proj(x).view(B, T, self.n_kv_heads, self.head_dim).transpose(1, 2)
@@ -167,15 +162,15 @@ class _Attention(nn.Module):
         if self.qk_norm:
             q, k = self._norm(q, self.q_norm_weight), self._norm(k, self.k_norm_weight)
         if self.rope:
-            q = apply_rope(q, base=self.rope_base, positions=positions)
-            k = apply_rope(k, base=self.rope_base, positions=positions)
+            q = apply_rope(q, offset, self.rope_base, positions=positions)
+            k = apply_rope(k, offset, self.rope_base, positions=positions)
         return q, k, v
 
     def _forward_docs(self, x, w, state, return_state, doc_ids):
         """Packed documents: a prefill with doc_ids, or one decode step after one."""
         B, T, _ = x.shape
         if state is None or state.pos == 0:  # the packed prefill
-            q, k, v = self._qkv(x, doc_positions(doc_ids))
+            q, k, v = self._qkv(x, positions=doc_positions(doc_ids))
             o = sliding_window_attention(q, k, v, w, backend=self.backend, doc_ids=doc_ids)
             new_state = None
             if return_state:
@@ -186,7 +181,7 @@ class _Attention(nn.Module):
                 new_state = AttentionState(*ring, T, w, start)
         else:  # one decode step: slots before the row's document start are masked
             pos, start = state.pos, state.doc_start
-            q, k, v = self._qkv(x, (pos - start)[:, None])
+            q, k, v = self._qkv(x, positions=(pos - start)[:, None])
             if w is None:
                 rk, rv = torch.cat([state.k, k], 2), torch.cat([state.v, v], 2)
                 slot_pos = torch.arange(pos + 1, device=x.device)
