@@ -5,11 +5,11 @@ model = SwaxLM(SwaxConfig.preset("tiny"))
 logits = model(input_ids, window=128)
 """
 
-__version__ = "0.1.0"
-
-from .config import PRESETS, SwaxConfig  # noqa: E402
-from .errors import CheckpointError, ConfigError, SwaxError  # noqa: E402
-from .model import SwaxLM, SwaxState  # noqa: E402
+from .config import PRESETS, SwaxConfig
+from .errors import CheckpointError, ConfigError, SwaxError
+from .model import SwaxLM
+from .state import SwaxState
+from .version import __version__
 
 __all__ = [
     "PRESETS",

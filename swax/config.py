@@ -21,6 +21,17 @@ from pathlib import Path
 
 from .configutil import from_dict, to_dict
 from .errors import ConfigError
+from .ops import list_backends
+from .version import __version__
+
+LAYER_KINDS: dict[str, str] = {
+    "S": "sliding-window attention",
+    "X": "mLSTM",
+    "D": "Gated DeltaNet",
+    "A": "full causal attention",
+}
+"""The letters of ``layer_pattern`` and the names of their mixers (what error messages list).
+:data:`swax.model.MIXERS` builds a layer for each."""
 
 
 @dataclass
@@ -133,11 +144,7 @@ class SwaxConfig:
 
     def _validate_pattern(self) -> None:
         """Known layer letters that tile n_layers, and a known attention backend. (The letters
-        come from the mixer table and the backend names from the op registry, imported here:
-        swax.model imports this module.)"""
-        from .model import LAYER_KINDS
-        from .ops import list_backends
-
+        come from :data:`LAYER_KINDS` and the backend names from the op registry.)"""
         if not isinstance(self.layer_pattern, str) or not self.layer_pattern:
             raise ConfigError(
                 f"layer_pattern must be a non-empty string, got {self.layer_pattern!r}"
@@ -236,8 +243,6 @@ class SwaxConfig:
         return cls.from_dict(data)
 
     def save(self, path: str | Path) -> None:
-        from . import __version__
-
         Path(path).write_text(
             json.dumps({**self.to_dict(), "swax_version": __version__}, indent=2) + "\n"
         )

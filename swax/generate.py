@@ -11,10 +11,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 import torch
 
-from .model import DEFAULT_WINDOW, SwaxLM, SwaxState
+from .state import DEFAULT_WINDOW, SwaxState
+
+if TYPE_CHECKING:
+    from .model import SwaxLM
 
 
 @torch.no_grad()

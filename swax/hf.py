@@ -29,7 +29,8 @@ from transformers import GenerationMixin, PretrainedConfig, PreTrainedModel
 from transformers.utils import ModelOutput
 
 from .config import SwaxConfig
-from .model import SwaxLM, SwaxState
+from .model import SwaxLM
+from .state import SwaxState
 
 MODEL_TYPE = "swax"
 SWAX_FIELDS = tuple(SwaxConfig.__dataclass_fields__)

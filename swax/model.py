@@ -8,7 +8,6 @@ generation.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import os
 from collections.abc import Callable
@@ -20,8 +19,9 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from .config import SwaxConfig
+from .config import LAYER_KINDS, SwaxConfig
 from .errors import CheckpointError, ConfigError
+from .generate import generate
 from .integrity import CHECKSUMS_NAME, match_umask, verify_checksum_file, write_checksum_file
 from .layers import (
     FullAttention,
@@ -33,6 +33,7 @@ from .layers import (
     swiglu_hidden_dim,
 )
 from .ops.docs import check_doc_ids
+from .state import DEFAULT_WINDOW, SwaxState, _Default
 
 WEIGHTS_NAME = "model.safetensors"
 CONFIG_NAME = "config.json"
@@ -59,60 +60,6 @@ def state_dict_mismatch(expected: dict, found: dict) -> str | None:
             )
             break
     return "; ".join(parts) or None
-
-
-class _Default:
-    def __repr__(self) -> str:
-        return "<config.window>"
-
-
-DEFAULT_WINDOW = _Default()
-"""Sentinel: use ``config.window``. Pass ``window=None`` explicitly for full causal attention."""
-
-
-def _rows(obj, index: torch.Tensor):
-    """``obj`` with every tensor in it (batch first, as every layer state is) cut to rows
-    ``index``; tuples, lists and dataclasses are rebuilt around them, other values kept."""
-    if isinstance(obj, torch.Tensor):
-        return obj.index_select(0, index.to(obj.device))
-    if isinstance(obj, (tuple, list)):
-        return type(obj)(_rows(o, index) for o in obj)
-    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        return dataclasses.replace(
-            obj, **{f.name: _rows(getattr(obj, f.name), index) for f in dataclasses.fields(obj)}
-        )
-    return obj
-
-
-def _tensor_bytes(obj) -> int:
-    if isinstance(obj, torch.Tensor):
-        return obj.numel() * obj.element_size()
-    if isinstance(obj, (tuple, list)):
-        return sum(_tensor_bytes(o) for o in obj)
-    if hasattr(obj, "__dataclass_fields__"):
-        return sum(_tensor_bytes(getattr(obj, f)) for f in obj.__dataclass_fields__)
-    return 0
-
-
-@dataclass(frozen=True)
-class SwaxState:
-    """Per-layer decode states of a SwaxLM, plus the number of tokens consumed (``pos``) and
-    the window the attention states were built for. Returned by ``forward(...,
-    return_state=True)``; never mutated."""
-
-    layers: tuple
-    pos: int
-    window: int | None
-
-    def nbytes(self) -> int:
-        """Bytes held by all state tensors (the decode memory besides the weights)."""
-        return _tensor_bytes(self.layers)
-
-    def select_rows(self, index: torch.Tensor) -> SwaxState:
-        """The state of batch rows ``index`` (a 1-D LongTensor; rows may repeat), as beam
-        search needs when it keeps, drops and copies sequences. A new state: this one is not
-        modified."""
-        return dataclasses.replace(self, layers=_rows(self.layers, index))
 
 
 def _attention_args(cfg: SwaxConfig, rope: bool) -> dict:
@@ -175,15 +122,19 @@ class Mixer:
 
 
 MIXERS: dict[str, Mixer] = {
-    "S": Mixer("sliding-window attention", SlidingWindowAttention, _swa_args, True),
-    "X": Mixer("mLSTM", MLSTMLayer, _mlstm_args, False),
-    "D": Mixer("Gated DeltaNet", GatedDeltaNetLayer, _gated_delta_args, False),
-    "A": Mixer("full causal attention", FullAttention, _full_attention_args, True),
+    "S": Mixer(LAYER_KINDS["S"], SlidingWindowAttention, _swa_args, True),
+    "X": Mixer(LAYER_KINDS["X"], MLSTMLayer, _mlstm_args, False),
+    "D": Mixer(LAYER_KINDS["D"], GatedDeltaNetLayer, _gated_delta_args, False),
+    "A": Mixer(LAYER_KINDS["A"], FullAttention, _full_attention_args, True),
 }
-"""The layer letters of ``layer_pattern``: letter -> mixer. A new mixer is one entry here."""
+"""The layer letters of ``layer_pattern``: letter -> mixer. A new mixer is one entry here and
+one in :data:`swax.config.LAYER_KINDS` (the letters a config accepts)."""
 
-LAYER_KINDS: dict[str, str] = {letter: m.name for letter, m in MIXERS.items()}
-"""Layer letter -> name of its mixer (what error messages list)."""
+if set(MIXERS) != set(LAYER_KINDS):  # a letter the config accepts but cannot build, or back
+    raise ImportError(
+        f"swax.model.MIXERS has letters {sorted(MIXERS)} but swax.config.LAYER_KINDS has "
+        f"{sorted(LAYER_KINDS)}"
+    )
 
 
 class Block(nn.Module):
@@ -375,8 +326,6 @@ class SwaxLM(nn.Module):
     @torch.no_grad()
     def generate(self, input_ids: torch.Tensor, max_new_tokens: int = 32, **kwargs) -> torch.Tensor:
         """Prompt + generated ids (B, T + n). See :func:`swax.generate.generate` for options."""
-        from .generate import generate
-
         return generate(self, input_ids, max_new_tokens=max_new_tokens, **kwargs)
 
     # ------------------------------------------------------------------ accounting
