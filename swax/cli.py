@@ -354,7 +354,7 @@ def cmd_demo(args: C.DemoConfig) -> int:
     ctx_ids = tok.encode(text)
     for n in (1024, args.context):
         ctx = torch.tensor([(ctx_ids * (n // len(ctx_ids) + 1))[:n]])
-        _, state = prefill(model, ctx, chunk_size=2048)
+        _, state = prefill(model, ctx)
         print(f"decode state after {n:>6,} tokens of context: {_fmt_bytes(state.nbytes())}")
     return 0
 

@@ -17,26 +17,29 @@ from dataclasses import dataclass
 from typing import Literal
 
 from .config import PRESETS
-from .configutil import WindowSetting, check_minimums, option, parse_window
+from .configutil import SEED_BOUNDS, WindowSetting, bounded, check_fields, option, parse_window
+from .generate import PREFILL_CHUNK
 
 
-def _check(cfg) -> None:
-    check_minimums(cfg)
-    if hasattr(cfg, "window"):
-        cfg.window = parse_window(cfg.window)
+class Command:
+    """The base of every command's config: on construction its fields are checked against
+    their declared bounds (:func:`swax.configutil.check_fields`) and a window setting is
+    parsed, so a config built in Python is checked as the command line's is."""
+
+    def __post_init__(self) -> None:
+        check_fields(self)
+        if getattr(self, "window", None) is not None:  # None: export's "the model's"
+            self.window = parse_window(self.window)
 
 
 @dataclass
-class ModelChoice:
+class ModelChoice(Command):
     """The model a command runs: a checkpoint folder, or a preset with random weights."""
 
     model: str | None = option(None, group="model", metavar="DIR")
     """Checkpoint folder (written by save_pretrained or swax train), with its tokenizer."""
     preset: str | None = option(None, group="model", choices=list(PRESETS))
     """Random-weight preset used when no --model is given (default: tiny)."""
-
-    def __post_init__(self) -> None:
-        _check(self)
 
 
 @dataclass
@@ -47,7 +50,7 @@ class LoadConfig(ModelChoice):
     """auto (cuda when available, else cpu), cpu, cuda or cuda:N."""
     dtype: Literal["float32", "bfloat16"] = "float32"
     """Dtype of the weights and activations."""
-    seed: int = 0
+    seed: int = bounded(0, SEED_BOUNDS)
     """Seed of the random weights of a preset and of sampling."""
 
 
@@ -55,7 +58,7 @@ class LoadConfig(ModelChoice):
 class InfoConfig(ModelChoice):
     """Parameters, layers and training FLOPs per token of a preset or a checkpoint."""
 
-    seq_len: list[int] = option(default_factory=lambda: [2048], minimum=1)
+    seq_len: list[int] = option(default_factory=lambda: [2048], bounds="[1, inf)")
     """Sequence lengths to give the FLOPs per token at."""
 
 
@@ -67,19 +70,19 @@ class GenerateConfig(LoadConfig):
     """The prompt text."""
     prompt_file: str | None = option(None, group="prompt", metavar="PATH")
     """Read the prompt from this UTF-8 file instead."""
-    max_new_tokens: int = 64
+    max_new_tokens: int = bounded(64, "[0, inf)")
     """Tokens to generate."""
     window: WindowSetting = option("default", parse=parse_window)
     """Attention window: default (the model's), full (no window) or a number of tokens."""
-    temperature: float = 0.0
+    temperature: float = bounded(0.0, "[0, inf)")
     """Sampling temperature; 0 = greedy (default)."""
-    top_k: int | None = option(None, minimum=1)
+    top_k: int | None = option(None, bounds="[1, inf)")
     """Sample among the k most likely tokens only."""
-    top_p: float | None = None
+    top_p: float | None = bounded(None, "(0, 1]")
     """Sample among the most likely tokens of total probability p only (nucleus)."""
     stop: list[str] = option(default_factory=list, repeat=True, metavar="TEXT")
     """Stop at this string (may be given several times)."""
-    prefill_chunk: int = option(2048, minimum=1)
+    prefill_chunk: int = option(PREFILL_CHUNK, bounds="[1, inf)")
     """Prompt tokens per forward pass of the prefill."""
     stream: bool = True
     """Print the text token by token (--no-stream: at the end)."""
@@ -93,7 +96,7 @@ class EvalConfig(LoadConfig):
     """Attention window: default (the model's, i.e. the long window), full, or a number."""
     label: str | None = None
     """Name of the model in reports (default: the run's folder name or the preset)."""
-    seed: int = 42
+    seed: int = bounded(42, SEED_BOUNDS)
     """Seed of the random weights of a preset and of the evaluation data."""
     out: str | None = None
     """Results folder (default: results/KIND-LABEL); must be new or empty."""
@@ -112,7 +115,7 @@ class NiahConfig(EvalConfig):
     tasks: str | None = None
     """'all' or a comma list of RULER NIAH tasks; default all, or with --records the tasks of
     the records."""
-    samples: int = option(10, minimum=1)
+    samples: int = option(10, bounds="[1, inf)")
     """Samples per task and length."""
     synthetic_keys: bool = False
     """Draw keys from the evaluation key set (disjoint from the training episodes' keys)."""
@@ -126,7 +129,7 @@ class NiahConfig(EvalConfig):
     folder must be new or empty (or hold an earlier dump, with --overwrite)."""
     tokenizer: str = "byte"
     """With --dump: byte, gpt2 or a tokenizer path."""
-    prefill_chunk: int = option(2048, minimum=1)
+    prefill_chunk: int = option(PREFILL_CHUNK, bounds="[1, inf)")
     """Prompt tokens per forward pass of the prefill."""
 
 
@@ -140,13 +143,13 @@ class TasksConfig(EvalConfig):
     data_dir: str | None = option(None, metavar="DIR")
     """Folder of {task}.jsonl files in the upstream schemas (see README; swax eval
     convert-tasks writes them); default: the few sample records shipped with swax."""
-    num_fewshot: int | None = option(None, minimum=0)
+    num_fewshot: int | None = option(None, bounds="[0, inf)")
     """Few-shot examples per prompt (default: each task's own)."""
-    limit: int | None = option(None, minimum=1)
+    limit: int | None = option(None, bounds="[1, inf)")
     """Evaluate the first N items of each task only."""
-    batch_size: int = option(8, minimum=1)
+    batch_size: int = option(8, bounds="[1, inf)")
     """Sequences per forward pass."""
-    code_timeout: float = option(10.0, minimum=0.1)
+    code_timeout: float = option(10.0, bounds="[0.1, inf)")
     """Seconds per program of the code tasks (at least 0.1)."""
 
 
@@ -160,16 +163,16 @@ class PplConfig(EvalConfig):
     """JSONL/Parquet field of --data."""
     lengths: str = "512,1k,2k,4k,8k,16k"
     """Comma list of bucket edges (positions); the last is the sequence length."""
-    samples: int = option(4, minimum=1)
+    samples: int = option(4, bounds="[1, inf)")
     """Sequences to average over."""
-    chunk: int = option(2048, minimum=1)
+    chunk: int = option(PREFILL_CHUNK, bounds="[1, inf)")
     """Tokens per forward pass."""
-    train_len: int | None = option(None, minimum=1)
+    train_len: int | None = option(None, bounds="[1, inf)")
     """Training length to mark (default: read from the run's config.yaml)."""
 
 
 @dataclass
-class CompareConfig:
+class CompareConfig(Command):
     """Merge results folders (NIAH, tasks, ppl) into one table and figure."""
 
     results: list[str] = option(positional=True, metavar="RESULTS")
@@ -182,7 +185,7 @@ class CompareConfig:
 
 
 @dataclass
-class ConvertTasksConfig:
+class ConvertTasksConfig(Command):
     """Write the {task}.jsonl file of swax eval tasks from an upstream dataset: a Parquet file,
     an Arrow file or a Hugging Face dataset folder written by save_to_disk (read with pyarrow;
     the datasets package is not needed), e.g.
@@ -205,7 +208,7 @@ class ConvertTasksConfig:
 
 
 @dataclass
-class PlotRunConfig:
+class PlotRunConfig(Command):
     """Draw a run's loss curves to a PNG: the training loss per attention window (one series
     per window of a stochastic or scheduled run), the validation loss and the learning rate."""
 
@@ -216,7 +219,7 @@ class PlotRunConfig:
 
 
 @dataclass
-class TrainArgs:
+class TrainArgs(Command):
     """Train a model: swax train [CONFIG.yaml] [key=value ...], e.g.
     swax train configs/tiny.yaml optim.lr=3e-4 window.p_short=0.75"""
 
@@ -227,7 +230,7 @@ class TrainArgs:
 
 
 @dataclass
-class SweepArgs:
+class SweepArgs(Command):
     """Train and evaluate a family of runs (resumable)."""
 
     config: str = option(positional=True, metavar="SWEEP.yaml")
@@ -236,27 +239,24 @@ class SweepArgs:
     """Run the reduced version of the sweep."""
     only: str | None = None
     """Comma list of run names to run."""
-    jobs: int | None = None
+    jobs: int | None = bounded(None, "[1, inf)")
     """Runs at a time, each in its own process (default: the sweep's `jobs`)."""
 
 
 @dataclass
-class DemoConfig:
+class DemoConfig(Command):
     """The default job: train the tiny model (or reuse a finished demo run), then generate.
     ``swax demo recall`` instead trains a short- and a long-window model on associative recall
     and prints their recall against context length (the paper's window effect)."""
 
     run_dir: str = "runs/demo"
     """Folder of the demo's training run (swax demo recall: runs/demo-recall)."""
-    context: int = option(32768, minimum=1)
+    context: int = option(32768, bounds="[1, inf)")
     """Long context for the constant-memory demonstration, in tokens."""
     overrides: list[str] = option(
         default_factory=list, positional=True, nargs="*", metavar="key=value"
     )
     """Training overrides, e.g. steps=100 (after the word recall for swax demo recall)."""
-
-    def __post_init__(self) -> None:
-        _check(self)
 
 
 @dataclass
@@ -267,23 +267,23 @@ class RecallConfig(EvalConfig):
     lengths: str = "1x,2x,4x,8x,16x,32x"
     """Comma list of lengths: tokens (512, 4k) or multiples of the run's training length
     (8x; needs a swax train run folder around --model)."""
-    samples: int = option(64, minimum=1)
+    samples: int = option(64, bounds="[1, inf)")
     """Episodes per length."""
     task: Literal["auto", "mqar", "needle"] = "auto"
     """Episodes: auto (those the run trained on, else one-pair MQAR), mqar or needle."""
-    pairs: int | None = option(None, minimum=1)
+    pairs: int | None = option(None, bounds="[1, inf)")
     """Key-value pairs (needles) per episode (default: the run's, else 1)."""
-    queries: int | None = option(None, minimum=1)
+    queries: int | None = option(None, bounds="[1, inf)")
     """Keys asked per episode (default: the run's, else 1)."""
-    min_distance: int | None = option(None, minimum=0)
+    min_distance: int | None = option(None, bounds="[0, inf)")
     """Fewest tokens between the pairs and the first question (default: the run's, else 8)."""
-    batch_size: int = option(16, minimum=1)
+    batch_size: int = option(16, bounds="[1, inf)")
     """Episodes evaluated at once."""
 
 
 # ---------------------------------------------------------------- swax export (hf, onnx)
 @dataclass
-class ExportHFConfig:
+class ExportHFConfig(Command):
     """Write a Hugging Face folder of a swax checkpoint: AutoModelForCausalLM.from_pretrained(
     OUT_DIR, trust_remote_code=True) and lm_eval --model hf load it (both need swax installed)."""
 
@@ -294,7 +294,7 @@ class ExportHFConfig:
 
 
 @dataclass
-class ExportOnnxConfig:
+class ExportOnnxConfig(Command):
     """Write the forward of a swax checkpoint as an ONNX graph of fixed shape: input_ids int64
     (batch, seq-len) -> logits (batch, seq-len, vocab), at a fixed attention window."""
 
@@ -302,22 +302,19 @@ class ExportOnnxConfig:
     """The swax checkpoint folder."""
     out: str = option(positional=True, metavar="OUT.onnx")
     """The ONNX file to write; must not exist."""
-    seq_len: int = option(128, minimum=1)
+    seq_len: int = option(128, bounds="[1, inf)")
     """Tokens per sequence (fixed in the graph)."""
-    batch_size: int = option(1, minimum=1)
+    batch_size: int = option(1, bounds="[1, inf)")
     """Sequences per call (fixed in the graph)."""
-    window: int | None = option(None, minimum=1)
+    window: int | None = option(None, bounds="[1, inf)")
     """Attention window of the S layers (default: the model's config.window)."""
-
-    def __post_init__(self) -> None:
-        check_minimums(self)
 
 
 # ---- swax data prepare (pre-tokenized shards; see swax.data.shards) ----
 
 
 @dataclass
-class DataPrepareConfig:
+class DataPrepareConfig(Command):
     """Tokenize a corpus once into memory-mapped token shards for data.source=DIR:
     swax data prepare SOURCE --tokenizer gpt2 --out DIR [--workers K]"""
 
@@ -328,13 +325,13 @@ class DataPrepareConfig:
     """Folder of the shard set (new, empty, or an interrupted prepare to resume); required."""
     tokenizer: str = "byte"
     """byte, gpt2, or a tokenizer.json path or folder."""
-    shard_tokens: int = option(100_000_000, minimum=1)
+    shard_tokens: int = option(100_000_000, bounds="[1, inf)")
     """Tokens per shard file (the last of each split may hold fewer)."""
-    workers: int = option(1, minimum=1)
+    workers: int = option(1, bounds="[1, inf)")
     """Tokenizing processes; the output does not depend on it."""
-    val_fraction: float = 0.02
+    val_fraction: float = bounded(0.02, "[0, 1)")
     """Share of the documents held out for validation (by a hash of their text), in [0, 1)."""
-    split_seed: int = 0
+    split_seed: int = bounded(0, "(-inf, inf)")
     """Seed of the validation hash (as data.split_seed)."""
     format: str = "auto"
     """auto | kjv | text | jsonl | parquet | hf."""
@@ -345,12 +342,9 @@ class DataPrepareConfig:
     progress: bool = True
     """Show a progress bar on stderr."""
 
-    def __post_init__(self) -> None:
-        _check(self)
-
 
 @dataclass
-class DataVerifyConfig:
+class DataVerifyConfig(Command):
     """Check every shard of a shard set against the size and SHA-256 in its index.json (reads
     every byte; training checks the sizes only)."""
 

@@ -15,11 +15,10 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import math
 from dataclasses import dataclass
 from pathlib import Path
 
-from .configutil import from_dict, to_dict
+from .configutil import bounded, check_fields, from_dict, to_dict
 from .errors import ConfigError
 from .ops import list_backends
 from .version import __version__
@@ -38,66 +37,66 @@ LAYER_KINDS: dict[str, str] = {
 class SwaxConfig:
     """Architecture of a SwaxLM. Defaults are the ``tiny`` preset."""
 
-    vocab_size: int = 257
+    vocab_size: int = bounded(257, "[1, inf)")
     """Number of token ids (257 = the byte-level tokenizer: 256 bytes + end-of-text)."""
-    d_model: int = 128
+    d_model: int = bounded(128, "[1, inf)")
     """Width of the residual stream."""
-    n_layers: int = 4
+    n_layers: int = bounded(4, "[1, inf)")
     """Number of blocks (mixer + MLP); must be a multiple of len(layer_pattern)."""
     layer_pattern: str = "SX"
     """Mixer letters tiled over the layers: S (sliding window), X (mLSTM), D (Gated DeltaNet),
     A (full attention). SWAX is "SX"."""
-    n_heads: int = 4
+    n_heads: int = bounded(4, "[1, inf)")
     """Query heads of attention layers."""
-    n_kv_heads: int | None = None
+    n_kv_heads: int | None = bounded(None, "[1, inf)")
     """Key/value heads of attention layers (grouped-query attention); None = n_heads."""
-    head_dim: int | None = None
+    head_dim: int | None = bounded(None, "[1, inf)")
     """Attention head width; None = d_model // n_heads."""
-    recurrent_heads: int | None = None
+    recurrent_heads: int | None = bounded(None, "[1, inf)")
     """Heads of mLSTM and Gated DeltaNet layers; None = n_heads."""
-    window: int = 128
+    window: int = bounded(128, "[1, inf)")
     """Default attention window W (a query sees its last W keys, itself included) when a forward
     or generate call does not pass one. The window is a forward argument, never baked in."""
-    rope_base: float = 10000.0
+    rope_base: float = bounded(10000.0, "(0, inf)")
     """RoPE base of attention layers."""
     full_attn_rope: bool = True
     """Whether full-attention (A) layers use RoPE; False = no position encoding (NoPE)."""
     qk_norm: bool = False
     """RMSNorm on attention queries and keys, per head."""
-    mlp_ratio: float = 8 / 3
+    mlp_ratio: float = bounded(8 / 3, "(0, inf)")
     """SwiGLU hidden width as a multiple of d_model (before rounding)."""
-    mlp_multiple_of: int = 64
+    mlp_multiple_of: int = bounded(64, "[1, inf)")
     """SwiGLU hidden width is rounded up to a multiple of this."""
-    qk_dim_factor: float = 0.5
+    qk_dim_factor: float = bounded(0.5, "(0, inf)")
     """Width of the recurrent layers' q and k, as a fraction of d_model (xLSTM-7B: 0.5)."""
-    v_dim_factor: float = 1.0
+    v_dim_factor: float = bounded(1.0, "(0, inf)")
     """Width of the recurrent layers' v, as a fraction of d_model (xLSTM-7B: 1.0)."""
-    gate_soft_cap: float = 15.0
+    gate_soft_cap: float = bounded(15.0, "(0, inf)")
     """Soft cap of the mLSTM input/forget gate pre-activations: cap * tanh(x / cap)."""
-    mlstm_igate_bias_init: float = -5.0
+    mlstm_igate_bias_init: float = bounded(-5.0, "(-inf, inf)")
     """Initial bias of the mLSTM input gate. xLSTM-7B uses -10, which the 1.4b and 7b presets
     keep. At smaller widths -10 switches the memory off at initialisation (the cell output's
     variance falls far below the head norm's eps, so the normalised output is ~0.01 of its
     size at d_model 128); each smaller preset uses the bias at which its normalised output at
     initialisation matches the 1.4B model's with -10 (about 0.5): tiny -5, small -6, 125m -8,
     350m -9. Measurements: experiments/window_sweep/NOTES.md."""
-    mlstm_fgate_bias_init: tuple[float, float] = (3.0, 6.0)
+    mlstm_fgate_bias_init: tuple[float, float] = bounded((3.0, 6.0), "(-inf, inf)")
     """Initial biases of the mLSTM forget gate, spread linearly over the heads."""
-    conv_size: int = 4
+    conv_size: int = bounded(4, "[1, inf)")
     """Kernel width of Gated DeltaNet's short causal convolution."""
-    mlstm_conv_size: int = 0
+    mlstm_conv_size: int = bounded(0, "[0, inf)")
     """Kernel width of an optional short causal convolution (+ SiLU) on the input of the mLSTM's
     q and k, as in xLSTM's original mLSTM block (width 4 there); 0 = none, the xLSTM-7B cell.
     Zoology found such a convolution needed for multi-query associative recall."""
-    chunk_size: int = 64
+    chunk_size: int = bounded(64, "[1, inf)")
     """Chunk length of the chunkwise-parallel recurrent ops (mLSTM, Gated DeltaNet)."""
     tie_embeddings: bool = True
     """Share the input embedding with the output head."""
-    norm_eps: float = 1e-6
+    norm_eps: float = bounded(1e-6, "(0, inf)")
     """Epsilon of the RMSNorms."""
-    logit_soft_cap: float | None = None
+    logit_soft_cap: float | None = bounded(None, "(0, inf)")
     """Soft cap on output logits (xLSTM-7B uses 30); None = off."""
-    init_std: float = 0.02
+    init_std: float = bounded(0.02, "[0, inf)")
     """Standard deviation of the normal initialisation of linear and embedding weights."""
     attn_backend: str = "auto"
     """Sliding-window attention backend: auto or a name of ``swax.ops.list_backends("swa")``
@@ -109,38 +108,9 @@ class SwaxConfig:
     # ------------------------------------------------------------------ validation and derived
     def validate(self) -> None:
         """Raise ConfigError naming the first invalid field."""
-        self._validate_types()
+        check_fields(self)
         self._validate_pattern()
         self._validate_shapes()
-
-    def _validate_types(self) -> None:
-        """Every numeric field has a value of the right kind and sign."""
-        for name in (
-            "vocab_size",
-            "d_model",
-            "n_layers",
-            "n_heads",
-            "window",
-            "chunk_size",
-            "conv_size",
-            "mlp_multiple_of",
-        ):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise ConfigError(f"{name} must be a positive integer, got {v!r}")
-        for name in ("n_kv_heads", "head_dim", "recurrent_heads"):
-            v = getattr(self, name)
-            if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
-                raise ConfigError(f"{name} must be a positive integer or None, got {v!r}")
-        for name in ("rope_base", "mlp_ratio", "qk_dim_factor", "v_dim_factor", "norm_eps"):
-            v = getattr(self, name)
-            if not _is_finite_number(v) or v <= 0:
-                raise ConfigError(f"{name} must be a positive finite number, got {v!r}")
-        v = self.mlstm_conv_size
-        if isinstance(v, bool) or not isinstance(v, int) or v < 0:
-            raise ConfigError(f"mlstm_conv_size must be an integer >= 0 (0 = none), got {v!r}")
-        if not _is_finite_number(self.init_std) or self.init_std < 0:
-            raise ConfigError(f"init_std must be a finite number >= 0, got {self.init_std!r}")
 
     def _validate_pattern(self) -> None:
         """Known layer letters that tile n_layers, and a known attention backend. (The letters
@@ -246,10 +216,6 @@ class SwaxConfig:
         Path(path).write_text(
             json.dumps({**self.to_dict(), "swax_version": __version__}, indent=2) + "\n"
         )
-
-
-def _is_finite_number(v) -> bool:
-    return not isinstance(v, bool) and isinstance(v, (int, float)) and math.isfinite(v)
 
 
 GPT2_VOCAB = 50304  # GPT-2's 50257 rounded up to a multiple of 128

@@ -160,10 +160,64 @@ def _interval_text(interval: str, integer: bool, below: bool = False) -> str:
     if math.isinf(hi) or (below and hi >= 2**53):
         if integer and lo == 1 and lo_in:
             return "a positive integer"
+        if not integer and lo == 0 and not lo_in:
+            return "a positive number"
         return f"{'>=' if lo_in else '>'} {lo}"
     return f"in {interval.replace(' ', '').replace(',', ', ')}"
 
 
+SEED_BOUNDS = f"[0, {2**63 - 1}]"
+"""The interval of a random seed (what torch.manual_seed takes)."""
+
+
+def bounded(default: Any = dataclasses.MISSING, bounds: str | None = None, **kw: Any) -> Any:
+    """A dataclass field whose value must lie in ``bounds``, an interval written as in
+    mathematics: "[0, 1)", "(0, inf)", "[1, inf)", "(-inf, inf)" (any finite value).
+    :func:`check_fields` checks it. ``kw``: dataclasses.field's (``default_factory``)."""
+    meta = {"bounds": bounds} if bounds is not None else {}
+    return dataclasses.field(default=default, metadata=meta, **kw)
+
+
+def check_fields(obj: Any, prefix: str = "") -> None:
+    """The one check of a config's declared constraints: every field of dataclass ``obj`` with
+    ``bounds`` (:func:`bounded`, :func:`option`) lies in its interval, and every float field is
+    finite; nested dataclass fields are checked the same way, their keys dotted. Fields
+    annotated ``int`` must hold integers; None (an optional field left unset) passes; each item
+    of a list is checked. The first bad value is a ConfigError naming the key (``prefix`` +
+    dotted field) and the value."""
+    hints = typing.get_type_hints(type(obj))
+    for f in dataclasses.fields(obj):
+        value, tp = getattr(obj, f.name), hints[f.name]
+        if dataclasses.is_dataclass(value) and not isinstance(value, type):
+            check_fields(value, f"{prefix}{f.name}.")
+            continue
+        item = _item_type(tp)
+        interval = f.metadata.get("bounds")
+        if interval is None and item is not float:
+            continue
+        for v in value if isinstance(value, (list, tuple)) else [value]:
+            if interval is None:  # a float without bounds: any finite value
+                if isinstance(v, float) and not math.isfinite(v):
+                    raise ConfigError(f"{prefix}{f.name} must be a finite number, got {v!r}")
+                continue
+            _check_number(prefix + f.name, v, interval, item is int, optional=_optional(tp))
+
+
+def _optional(tp: Any) -> bool:
+    return typing.get_origin(tp) in (Union, types.UnionType) and type(None) in typing.get_args(tp)
+
+
+def _item_type(tp: Any) -> Any:
+    """int for ``int``, ``int | None``, ``list[int]``, ``tuple[int, ...]``; likewise float."""
+    if typing.get_origin(tp) in (Union, types.UnionType):
+        options = [a for a in typing.get_args(tp) if a is not type(None)]
+        tp = options[0] if len(options) == 1 else tp
+    if typing.get_origin(tp) in (list, tuple):
+        tp = typing.get_args(tp)[0]
+    return tp
+
+
+# TEMPORARY (sweep): removed once swax.sweep declares bounds on its fields
 def check_bounds(obj: Any, table: dict[str, str], prefix: str = "") -> None:
     """Check the numeric fields of dataclass ``obj`` named in ``table`` ({dotted field:
     interval}, the interval written as in mathematics: "[0, 1)", "(0, inf)", "[1, inf)",
@@ -186,18 +240,22 @@ def check_bounds(obj: Any, table: dict[str, str], prefix: str = "") -> None:
             _check_number(prefix + key, v, interval, tp is int)
 
 
-def _check_number(key: str, v: Any, interval: str, integer: bool) -> None:
+def _check_number(key: str, v: Any, interval: str, integer: bool, optional: bool = False) -> None:
+    """ConfigError unless ``v`` is a number (an integer if ``integer``) in ``interval``; None
+    passes. ``optional``: the message says that None (unset) is allowed too."""
     if v is None:
         return
+    unset = " or None" if optional else ""
     kind = "an integer" if integer else "a number"
     if isinstance(v, bool) or not isinstance(v, int if integer else (int, float)):
-        raise ConfigError(f"{key} must be {kind}, got {v!r}")
+        raise ConfigError(f"{key} must be {kind}{unset}, got {v!r}")
     if not math.isfinite(v):
-        raise ConfigError(f"{key} must be a finite number, got {v!r}")
+        raise ConfigError(f"{key} must be a finite number{unset}, got {v!r}")
     lo_in, lo, hi, hi_in = _interval(interval)
     below = v < lo or (v == lo and not lo_in)
     if below or v > hi or (v == hi and not hi_in):
-        raise ConfigError(f"{key} must be {_interval_text(interval, integer, below)}, got {v!r}")
+        text = _interval_text(interval, integer, below)
+        raise ConfigError(f"{key} must be {text}{unset}, got {v!r}")
 
 
 def load_yaml_mapping(path: Any, what: str) -> dict:
@@ -319,13 +377,14 @@ def option(
     group: str | None = None,
     metavar: str | None = None,
     choices: Sequence[str] | None = None,
-    minimum: int | float | None = None,
+    bounds: str | None = None,
     parse: Callable[[str], Any] | None = None,
 ) -> Any:
-    """A dataclass field with how the command line shows it: ``positional`` (else
+    """A :func:`bounded` field with how the command line shows it: ``positional`` (else
     ``--field-name``), ``nargs``, ``repeat`` (the option may be given several times; a list),
-    ``group`` (options of one group exclude each other), ``metavar``, ``choices``, ``minimum``
-    (checked on construction too, see :func:`check_minimums`) and ``parse`` (text -> value)."""
+    ``group`` (options of one group exclude each other), ``metavar``, ``choices``, ``bounds``
+    (its interval: checked by the parser and, on construction, by :func:`check_fields`) and
+    ``parse`` (text -> value)."""
     meta = dict(
         positional=positional,
         nargs=nargs,
@@ -333,30 +392,18 @@ def option(
         group=group,
         metavar=metavar,
         choices=choices,
-        minimum=minimum,
         parse=parse,
     )
     return dataclasses.field(
-        default=default, default_factory=default_factory, metadata={"cli": meta}
+        default=default,
+        default_factory=default_factory,
+        metadata={"cli": meta, **({"bounds": bounds} if bounds is not None else {})},
     )
 
 
-def check_minimums(obj: Any) -> None:
-    """ConfigError naming the first field below the ``minimum`` of its :func:`option`, or a
-    float field holding NaN or an infinity."""
-    for f in dataclasses.fields(obj):
-        low = f.metadata.get("cli", {}).get("minimum")
-        values = getattr(obj, f.name)
-        values = values if isinstance(values, (list, tuple)) else [values]
-        for v in values:
-            if isinstance(v, float) and not math.isfinite(v):
-                raise ConfigError(f"{f.name} must be a finite number, got {v!r}")
-            if low is not None and v is not None and v < low:
-                raise ConfigError(f"{f.name} must be >= {low}, got {v!r}")
-
-
-def _parser_of(tp: Any, key: str, minimum: Any) -> Callable[[str], Any]:
-    """Text -> value of type ``tp`` (int, float or str), as argparse's ``type=``."""
+def _parser_of(tp: Any, key: str, bounds: str | None) -> Callable[[str], Any]:
+    """Text -> value of type ``tp`` (int, float or str) within ``bounds``, as argparse's
+    ``type=``."""
 
     def parse(text: str) -> Any:
         if tp is int:
@@ -371,9 +418,13 @@ def _parser_of(tp: Any, key: str, minimum: Any) -> Callable[[str], Any]:
                 raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
         else:
             value = text
-        if minimum is not None and value < minimum:
-            what = "a positive integer" if (tp is int and minimum == 1) else f">= {minimum}"
-            raise argparse.ArgumentTypeError(f"expected {what}, got {text}")
+        if bounds is not None:
+            try:
+                _check_number(key, value, bounds, tp is int)
+            except ConfigError:
+                below = value < _interval(bounds)[1]
+                what = _interval_text(bounds, tp is int, below)
+                raise argparse.ArgumentTypeError(f"expected {what}, got {text}") from None
         return value
 
     return parse
@@ -428,7 +479,7 @@ def add_arguments(parser: argparse.ArgumentParser, cls: type) -> None:
         elif meta.get("parse"):
             kw["type"] = _argparse_type(meta["parse"])
         else:
-            kw["type"] = _parser_of(item, f.name, meta.get("minimum"))
+            kw["type"] = _parser_of(item, f.name, f.metadata.get("bounds"))
             if item in (int, float) and "metavar" not in kw:
                 kw["metavar"] = "N" if item is int else "X"
         if meta.get("choices"):

@@ -20,6 +20,10 @@ from .state import DEFAULT_WINDOW, SwaxState
 if TYPE_CHECKING:
     from .model import SwaxLM
 
+PREFILL_CHUNK = 2048
+"""Prompt tokens per forward pass of a prefill, unless a caller says otherwise: long enough to
+keep the matrix products efficient, short enough that activations stay small."""
+
 
 @torch.no_grad()
 def prefill(
@@ -27,7 +31,7 @@ def prefill(
     input_ids: torch.Tensor,
     window=DEFAULT_WINDOW,
     state: SwaxState | None = None,
-    chunk_size: int = 2048,
+    chunk_size: int = PREFILL_CHUNK,
     progress: Callable[[int, int], None] | None = None,
 ) -> tuple[torch.Tensor, SwaxState]:
     """Run ``input_ids`` (B, T) through the model in chunks; return the last position's logits
@@ -110,7 +114,7 @@ def generate(
     stop_strings: Sequence[str] = (),
     decode: Callable[[list[int]], str] | None = None,
     pad_token_id: int | None = None,
-    prefill_chunk_size: int = 2048,
+    prefill_chunk_size: int = PREFILL_CHUNK,
     state: SwaxState | None = None,
     return_state: bool = False,
     on_token: Callable[[torch.Tensor], None] | None = None,

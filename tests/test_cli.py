@@ -99,10 +99,10 @@ def run_inprocess(capsys, *args):
         (["--device", "foo"], ["'foo'", "cpu, cuda"]),
         (["--device", "mps"], ["'mps'"]),
         # a non-finite temperature used to reach torch.multinomial and crash
-        (["--temperature", "nan"], ["temperature", "nan"]),
+        (["--temperature", "nan"], ["--temperature", "nan"]),
         # option errors come before the random-weights note, so the error is the only line
-        (["--max-new-tokens", "-3"], ["max_new_tokens", "-3"]),
-        (["--top-p", "1.5"], ["top_p", "1.5"]),
+        (["--max-new-tokens", "-3"], ["--max-new-tokens", ">= 0", "-3"]),
+        (["--top-p", "1.5"], ["--top-p", "(0, 1]", "1.5"]),
         (["--top-k", "0"], ["--top-k", "0"]),
     ],
 )
@@ -179,7 +179,7 @@ def test_configs_are_the_same_from_python_and_the_command_line():
     assert cfg.device == "auto" and cfg.max_new_tokens == 64  # defaults from the dataclass
     ns = build_parser().parse_args(["eval", "niah", "--preset", "tiny", "--samples", "3"])
     assert from_args(ns.config_cls, ns) == NiahConfig(preset="tiny", samples=3)
-    with pytest.raises(ValueError, match="samples must be >= 1, got 0"):
+    with pytest.raises(ValueError, match="samples must be a positive integer, got 0"):
         NiahConfig(samples=0)
 
 

@@ -1,6 +1,7 @@
 """SwaxLM: configs, prefill + decode equivalence, constant-size state, checkpoints, errors."""
 
 import json
+import math
 import subprocess
 import sys
 
@@ -180,11 +181,11 @@ def test_layer_pattern_tiling():
         (dict(head_dim=0), "head_dim must be a positive integer or None, got 0"),
         (dict(head_dim=9), "head width 9.*even for RoPE"),
         (dict(d_model=72, n_heads=8, recurrent_heads=4), "head width 9.*even for RoPE"),
-        (dict(rope_base=0.0), "rope_base must be a positive finite number, got 0.0"),
+        (dict(rope_base=0.0), "rope_base must be a positive number, got 0.0"),
         (dict(mlp_ratio=-1.0), "mlp_ratio must be a positive"),
         (dict(norm_eps=-1e-6), "norm_eps must be a positive"),
-        (dict(qk_dim_factor=float("nan")), "qk_dim_factor must be a positive finite number"),
-        (dict(init_std=-0.02), "init_std must be a finite number >= 0"),
+        (dict(qk_dim_factor=float("nan")), "qk_dim_factor must be a finite number, got nan"),
+        (dict(init_std=-0.02), "init_std must be >= 0, got -0.02"),
     ],
 )
 def test_config_errors(kw, match):
@@ -383,3 +384,63 @@ def test_state_select_rows_equals_the_state_of_the_selected_rows(pattern):
     floor, ref = model_noise_floor(model, direct_path)  # float32 rounding: batch sizes differ
     assert_within_noise([got, want], [floor] * 2, [ref] * 2, ["selected state", "direct"])
     assert picked.pos == 20 and state.layers[0] is not picked.layers[0]
+
+
+# ------------------------------------------------------------------------------ initialisation
+# What every parameter should start as, written out here by name (the spec, not the code): the
+# projections that write to the residual stream at init_std / sqrt(2 n_layers), other matrices
+# at init_std, the mLSTM gates as xLSTM-7B's, Gated DeltaNet's decay and convolution as fla's.
+_RESIDUAL_OUT = ("o_proj", "out_proj", "down")
+_INPUT = ("q_proj", "k_proj", "v_proj", "q", "k", "v", "ogate", "gate", "up", "a_proj", "b_proj")
+_INPUT += ("g_proj",)
+
+
+def _expect_init(name: str, p: torch.Tensor, cfg: SwaxConfig) -> None:
+    std, out_std = cfg.init_std, cfg.init_std / math.sqrt(2 * cfg.n_layers)
+    parts = name.split(".")
+    owner, leaf = (parts[-2] if len(parts) > 1 else ""), parts[-1]
+    if leaf.endswith("norm_weight") or owner.endswith("norm") or owner == "norm":
+        assert torch.equal(p, torch.ones_like(p)), name
+    elif leaf == "conv_weight":
+        bound = 1 / math.sqrt(p.shape[1])
+        assert p.abs().max() <= bound and p.std() > 0.4 * bound, name
+    elif leaf == "A_log":
+        assert (p >= 0).all() and (p <= math.log(16) + 1e-6).all(), name
+    elif leaf == "dt_bias":
+        dt = torch.nn.functional.softplus(p)
+        assert (dt >= 1e-4 - 1e-7).all() and (dt <= 0.1 + 1e-6).all(), name
+    elif owner in ("igate", "fgate") and leaf == "weight":
+        assert abs(p.std().item() / 0.001 - 1) < 0.15, name
+    elif owner == "igate":
+        assert torch.equal(p, torch.full_like(p, cfg.mlstm_igate_bias_init)), name
+    elif owner == "fgate":
+        lo, hi = cfg.mlstm_fgate_bias_init
+        torch.testing.assert_close(p, torch.linspace(lo, hi, p.numel()), rtol=0, atol=1e-6)
+    else:
+        want = out_std if owner in _RESIDUAL_OUT else std
+        assert owner in _RESIDUAL_OUT + _INPUT or name in ("embed.weight", "head.weight"), name
+        assert abs(p.mean().item()) < 5 * want / math.sqrt(p.numel()), name
+        assert abs(p.std().item() / want - 1) < 0.1, (name, p.std().item(), want)
+
+
+@pytest.mark.parametrize(
+    "kw",
+    [
+        dict(layer_pattern="SX", mlstm_conv_size=4),
+        dict(layer_pattern="SD"),
+        dict(layer_pattern="SA", qk_norm=True, tie_embeddings=False),
+    ],
+)
+def test_every_parameter_starts_as_specified(kw):
+    cfg = SwaxConfig(d_model=128, n_layers=4, n_heads=4, init_std=0.05, **kw)
+    torch.manual_seed(0)
+    model = SwaxLM(cfg)
+    for name, p in model.named_parameters():
+        _expect_init(name, p.detach(), cfg)
+    with torch.no_grad():  # reset_parameters starts every parameter over
+        for p in model.parameters():
+            p.fill_(7.0)
+    model.reset_parameters()
+    for name, p in model.named_parameters():
+        assert not (p == 7.0).any(), name
+        _expect_init(name, p.detach(), cfg)

@@ -212,39 +212,6 @@ def test_out_of_range_values_name_the_key(override, key):
         load_train_config(None, [override])
 
 
-def _numeric_keys(cls, prefix=""):
-    """Dotted keys of every int or float field (optional ones too) under dataclass ``cls``."""
-    import dataclasses
-    import typing
-
-    keys = []
-    for name, tp in typing.get_type_hints(cls).items():
-        args = [a for a in typing.get_args(tp) if a is not type(None)] or [tp]
-        if dataclasses.is_dataclass(tp):
-            keys += _numeric_keys(tp, f"{prefix}{name}.")
-        elif set(args) <= {int, float} and tp is not bool:
-            keys.append((prefix + name, float in args))
-    return keys
-
-
-def test_every_numeric_key_has_a_range():
-    from swax.data.config import DATA_BOUNDS, SYNTHETIC_BOUNDS
-    from swax.train.config import BOUNDS, TrainConfig
-
-    tables = {
-        **BOUNDS,
-        **{f"data.{k}": v for k, v in DATA_BOUNDS.items()},
-        **{f"data.synthetic.{k}": v for k, v in SYNTHETIC_BOUNDS.items()},
-    }
-    keys = _numeric_keys(TrainConfig)
-    assert len(keys) > 30
-    assert sorted(k for k, _ in keys) == sorted(tables)
-    for key, is_float in keys:  # no float key takes NaN or an infinity
-        for bad in ("nan", "inf", "-inf") if is_float else ():
-            with pytest.raises(ConfigError, match=rf"^{key} must be a finite number"):
-                load_train_config(None, [f"{key}={bad}"])
-
-
 def test_train_cli_bad_value_is_one_line(tmp_path, capsys):
     # threads=-3 reached torch.set_num_threads: a RuntimeError traceback
     rc = cli("train", f"run_dir={tmp_path / 'r'}", *SMALL, "steps=1", "threads=-3")

@@ -7,6 +7,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Literal
 
+from ..configutil import bounded, check_fields, from_dict
 from ..errors import ConfigError
 
 
@@ -18,15 +19,15 @@ class SyntheticConfig:
     """needle: RULER-style needles hidden in corpus text (swax.data.synthetic); mqar:
     multi-query associative recall, key-value pairs of dedicated token ids queried again after
     a stretch of filler (swax.data.mqar), the task small models learn in minutes."""
-    fraction: float = 0.0
+    fraction: float = bounded(0.0, "[0, 1]")
     """Share of the training sequences of an epoch that are retrieval episodes, in [0, 1];
     1 = episodes only (no corpus text in training; validation still reads the corpus)."""
     compact: bool = False
     """Short format for tiny models: needle "{key}:{value}." with single-word keys, question
     "?{key}:", answer "{value}". False = RULER's sentences with adjective-noun keys."""
-    num_needles: int = 1
+    num_needles: int = bounded(1, "[1, inf)")
     """Needles per episode; the first is queried, the others are distractors with other keys."""
-    num_queries: int = 1
+    num_queries: int = bounded(1, "[1, inf)")
     """Needles queried at the end of the episode (question + answer each, one after the other,
     as in RULER's niah_multiquery); at most num_needles. More queries give more supervised
     retrieval tokens per episode."""
@@ -37,46 +38,44 @@ class SyntheticConfig:
     """mqar with answers_only: also train on the episode's filler (with mqar_noise=0, corpus
     text), but not on the pairs or the query keys. Each episode is then a language-modelling
     sequence as well, with the answers a small share of its targets."""
-    min_distance: int = 16
+    min_distance: int = bounded(16, "[0, inf)")
     """Fewest tokens between the end of the queried needle and the start of the question."""
-    max_distance: int | None = None
+    max_distance: int | None = bounded(None, "[0, inf)")
     """Most tokens between the queried needle and the question; None = as far as the sequence
     allows. The distance is drawn uniformly in [min_distance, max_distance]."""
-    far_share: float | None = None
+    far_share: float | None = bounded(None, "[0, 1]")
     """Share of episodes whose distance lies beyond ``far_from`` (drawn uniformly in
     (far_from, max_distance]); the others are drawn uniformly in [min_distance, far_from].
     None = one uniform draw over [min_distance, max_distance]. The regime study sets far_from
     to the long window, so far_share is the share of training answers that only a recurrent
     memory can reach with that window."""
-    far_from: int | None = None
+    far_from: int | None = bounded(None, "[0, inf)")
     """The distance that splits near from far episodes (needed with far_share; unused
     without it)."""
-    answer_weight: float = 1.0
+    answer_weight: float = bounded(1.0, "(0, inf)")
     """Weight of each answer token in the training loss, relative to a text token's 1 (the
     loss is the weighted mean over target tokens). Above 1 it strengthens the retrieval signal
     in a text mixture, where answers are a small share of the targets."""
-    value_digits: int | None = None
+    value_digits: int | None = bounded(None, "[1, 18]")
     """Digits of the magic numbers; None = 7 (RULER) or 4 with ``compact``."""
-    mqar_first_id: int = 128
+    mqar_first_id: int = bounded(128, "[0, inf)")
     """mqar: first token id of the key range; the value range and the filler range follow it.
     The default suits the byte and GPT-2 tokenizers (ids 128 and up are bytes that ASCII text
     does not contain)."""
-    mqar_keys: int = 16
+    mqar_keys: int = bounded(16, "[1, inf)")
     """mqar: number of distinct key tokens (at least num_needles)."""
-    mqar_values: int = 16
+    mqar_values: int = bounded(16, "[1, inf)")
     """mqar: number of distinct value tokens (chance of a guess: 1 / mqar_values)."""
-    mqar_noise: int = 16
+    mqar_noise: int = bounded(16, "[0, inf)")
     """mqar: number of filler tokens drawn uniformly between and around the pairs; 0 = the
     filler is a slice of the corpus text."""
 
     def __post_init__(self):
-        from ..configutil import check_bounds
-
         if self.task not in ("needle", "mqar"):
             raise ConfigError(
                 f"data.synthetic.task: expected 'needle' or 'mqar', got {self.task!r}"
             )
-        check_bounds(self, SYNTHETIC_BOUNDS, prefix="data.synthetic.")
+        check_fields(self, prefix="data.synthetic.")
         if self.task == "mqar" and self.num_needles > self.mqar_keys:
             raise ConfigError(
                 f"data.synthetic.num_needles: {self.num_needles} MQAR pairs need as many distinct "
@@ -131,11 +130,11 @@ class DataConfig:
     encoder.json + vocab.bpe."""
     val_source: str | None = None
     """Validation documents (same format and field); None = hold out val_fraction of source."""
-    val_fraction: float = 0.02
+    val_fraction: float = bounded(0.02, "[0, 1)")
     """Share of the source's documents held out for validation when val_source is None, chosen
     by a hash of each document's text (and split_seed), so the split is stable across runs.
     0 = no validation set."""
-    split_seed: int = 0
+    split_seed: int = bounded(0, "(-inf, inf)")
     """Seed of the train/validation hash; independent of the run seed so that runs with
     different seeds share one validation set."""
     synthetic: SyntheticConfig = dataclasses.field(default_factory=SyntheticConfig)
@@ -147,32 +146,6 @@ class DataConfig:
     document. Off by default: a packed row is one stream."""
 
     def __post_init__(self):
-        from ..configutil import check_bounds, from_dict
-
-        check_bounds(self, DATA_BOUNDS, prefix="data.")
         if isinstance(self.synthetic, dict):
             self.synthetic = from_dict(SyntheticConfig, self.synthetic, prefix="data.synthetic.")
-
-
-SYNTHETIC_BOUNDS: dict[str, str] = {
-    "fraction": "[0, 1]",
-    "num_needles": "[1, inf)",
-    "num_queries": "[1, inf)",  # and at most num_needles
-    "min_distance": "[0, inf)",
-    "max_distance": "[0, inf)",  # and at least min_distance
-    "far_share": "[0, 1]",
-    "far_from": "[0, inf)",
-    "answer_weight": "(0, inf)",
-    "value_digits": "[1, 18]",
-    "mqar_first_id": "[0, inf)",
-    "mqar_keys": "[1, inf)",
-    "mqar_values": "[1, inf)",
-    "mqar_noise": "[0, inf)",
-}
-"""The interval of every numeric SyntheticConfig field (see swax.configutil.check_bounds)."""
-
-DATA_BOUNDS: dict[str, str] = {
-    "val_fraction": "[0, 1)",
-    "split_seed": "(-inf, inf)",  # any integer: it is hashed with each document
-}
-"""The interval of every numeric DataConfig field outside ``synthetic``."""
+        check_fields(self, prefix="data.")

@@ -29,6 +29,9 @@ from pathlib import Path
 import torch
 
 from ..errors import SwaxError
+from ..generate import PREFILL_CHUNK, generate
+from .plots import format_length
+from .ruler import TASKS, generate_niah, postprocess_pred, read_jsonl, string_match_all, write_jsonl
 
 log = logging.getLogger("swax")
 
@@ -41,7 +44,6 @@ DEFAULT_LENGTHS = "4k,8k,16k,32k,65k,131k"
 def results_files() -> list[str]:
     """The files ``swax eval niah`` writes in its results folder (glob patterns relative to
     it; see the module docstring): what ``--overwrite`` may replace."""
-    from .ruler import TASKS
 
     return [
         "results.json",
@@ -54,7 +56,6 @@ def results_files() -> list[str]:
 
 def dump_files() -> list[str]:
     """The files ``swax eval niah --dump`` writes (glob patterns): ``TASK-LENGTH.jsonl``."""
-    from .ruler import TASKS
 
     return [f"{t}-[0-9]*.jsonl" for t in TASKS]
 
@@ -95,13 +96,12 @@ def peak_rss_gib() -> float:
 class SwaxPredictor:
     """Greedy continuation of a prompt with a SwaxLM: chunked prefill, then step decode."""
 
-    def __init__(self, model, tokenizer, window=None, prefill_chunk: int = 2048):
+    def __init__(self, model, tokenizer, window=None, prefill_chunk: int = PREFILL_CHUNK):
         self.model, self.tok = model, tokenizer
         self.window = model.config.window if window is None else window
         self.prefill_chunk = prefill_chunk
 
     def __call__(self, prompt: str, max_new_tokens: int) -> str:
-        from ..generate import generate
 
         ids = torch.tensor([self.tok.encode(prompt)], dtype=torch.long)
         out = generate(
@@ -136,7 +136,6 @@ def dumped_cells(folder: str | Path) -> dict[str, list[int]]:
     """{task: sorted lengths} of the ``TASK-LENGTH.jsonl`` files in a folder written by
     ``--dump`` (in RULER's task order; other files are ignored). A missing folder, or one
     without such files, is a SwaxError naming it."""
-    from .ruler import TASKS
 
     folder = Path(folder)
     if not folder.is_dir():
@@ -176,7 +175,6 @@ def records_grid(
 
 
 def load_dumped(folder: Path, task: str, length: int) -> list[dict]:
-    from .ruler import read_jsonl
 
     return read_jsonl(folder / f"{task}-{length}.jsonl")
 
@@ -185,7 +183,6 @@ def _all_records(
     tokenizer, tasks, lengths, samples, seed, haystack_text, key_split, records_dir
 ) -> dict[tuple[str, int], list[dict]]:
     """{(task, length): records}, generated or read from ``records_dir``."""
-    from .ruler import generate_niah
 
     records = {}
     for length in lengths:
@@ -208,7 +205,6 @@ def _all_records(
 def _predict_cell(predict, records: list[dict], by_depth: dict, on_sample) -> list[dict]:
     """Predict and score every record of one task and length; one row per record (what
     ``pred/{task}-{length}.jsonl`` holds). Scores are also filed by needle depth."""
-    from .ruler import postprocess_pred, string_match_all
 
     rows = []
     for rec in records:
@@ -251,8 +247,6 @@ def run_niah(
     :class:`SwaxPredictor`); tests pass stubs.
     """
     from tqdm import tqdm
-
-    from .ruler import TASKS, string_match_all
 
     unknown = [t for t in tasks if t not in TASKS]
     if unknown:
@@ -354,7 +348,6 @@ def format_table(r: NiahResult, tasks, lengths) -> str:
 
 
 def _fmt_len(n: int) -> str:
-    from .plots import format_length
 
     return format_length(n) if n % 1024 == 0 else str(n)
 
@@ -399,7 +392,6 @@ def dump_records(
     key_split: str | None = None,
 ) -> list[Path]:
     """Write ``TASK-LENGTH.jsonl`` (RULER's format) for every task and length; no model."""
-    from .ruler import generate_niah, write_jsonl
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)

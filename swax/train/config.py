@@ -19,7 +19,7 @@ from typing import Any, Literal
 import yaml
 
 from ..config import SwaxConfig
-from ..configutil import check_bounds, from_dict, load_yaml_mapping, to_dict
+from ..configutil import SEED_BOUNDS, bounded, check_fields, from_dict, load_yaml_mapping, to_dict
 from ..data import DataConfig
 from ..errors import ConfigError
 
@@ -31,15 +31,15 @@ class WindowConfig:
     kind: Literal["fixed", "stochastic"] = "stochastic"
     """fixed: every step uses `fixed` (default `long`); stochastic: `short` with probability
     p_short, else `long`, drawn once per optimizer step, and `long` for the final anneal_frac."""
-    short: int = 32
+    short: int = bounded(32, "[1, inf)")
     """Short window of the stochastic schedule (the paper: 128)."""
-    long: int = 128
+    long: int = bounded(128, "[1, inf)")
     """Long window of the stochastic schedule, the anneal phase and evaluation (paper: 2048)."""
-    p_short: float = 0.5
+    p_short: float = bounded(0.5, "[0, 1]")
     """Probability of the short window per step (paper: 0.5 at 1.4B, 0.75 at 7B)."""
-    anneal_frac: float = 0.1
+    anneal_frac: float = bounded(0.1, "[0, 1]")
     """Final fraction of steps trained with the long window only (paper: 0.1)."""
-    fixed: int | None = None
+    fixed: int | None = bounded(None, "[1, inf)")
     """Window of kind=fixed; None = `long`."""
     per_layer: bool = False
     """Each sliding-window layer draws its own window (default: one draw for the whole model)."""
@@ -49,28 +49,28 @@ class WindowConfig:
 class OptimConfig:
     """AdamW with decay/no-decay groups, warmup, and cosine or warmup-stable-decay schedules."""
 
-    lr: float = 3e-3
+    lr: float = bounded(3e-3, "(0, inf)")
     """Peak learning rate."""
-    min_lr_ratio: float = 0.1
+    min_lr_ratio: float = bounded(0.1, "[0, 1]")
     """Final learning rate as a fraction of lr."""
     schedule: Literal["cosine", "wsd", "constant"] = "cosine"
     """cosine: warmup then cosine to min_lr; wsd: warmup, constant, linear decay over the last
     decay_frac of steps; constant: warmup then constant."""
-    warmup_steps: int = 50
+    warmup_steps: int = bounded(50, "[0, inf)")
     """Linear warmup steps from 0."""
-    decay_frac: float = 0.2
+    decay_frac: float = bounded(0.2, "[0, 1]")
     """wsd: fraction of steps spent decaying."""
-    weight_decay: float = 0.1
+    weight_decay: float = bounded(0.1, "[0, inf)")
     """AdamW weight decay of matrices (embeddings, norms, biases and gates' biases: none)."""
-    beta1: float = 0.9
+    beta1: float = bounded(0.9, "[0, 1)")
     """AdamW beta1."""
-    beta2: float = 0.95
+    beta2: float = bounded(0.95, "[0, 1)")
     """AdamW beta2."""
-    eps: float = 1e-8
+    eps: float = bounded(1e-8, "(0, inf)")
     """AdamW epsilon."""
-    grad_clip: float = 1.0
+    grad_clip: float = bounded(1.0, "[0, inf)")
     """Clip the global gradient norm to this (0 = off)."""
-    grad_accum: int = 1
+    grad_accum: int = bounded(1, "[1, inf)")
     """Micro-batches per optimizer step (per rank)."""
 
 
@@ -78,9 +78,9 @@ class OptimConfig:
 class CheckpointConfig:
     """Resumable checkpoints under run_dir/checkpoints/."""
 
-    every: int = 100
+    every: int = bounded(100, "[0, inf)")
     """Save every N steps (0 = only at the end)."""
-    keep: int = 2
+    keep: int = bounded(2, "[1, inf)")
     """Keep the last K checkpoints."""
 
 
@@ -88,11 +88,11 @@ class CheckpointConfig:
 class LogConfig:
     """Progress output and metrics."""
 
-    every: int = 10
+    every: int = bounded(10, "[1, inf)")
     """Write a metrics.jsonl line (and a log line when not on a terminal) every N steps."""
-    val_every: int = 100
+    val_every: int = bounded(100, "[0, inf)")
     """Validation loss every N steps (and at the start and the end); 0 = only start and end."""
-    val_batches: int = 16
+    val_batches: int = bounded(16, "[1, inf)")
     """Batches (of batch_size sequences) of the validation stream per evaluation."""
     tensorboard: bool = True
     """Also write TensorBoard events when the tensorboard package is installed."""
@@ -114,7 +114,7 @@ class DistConfig:
     """ddp: replicated model; fsdp: FSDP2 fully_shard per block."""
     backend: Literal["auto", "gloo", "nccl"] = "auto"
     """Process-group backend; auto = nccl on CUDA, gloo on CPU."""
-    timeout_s: float = 1800.0
+    timeout_s: float = bounded(1800.0, "(0, inf)")
     """Seconds a collective (or the ranks' connection at start) may take before it fails
     (torch's default, 30 min). A failure ends the workers, so ``torchrun --max-restarts`` can
     restart the job; lower it for small models to recover sooner from a rank that hangs."""
@@ -126,13 +126,13 @@ class TrainConfig:
 
     run_dir: str = "runs/tiny"
     """Folder of the run: config.yaml, metrics.jsonl, checkpoints/, model/."""
-    steps: int = 400
+    steps: int = bounded(400, "[1, inf)")
     """Optimizer steps."""
-    seq_len: int = 512
+    seq_len: int = bounded(512, "[1, inf)")
     """Training sequence length in tokens."""
-    batch_size: int = 16
+    batch_size: int = bounded(16, "[1, inf)")
     """Global batch in sequences per optimizer step (over all ranks and micro-batches)."""
-    seed: int = 0
+    seed: int = bounded(0, SEED_BOUNDS)
     """Seed of initialisation, data order and window draws."""
     resume: bool | Literal["auto"] = False
     """true: continue from the newest intact checkpoint in run_dir (an error if there is none);
@@ -162,7 +162,7 @@ class TrainConfig:
     """torch.compile the model."""
     activation_checkpointing: bool = False
     """Recompute each block in the backward pass to save memory."""
-    threads: int = 0
+    threads: int = bounded(0, "[0, inf)")
     """CPU threads for torch (0 = one per CPU this process may use)."""
     overwrite: bool = False
     """Allow starting a fresh run in a run_dir that already holds checkpoints (deletes them)."""
@@ -181,9 +181,9 @@ class TrainConfig:
         return cfg.replace(window=self.window.long) if cfg.window != self.window.long else cfg
 
     def validate(self) -> None:
-        """Every numeric field against :data:`BOUNDS`, then what relates fields to each other.
-        The data section checks its own fields (DataConfig, SyntheticConfig)."""
-        check_bounds(self, BOUNDS)
+        """Every field against its declared bounds (:func:`swax.configutil.check_fields`, the
+        data section included), then what relates fields to each other."""
+        check_fields(self)
         w = self.window
         for name in ("short", "long", "fixed"):
             v = getattr(w, name)
@@ -215,39 +215,6 @@ class TrainConfig:
 
     def replace(self, **changes) -> TrainConfig:
         return dataclasses.replace(self, **changes)
-
-
-BOUNDS: dict[str, str] = {
-    "steps": "[1, inf)",
-    "seq_len": "[1, inf)",
-    "batch_size": "[1, inf)",
-    "seed": f"[0, {2**63 - 1}]",
-    "threads": "[0, inf)",
-    "window.short": "[1, inf)",
-    "window.long": "[1, inf)",
-    "window.fixed": "[1, inf)",
-    "dist.timeout_s": "(0, inf)",
-    "window.p_short": "[0, 1]",
-    "window.anneal_frac": "[0, 1]",
-    "optim.lr": "(0, inf)",
-    "optim.min_lr_ratio": "[0, 1]",
-    "optim.warmup_steps": "[0, inf)",
-    "optim.decay_frac": "[0, 1]",
-    "optim.weight_decay": "[0, inf)",
-    "optim.beta1": "[0, 1)",
-    "optim.beta2": "[0, 1)",
-    "optim.eps": "(0, inf)",
-    "optim.grad_clip": "[0, inf)",
-    "optim.grad_accum": "[1, inf)",
-    "checkpoint.every": "[0, inf)",
-    "checkpoint.keep": "[1, inf)",
-    "log.every": "[1, inf)",
-    "log.val_every": "[0, inf)",
-    "log.val_batches": "[1, inf)",
-}
-"""The interval of every numeric TrainConfig key outside ``data`` (checked by
-:func:`swax.configutil.check_bounds`; ``data.*``: :data:`swax.data.config.DATA_BOUNDS`). A new
-numeric field needs an entry here (a test checks that every one has)."""
 
 
 # ------------------------------------------------------------------------------ loading
