@@ -33,6 +33,7 @@ from .layers import (
     swiglu_hidden_dim,
 )
 from .ops.docs import check_doc_ids
+from .paths import writing
 from .state import DEFAULT_WINDOW, SwaxState, _Default
 
 WEIGHTS_NAME = "model.safetensors"
@@ -153,6 +154,14 @@ class Block(nn.Module):
             cfg.d_model, swiglu_hidden_dim(cfg.d_model, cfg.mlp_ratio, cfg.mlp_multiple_of)
         )
 
+    @torch.no_grad()
+    def reset_parameters(self, std: float, out_std: float) -> None:
+        """The norms at 1, the mixer's and the MLP's own initialisation (see SwaxLM)."""
+        self.mixer_norm.reset_parameters()
+        self.mixer.reset_parameters(std, out_std)
+        self.mlp_norm.reset_parameters()
+        self.mlp.reset_parameters(std, out_std)
+
     def forward(self, x, window, state=None, return_state=False, doc_ids=None):
         extra = {} if doc_ids is None else {"doc_ids": doc_ids}
         if return_state:
@@ -188,26 +197,20 @@ class SwaxLM(nn.Module):
     # ------------------------------------------------------------------ init
     @torch.no_grad()
     def reset_parameters(self) -> None:
-        """Normal(0, init_std) weights; residual output projections scaled by 1/sqrt(2·n_layers);
-        norms at 1; the mixers' own gate/decay initialisations."""
+        """Normal(0, init_std) embedding (and untied head); each block's layers by their own
+        ``reset_parameters(std, out_std)``, the projections that write to the residual stream
+        at out_std = init_std / sqrt(2·n_layers) (GPT-2's scaling); norms at 1; the mixers'
+        own gate and decay initialisations."""
         if self.embed.weight.is_meta:  # no values to initialise
             return
         std = self.config.init_std
         out_std = std / math.sqrt(2 * self.config.n_layers)
-        for name, p in self.named_parameters():
-            if p.ndim == 2 and "conv" not in name:
-                last = name.split(".")[-2]
-                nn.init.normal_(p, std=out_std if last in ("o_proj", "out_proj", "down") else std)
-        for m in self.modules():
-            if isinstance(m, MLSTMLayer):
-                m.reset_gates()
-            elif isinstance(m, GatedDeltaNetLayer):
-                m.reset_special()
-            elif hasattr(m, "weight") and m.__class__.__name__ in ("RMSNorm", "MultiHeadNorm"):
-                m.weight.fill_(1.0)
-            if getattr(m, "qk_norm", False):
-                m.q_norm_weight.fill_(1.0)
-                m.k_norm_weight.fill_(1.0)
+        nn.init.normal_(self.embed.weight, std=std)
+        for block in self.blocks:
+            block.reset_parameters(std, out_std)
+        self.norm.reset_parameters()
+        if self.head is not None:
+            nn.init.normal_(self.head.weight, std=std)
 
     # ------------------------------------------------------------------ forward
     def forward(
@@ -377,8 +380,6 @@ class SwaxLM(nn.Module):
         Files are written under temporary names and renamed, so an interrupted save leaves any
         earlier checkpoint in that directory intact."""
         from safetensors.torch import save_file
-
-        from .paths import writing
 
         path = Path(path)
         tensors = {k: v.detach().contiguous().cpu() for k, v in self.state_dict().items()}

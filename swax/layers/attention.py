@@ -95,6 +95,17 @@ class _Attention(nn.Module):
             self.k_norm_weight = nn.Parameter(torch.ones(head_dim))
         self.norm_eps = norm_eps
 
+    @torch.no_grad()
+    def reset_parameters(self, std: float, out_std: float) -> None:
+        """Normal(0, std) q, k and v projections; the output projection, which writes to the
+        residual stream, Normal(0, out_std); the q/k norms' scales at 1."""
+        for proj in (self.q_proj, self.k_proj, self.v_proj):
+            nn.init.normal_(proj.weight, std=std)
+        nn.init.normal_(self.o_proj.weight, std=out_std)
+        if self.qk_norm:
+            self.q_norm_weight.fill_(1.0)
+            self.k_norm_weight.fill_(1.0)
+
     def _norm(self, x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
         return F.rms_norm(x.float(), (x.shape[-1],), w.float(), self.norm_eps).to(x.dtype)
 

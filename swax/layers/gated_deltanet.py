@@ -61,6 +61,17 @@ class GatedDeltaNetLayer(nn.Module):
         self.reset_special()
 
     @torch.no_grad()
+    def reset_parameters(self, std: float, out_std: float) -> None:
+        """Normal(0, std) projections; the output projection, which writes to the residual
+        stream, Normal(0, out_std); the output norm's scale at 1; then :meth:`reset_special`."""
+        for proj in (self.q_proj, self.k_proj, self.v_proj, self.a_proj, self.b_proj):
+            nn.init.normal_(proj.weight, std=std)
+        nn.init.normal_(self.g_proj.weight, std=std)
+        nn.init.normal_(self.o_proj.weight, std=out_std)
+        self.norm.reset_parameters()
+        self.reset_special()
+
+    @torch.no_grad()
     def reset_special(self) -> None:
         """fla/Mamba-2 initialisation of the convolution, decay rate A and time-step bias."""
         nn.init.uniform_(

@@ -22,5 +22,13 @@ class SwiGLU(nn.Module):
         self.up = nn.Linear(d_model, hidden, bias=False)
         self.down = nn.Linear(hidden, d_model, bias=False)
 
+    @torch.no_grad()
+    def reset_parameters(self, std: float, out_std: float) -> None:
+        """Normal(0, std) input projections; the output projection, which writes to the
+        residual stream, Normal(0, out_std)."""
+        nn.init.normal_(self.gate.weight, std=std)
+        nn.init.normal_(self.up.weight, std=std)
+        nn.init.normal_(self.down.weight, std=out_std)
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.down(F.silu(self.gate(x)) * self.up(x))

@@ -80,6 +80,17 @@ class MLSTMLayer(nn.Module):
         self.reset_gates()
 
     @torch.no_grad()
+    def reset_parameters(self, std: float, out_std: float) -> None:
+        """Normal(0, std) q, k, v and output-gate projections; the output projection, which
+        writes to the residual stream, Normal(0, out_std); the head norm's scale at 1; then the
+        gates and the convolution (:meth:`reset_gates`)."""
+        for proj in (self.q, self.k, self.v, self.ogate):
+            nn.init.normal_(proj.weight, std=std)
+        nn.init.normal_(self.out_proj.weight, std=out_std)
+        self.norm.reset_parameters()
+        self.reset_gates()
+
+    @torch.no_grad()
     def reset_gates(self) -> None:
         """xLSTM-7B gate initialisation (called by the constructor and by SwaxLM's init);
         nothing to do on the meta device."""

@@ -14,6 +14,11 @@ class RMSNorm(nn.Module):
         self.eps = eps
         self.weight = nn.Parameter(torch.ones(dim))
 
+    @torch.no_grad()
+    def reset_parameters(self) -> None:
+        """The scale at 1."""
+        self.weight.fill_(1.0)
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         xf = x.float()
         y = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)
@@ -34,6 +39,11 @@ class MultiHeadNorm(nn.Module):
             raise ValueError(f"MultiHeadNorm kind must be 'layer' or 'rms', got {kind!r}")
         self.n_heads, self.head_dim, self.eps, self.kind = n_heads, head_dim, eps, kind
         self.weight = nn.Parameter(torch.ones(n_heads * head_dim))
+
+    @torch.no_grad()
+    def reset_parameters(self) -> None:
+        """The scale at 1."""
+        self.weight.fill_(1.0)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         xf = x.float()
