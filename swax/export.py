@@ -21,7 +21,13 @@ from pathlib import Path
 
 import torch
 
+from .data.tokenizer import CONFIG_FILE, ByteTokenizer, HFTokenizer, load_model_tokenizer
 from .errors import SwaxError
+from .integrity import write_checksum_file
+from .model import CONFIG_NAME, WEIGHTS_NAME, SwaxLM
+from .ops.gated_delta import plain_solve
+from .ops.registry import forced_backends
+from .version import __version__
 
 _REMOTE_DOC = '"""Written by `swax export hf`: the classes come from the installed swax."""\n\n'
 REMOTE_FILES = {
@@ -82,7 +88,6 @@ def _bytes_to_unicode() -> dict[int, str]:
 def _write_tokenizer(tok, out: Path) -> None:
     """tokenizer.json + tokenizer_config.json readable by AutoTokenizer and by swax's
     load_model_tokenizer (its keys "type", "name", "eot_token" live in the same file)."""
-    from .data.tokenizer import CONFIG_FILE, ByteTokenizer, HFTokenizer
 
     if isinstance(tok, ByteTokenizer):
         byte_level_hf_tokenizer().save(str(out / "tokenizer.json"))
@@ -118,9 +123,6 @@ def export_hf(model_dir: str | os.PathLike, out_dir: str | os.PathLike) -> Path:
     """Write the Hugging Face folder of the swax checkpoint ``model_dir`` to ``out_dir`` (which
     must not exist or be empty). The folder is built under a temporary name and renamed, so a
     failure leaves nothing behind. Returns ``out_dir``."""
-    from .data.tokenizer import load_model_tokenizer
-    from .integrity import write_checksum_file
-    from .model import CONFIG_NAME, WEIGHTS_NAME, SwaxLM
 
     model_dir, out = Path(model_dir), Path(out_dir)
     _check_out_dir(out, "OUT_DIR")
@@ -131,7 +133,6 @@ def export_hf(model_dir: str | os.PathLike, out_dir: str | os.PathLike) -> Path:
             f"the tokenizer of {model_dir} has {tok.vocab_size} ids but the model only "
             f"{model.config.vocab_size}"
         )
-    from . import __version__
 
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
@@ -173,8 +174,6 @@ def portable_ops() -> Iterator[None]:
     """Within the block swax's ops run as plain tensor ops that exporters can translate: the
     mLSTM's autograd chunk form (not the ``swax::mlstm_chunk_fwd`` custom op), blockwise
     sliding-window attention, and Gated DeltaNet's triangular solve by forward substitution."""
-    from .ops.gated_delta import plain_solve
-    from .ops.registry import forced_backends
 
     with forced_backends(mlstm="autograd", swa="blockwise"), plain_solve():
         yield
@@ -202,7 +201,6 @@ def export_onnx(
     int64 (batch_size, seq_len), output ``logits`` float32 (batch_size, seq_len, vocab), at the
     attention window ``window`` (default: the model's). Shapes are fixed. The file is written
     under a temporary name and renamed; an existing ``out_path`` is an error. Returns it."""
-    from .model import SwaxLM
 
     out = Path(out_path)
     if out.exists():

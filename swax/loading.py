@@ -12,6 +12,7 @@ import torch
 
 from .config import SwaxConfig
 from .configutil import resolve_device
+from .data import ByteTokenizer, load_model_tokenizer
 from .model import SwaxLM
 
 __all__ = ["load_model_and_tokenizer"]
@@ -29,7 +30,6 @@ def load_model_and_tokenizer(
     :func:`swax.configutil.resolve_device`): ``SwaxLM.from_pretrained(model_dir)`` with the
     tokenizer saved next to it; without ``model_dir``, the ``preset`` (default tiny) with random
     weights drawn from ``seed`` and the byte-level tokenizer."""
-    from .data import ByteTokenizer, load_model_tokenizer
 
     device = resolve_device(device)
     if model_dir is not None:

@@ -15,6 +15,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from .data import DataConfig, SyntheticConfig, build_datasets, load_model_tokenizer
+from .eval.recall import recall_by_window
+from .model import SwaxLM
+from .train import load_train_config, train
+from .train.checkpoint import latest_checkpoint
+
 SEQ_LEN = 64
 WINDOWS = {"short": 8, "long": 64}
 MULTIPLES = (1, 2, 4, 8, 16, 32)
@@ -34,8 +40,6 @@ BASE = [
 
 def train_pair(run_dir: Path, overrides: list[str]) -> dict[str, Path]:
     """Train (or reuse, or resume) the short- and long-window models; {role: model folder}."""
-    from .train import load_train_config, train
-    from .train.checkpoint import latest_checkpoint
 
     models = {}
     for role, window in WINDOWS.items():
@@ -55,9 +59,6 @@ def train_pair(run_dir: Path, overrides: list[str]) -> dict[str, Path]:
 
 def evaluate_pair(models: dict[str, Path], samples: int = 64) -> dict:
     """Recall (%) of each model with its own window at every multiple: {role: {length: acc}}."""
-    from .data import DataConfig, SyntheticConfig, build_datasets, load_model_tokenizer
-    from .eval.recall import recall_by_window
-    from .model import SwaxLM
 
     episodes = SyntheticConfig(
         task="mqar", fraction=1.0, num_needles=1, num_queries=1, min_distance=8

@@ -22,6 +22,7 @@ import json
 from pathlib import Path
 
 from ..errors import SwaxError
+from .plots import save_curves
 
 RESULT_FILES = (
     "compare.csv",
@@ -117,7 +118,6 @@ def _length(n: int) -> str:
 
 
 def _niah(niah: dict, out: Path) -> list[str]:
-    from .plots import save_curves
 
     lengths = sorted({n for v in niah.values() for n in v})
     head = ["model", *[_length(n) for n in lengths]]
@@ -178,7 +178,6 @@ def _tasks(tasks: dict, out: Path) -> list[str]:
 
 
 def _ppl(ppl: dict, out: Path) -> list[str]:
-    from .plots import save_curves
 
     models = list(ppl)
     ends = sorted({int(r["bucket_end"]) for rows in ppl.values() for r in rows})

@@ -78,6 +78,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..data.jsonl import read_jsonl, write_jsonl
+from ..data.sources import kjv_documents
+from ..data.synthetic import key_vocabulary
 from ..errors import SwaxError
 
 __all__ = [
@@ -243,8 +245,6 @@ class _WordKeys:
             self.vocab = None
             self.size = len(self.adjs) * len(self.nouns)
         else:
-            from ..data.synthetic import key_vocabulary
-
             self.vocab = key_vocabulary(key_split)
             self.size = len(self.vocab)
 
@@ -390,8 +390,6 @@ class _Essay:
 @functools.lru_cache(maxsize=4)
 def _essay(text: str | None) -> _Essay:
     if text is None:
-        from ..data.sources import kjv_documents
-
         text = "\n".join(doc.split("\n", 1)[-1] for doc in kjv_documents())  # drop headings
     return _Essay(text)
 
