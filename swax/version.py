@@ -1,3 +1,3 @@
-"""The version of swax (one place; pyproject.toml repeats it for the build)."""
+"""The version of swax, written once (pyproject.toml reads it for the build)."""
 
 __version__ = "0.1.0"
