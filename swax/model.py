@@ -32,6 +32,7 @@ from .layers import (
     SwiGLU,
     swiglu_hidden_dim,
 )
+from .ops._checks import check_window
 from .ops.docs import check_doc_ids
 from .paths import writing
 from .state import DEFAULT_WINDOW, SwaxState, _Default
@@ -294,12 +295,8 @@ class SwaxLM(nn.Module):
                     f"a per-layer window needs one entry per layer ({self.config.n_layers}), "
                     f"got {len(window)}"
                 )
-            return tuple(None if w is None else self._check_window(w) for w in window)
-        if isinstance(window, bool) or not isinstance(window, int):
-            raise ValueError(f"window must be a positive integer or None, got {window!r}")
-        if window < 1:
-            raise ValueError(f"window must be >= 1 (tokens each query sees), got {window}")
-        return window
+            return tuple(check_window(w) for w in window)
+        return check_window(window)
 
     def _check_ids(self, input_ids: torch.Tensor) -> torch.Tensor:
         if not isinstance(input_ids, torch.Tensor):

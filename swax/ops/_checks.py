@@ -44,3 +44,18 @@ def check_choice(fn: str, name: str, value: object, choices: Sequence[str]) -> N
         raise ValueError(
             f"{fn}: unknown {name} {value!r}, expected one of {', '.join(map(repr, choices))}"
         )
+
+
+def check_window(window: object, what: str = "window", fn: str = "") -> int | None:
+    """``window`` if it is a positive integer (keys each query sees) or None (no window);
+    else ValueError naming ``what`` (prefixed by ``fn``, the op, when given) and the value.
+    The one check of a window passed as a number: ops, the model's forward and the training
+    schedules use it (a window given as text is read by swax.configutil.parse_window)."""
+    where = f"{fn}: " if fn else ""
+    if window is None:
+        return None
+    if isinstance(window, bool) or not isinstance(window, int):
+        raise ValueError(f"{where}{what} must be a positive integer or None, got {window!r}")
+    if window < 1:
+        raise ValueError(f"{where}{what} must be >= 1 (keys each query sees), got {window}")
+    return window

@@ -16,6 +16,8 @@ import hashlib
 import math
 import struct
 
+from ..ops._checks import check_window
+
 
 def _uniform(seed: int, step: int, stream: int = 0) -> float:
     """A uniform number in [0, 1) determined by (seed, step, stream) alone (counter-based)."""
@@ -27,9 +29,9 @@ class FixedWindow:
     """The same window at every step."""
 
     def __init__(self, window: int):
-        if isinstance(window, bool) or not isinstance(window, int) or window < 1:
-            raise ValueError(f"window must be a positive integer, got {window!r}")
-        self.window = window
+        if window is None:
+            raise ValueError("window must be a positive integer, got None")
+        self.window = check_window(window)
         self.long = window
 
     def __call__(self, step: int) -> int:
@@ -58,9 +60,12 @@ class StochasticWindow:
         seed: int = 0,
         per_layer: int | None = None,
     ):
-        for name, v in (("short", short), ("long", long), ("total_steps", total_steps)):
-            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise ValueError(f"{name} must be a positive integer, got {v!r}")
+        for name, v in (("short", short), ("long", long)):
+            if v is None:
+                raise ValueError(f"{name} must be a positive integer, got None")
+            check_window(v, name)
+        if isinstance(total_steps, bool) or not isinstance(total_steps, int) or total_steps < 1:
+            raise ValueError(f"total_steps must be a positive integer, got {total_steps!r}")
         if short > long:
             raise ValueError(f"short window {short} must not exceed the long window {long}")
         if not 0 <= p_short <= 1:
