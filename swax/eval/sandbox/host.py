@@ -143,6 +143,7 @@ from collections.abc import Callable, Collection, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import IO
 
 __all__ = ["ExecResult", "run_program", "run_programs", "landlock_abi"]
 
@@ -370,6 +371,112 @@ def _guard_names(launched: dict, setup: dict) -> tuple[str, ...]:
     return tuple(names)
 
 
+def _write_program(tmp: str, program: str, uid_mode: str | None) -> str:
+    """Write ``program`` to ``tmp/program.py``; both belong to the sandbox uid if it runs as
+    that. Returns the file's path."""
+    prog_path = os.path.join(tmp, "program.py")
+    with open(prog_path, "w", encoding="utf-8") as f:
+        f.write(program)
+    if uid_mode:
+        os.chown(tmp, _SANDBOX_UID, _SANDBOX_UID)
+        os.chown(prog_path, _SANDBOX_UID, _SANDBOX_UID)
+    return prog_path
+
+
+def _send(fd: int, cfg: dict) -> None:
+    """Write ``cfg`` (JSON) to the pipe ``fd`` and close it."""
+    try:
+        os.write(fd, json.dumps(cfg).encode())  # small: fits in the pipe
+    finally:
+        os.close(fd)
+
+
+def _start_launcher(cfg: dict, tmp: str, out: IO[bytes], fds: tuple[int, ...]) -> subprocess.Popen:
+    """Start the launcher with its configuration ``cfg`` on the command line, in ``tmp``, in a
+    new session, with the minimal environment; it inherits the pipe ends ``fds``, closed here
+    once it started."""
+    try:
+        return subprocess.Popen(
+            [sys.executable, "-I", "-S", "-B", "-c", _LAUNCHER, json.dumps(cfg)],
+            cwd=tmp,
+            env=_clean_env(tmp),
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            pass_fds=fds,
+            start_new_session=True,
+        )
+    finally:
+        for fd in fds:
+            os.close(fd)
+
+
+def _stop_launcher(proc: subprocess.Popen, timeout: float) -> bool:
+    """Wait for the launcher, kill what is left of its process group and reap it. Returns
+    whether the backstop fired (the launcher itself hung past the timeout and the grace)."""
+    backstop = False
+    if not _wait_exited(proc.pid, timeout + _GRACE):
+        backstop = True  # the launcher itself hangs: kill its whole process group
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGKILL)
+    # The launcher has exited but is not reaped, so its process group id is still its own:
+    # whatever is left in the group (where the launcher had no subreaper) dies here.
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    return backstop
+
+
+def _tail(out: IO[bytes], n: int = 2000) -> str:
+    """The last ``n`` bytes written to ``out``, decoded."""
+    out.seek(0, os.SEEK_END)
+    out.seek(max(0, out.tell() - n))
+    return out.read().decode("utf-8", "replace")
+
+
+def _verdict(
+    launched: dict,
+    setup: dict,
+    lines: list[str],
+    tokens: tuple[str, str],
+    *,
+    backstop: bool,
+    launcher_status: int | None,
+    timeout: float,
+    seconds: float,
+    output: str,
+) -> ExecResult:
+    """The :class:`ExecResult` of a run, from the launcher's report (``launched``), the
+    runner's ``setup`` report and its result ``lines`` (with the pass and fail ``tokens``)."""
+    pass_token, fail_token = tokens
+    guards = launched.get("guards", {})
+    abi = int(guards.get("landlock", 0) or 0)
+    uid = guards.get("uid")
+    names = _guard_names(launched, setup)
+    rc = launched.get("rc")
+
+    def result(passed: bool, status: str, detail: str) -> ExecResult:
+        return ExecResult(passed, status, detail, rc, seconds, abi, output, uid, names)
+
+    if backstop or launched.get("timeout"):
+        return result(False, "timeout", f"timed out after {timeout:g} s")
+    if not launched:
+        return result(False, "failed", f"the sandbox launcher failed (status {launcher_status})")
+    if guards.get("error"):
+        return result(False, "failed", f"the sandbox could not start: {guards['error']}")
+    if rc == 0 and f"passed {pass_token}" in lines:
+        return result(True, "passed", "")
+    prefix = f"failed {fail_token} "
+    failures = [line[len(prefix) :] for line in lines if line.startswith(prefix)]
+    if failures:
+        detail = failures[-1]
+    elif rc is not None and rc < 0:
+        detail = f"killed by {_signal_name(-rc)}"
+    else:
+        detail = f"exited with status {rc} before the end of the program"
+    return result(False, "failed", detail)
+
+
 def _launch(
     program: str,
     timeout: float,
@@ -391,12 +498,7 @@ def _launch(
         tempfile.TemporaryFile() as out,
     ):
         tmp = os.path.realpath(tmp_dir)
-        prog_path = os.path.join(tmp, "program.py")
-        with open(prog_path, "w", encoding="utf-8") as f:
-            f.write(program)
-        if uid_mode:
-            os.chown(tmp, _SANDBOX_UID, _SANDBOX_UID)
-            os.chown(prog_path, _SANDBOX_UID, _SANDBOX_UID)
+        prog_path = _write_program(tmp, program, uid_mode)
         mounts = _proc_mounts()
         runner_cfg = {
             "pass_token": pass_token,
@@ -410,10 +512,7 @@ def _launch(
         setup_r, setup_w = os.pipe()
         result_r, result_w = os.pipe()
         report_r, report_w = os.pipe()
-        try:
-            os.write(cfg_w, json.dumps(runner_cfg).encode())  # small: fits in the pipe
-        finally:
-            os.close(cfg_w)
+        _send(cfg_w, runner_cfg)
         launcher_cfg = {
             "timeout": timeout,
             "python": python,
@@ -430,63 +529,23 @@ def _launch(
             "read_all": uid_mode == "read-all",
             "disable": sorted(disable),
         }
-        try:
-            proc = subprocess.Popen(
-                [sys.executable, "-I", "-S", "-B", "-c", _LAUNCHER, json.dumps(launcher_cfg)],
-                cwd=tmp,
-                env=_clean_env(tmp),
-                stdin=subprocess.DEVNULL,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                pass_fds=(cfg_r, setup_w, result_w, report_w),
-                start_new_session=True,
-            )
-        finally:
-            for fd in (cfg_r, setup_w, result_w, report_w):
-                os.close(fd)
-        backstop = False
-        if not _wait_exited(proc.pid, timeout + _GRACE):
-            backstop = True  # the launcher itself hangs: kill its whole process group
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(proc.pid, signal.SIGKILL)
-        # The launcher has exited but is not reaped, so its process group id is still its own:
-        # whatever is left in the group (where the launcher had no subreaper) dies here.
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
+        proc = _start_launcher(launcher_cfg, tmp, out, (cfg_r, setup_w, result_w, report_w))
+        backstop = _stop_launcher(proc, timeout)
         launched = _json_line(_read_available(report_r))
         setup = _json_line(_read_available(setup_r))
         lines = _read_available(result_r).decode("utf-8", "replace").splitlines()
-        out.seek(0, os.SEEK_END)
-        out.seek(max(0, out.tell() - 2000))
-        output = out.read().decode("utf-8", "replace")
-    seconds = time.perf_counter() - start
-    guards = launched.get("guards", {})
-    abi = int(guards.get("landlock", 0) or 0)
-    uid = guards.get("uid")
-    names = _guard_names(launched, setup)
-    rc = launched.get("rc")
-
-    def result(passed: bool, status: str, detail: str) -> ExecResult:
-        return ExecResult(passed, status, detail, rc, seconds, abi, output, uid, names)
-
-    if backstop or launched.get("timeout"):
-        return result(False, "timeout", f"timed out after {timeout:g} s")
-    if not launched:
-        return result(False, "failed", f"the sandbox launcher failed (status {proc.returncode})")
-    if guards.get("error"):
-        return result(False, "failed", f"the sandbox could not start: {guards['error']}")
-    if rc == 0 and f"passed {pass_token}" in lines:
-        return result(True, "passed", "")
-    prefix = f"failed {fail_token} "
-    failures = [line[len(prefix) :] for line in lines if line.startswith(prefix)]
-    if failures:
-        detail = failures[-1]
-    elif rc is not None and rc < 0:
-        detail = f"killed by {_signal_name(-rc)}"
-    else:
-        detail = f"exited with status {rc} before the end of the program"
-    return result(False, "failed", detail)
+        output = _tail(out)
+    return _verdict(
+        launched,
+        setup,
+        lines,
+        (pass_token, fail_token),
+        backstop=backstop,
+        launcher_status=proc.returncode,
+        timeout=timeout,
+        seconds=time.perf_counter() - start,
+        output=output,
+    )
 
 
 def _execute(
