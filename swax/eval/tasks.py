@@ -902,7 +902,7 @@ def _code(
     memory_mb,
     workers,
 ):
-    from .code_exec import run_programs
+    from .sandbox import run_programs
 
     stop = HUMANEVAL_STOP if spec.name == "humaneval" else MBPP_STOP
     if max_new_tokens is None:
@@ -1099,7 +1099,7 @@ def evaluate_tasks(
         fewshot_seed: seed of the few-shot sampler (1234, the harness's default).
         max_new_tokens: generation budget of code tasks (default 1024 humaneval, 256 mbpp).
         code_timeout, code_memory_mb, code_workers: sandbox limits of code execution
-            (see :mod:`swax.eval.code_exec`).
+            (see :mod:`swax.eval.sandbox`).
         data_files: {task or task_train: path} overriding the default file names.
         progress: show tqdm progress bars with ETA.
 

@@ -1,4 +1,4 @@
-"""Sandboxed execution of model-written code (swax.eval.code_exec)."""
+"""Sandboxed execution of model-written code (swax.eval.sandbox)."""
 
 import json
 import os
@@ -12,8 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from swax.eval import code_exec
-from swax.eval.code_exec import landlock_abi, run_program, run_programs
+from swax.eval.sandbox import host, landlock_abi, run_program, run_programs
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 LANDLOCK = landlock_abi()
@@ -155,7 +154,7 @@ def test_run_programs_keeps_order():
 
 
 # ------------------------------------------------------------------- guards, one claim per test
-# `code_exec._execute(..., disable=...)` switches other guards off so that each test checks one
+# `host._execute(..., disable=...)` switches other guards off so that each test checks one
 # guard on its own; the programs undo the Python guard themselves (`del sys.modules['posix']`).
 
 LINUX = sys.platform.startswith("linux")
@@ -211,7 +210,7 @@ def _environ_scan(evaluator: int) -> str:
 def test_program_cannot_read_other_processes_environ(disable, landlock):
     """Hole 1: `open('/proc/%d/environ' % os.getppid())` returned the evaluator's environment
     (the old runner's parent was the evaluating process). Scans every process's environ."""
-    res = code_exec._execute(_environ_scan(os.getpid()), disable=disable, landlock=landlock)
+    res = host._execute(_environ_scan(os.getpid()), disable=disable, landlock=landlock)
     assert res.passed, res.detail + res.output
 
 
@@ -226,7 +225,7 @@ with open("/proc/%d/environ" % os.getppid(), "rb") as f:
 assert names == set({sorted(CLEAN_ENV)!r}), sorted(names)
 """
     disable = ("uid", "landlock", "audit", "guard")
-    res = code_exec._execute(program, disable=disable, landlock=False)
+    res = host._execute(program, disable=disable, landlock=False)
     assert res.passed, res.detail + res.output
 
 
@@ -318,7 +317,7 @@ assert [n for n in os.listdir(".") if n.startswith("spawned")] == []
 def test_processes_cannot_be_started(disable, landlock):
     """Hole 2: as root, `posix.fork()` (the guard undone) forked 30 times and `/bin/sh -c id`
     ran. Each of seccomp, RLIMIT_NPROC under uid 65534, and the audit hook refuses it alone."""
-    res = code_exec._execute(SPAWN, disable=disable, landlock=landlock, timeout=60)
+    res = host._execute(SPAWN, disable=disable, landlock=landlock, timeout=60)
     assert res.passed, res.detail + res.output
 
 
@@ -384,7 +383,7 @@ def _run_grandchild(tail: str, timeout: float, disable: tuple[str, ...]):
     tag = f"45.{secrets.randbelow(10**8)}"
     try:
         program = GRANDCHILD.replace("TAG", tag) + tail
-        res = code_exec._execute(program, timeout=timeout, disable=disable)
+        res = host._execute(program, timeout=timeout, disable=disable)
         # the grandchild really was started, and was already `sleep TAG` before the program
         # printed its pid (a scan of /proc before its exec would find nothing on a busy machine)
         started = re.search(r"grandchild (\d+)", res.output)
@@ -562,7 +561,7 @@ assert not allowed, allowed
 """
     )
     disable = ("uid", "landlock", "seccomp", "nproc", "guard")
-    res = code_exec._execute(program, disable=disable, landlock=False)
+    res = host._execute(program, disable=disable, landlock=False)
     assert res.passed, res.detail + res.output
     assert "audit-hook" in res.guards and "seccomp" not in res.guards
 
@@ -592,7 +591,7 @@ for pid in (posix.getppid(), {os.getpid()}):
     raise AssertionError("may signal %d" % pid)
 """
     )
-    res = code_exec._execute(program, disable=disable, landlock=landlock)
+    res = host._execute(program, disable=disable, landlock=landlock)
     assert res.passed, res.detail + res.output
 
 
@@ -613,7 +612,7 @@ for act in (lambda s: s.connect(("127.0.0.1", {port})), lambda s: s.bind(("127.0
             continue
         raise AssertionError("TCP allowed")
 """
-        res = code_exec._execute(program, disable=("uid", "audit", "guard"))
+        res = host._execute(program, disable=("uid", "audit", "guard"))
         assert res.passed, res.detail + res.output
         with pytest.raises(BlockingIOError):
             server.accept()
@@ -647,7 +646,7 @@ print(results)
 assert all(results.values()) if {seccomp} else not any(results.values()), results
 """
     disable = ("audit", "guard") + (() if seccomp else ("seccomp",))
-    res = code_exec._execute(program, disable=disable)
+    res = host._execute(program, disable=disable)
     assert res.passed, res.detail + res.output
 
 
@@ -659,7 +658,7 @@ for name, value in expect.items():
     limits = resource.getrlimit(getattr(resource, "RLIMIT_" + name))
     assert limits == (value, value), (name, limits)
 """
-    res = code_exec._execute(
+    res = host._execute(
         program, disable=("audit", "guard"), memory_mb=300, max_file_mb=3, timeout=9.5
     )
     assert res.passed, res.detail + res.output
@@ -714,7 +713,7 @@ for act in (
     raise AssertionError("write allowed")
 """
     )
-    res = code_exec._execute(program, disable=disable, landlock=landlock)
+    res = host._execute(program, disable=disable, landlock=landlock)
     assert res.passed, res.detail + res.output
     assert sentinel.read_text() == "keep me" and sorted(os.listdir(tmp_path)) == ["sentinel.txt"]
 
@@ -733,12 +732,12 @@ def test_guards_are_reported():
     assert ("separate-uid" in g) == ROOT
     if ROOT:
         assert BASELINE.uid == 65534
-    bare = code_exec._execute("pass", disable=code_exec._LAYERS, landlock=False)
+    bare = host._execute("pass", disable=host._LAYERS, landlock=False)
     assert bare.passed and set(bare.guards) == {"rlimits"}
-    nproc = code_exec._execute("pass", disable=("seccomp",))
+    nproc = host._execute("pass", disable=("seccomp",))
     assert ("rlimit-nproc" in nproc.guards) == (LINUX and nproc.uid != 0)
     with pytest.raises(ValueError):
-        code_exec._execute("pass", disable=("no-such-guard",))
+        host._execute("pass", disable=("no-such-guard",))
 
 
 def _python_for_nobody() -> str | None:
@@ -760,6 +759,9 @@ def _python_for_nobody() -> str | None:
     return None
 
 
+SANDBOX_FILES = ("host.py", "launcher.py", "runner.py")
+
+
 @needs_root
 @needs_landlock
 def test_non_root_evaluator():
@@ -769,24 +771,32 @@ def test_non_root_evaluator():
     python = _python_for_nobody()
     if python is None:
         pytest.skip("no Python >= 3.10 that uid 65534 can run")
-    # the module's text goes in on stdin, not as a path: uid 65534 may not be able to read the
-    # checkout (a clone in a 0700 folder)
-    module = Path(code_exec.__file__).resolve()
+    # the texts of the host module and of the two programs beside it go in on stdin, not as
+    # paths: uid 65534 may not be able to read the checkout (a clone in a 0700 folder); the
+    # evaluator writes them to a folder of its own and runs the host module from there
+    package = Path(host.__file__).resolve().parent
+    files = {name: (package / name).read_text() for name in SANDBOX_FILES}
     evaluator = f"""
-import json, os, sys, types
+import json, os, shutil, sys, tempfile, types
 given = json.load(sys.stdin)
-ce = types.ModuleType("code_exec")
-sys.modules["code_exec"] = ce
-exec(compile(given["module"], {str(module)!r}, "exec"), ce.__dict__)
+folder = tempfile.mkdtemp()
+for name, text in given["files"].items():
+    with open(os.path.join(folder, name), "w", encoding="utf-8") as f:
+        f.write(text)
+ce = types.ModuleType("sandbox_host")
+ce.__file__ = os.path.join(folder, "host.py")
+sys.modules["sandbox_host"] = ce
+exec(compile(given["files"]["host.py"], ce.__file__, "exec"), ce.__dict__)
 scan = given["scan"].replace("EVALUATOR_PID", str(os.getpid()))
 for program in (scan, {SPAWN!r}):
     print(json.dumps(ce.run_program(program, timeout=60).to_dict()), flush=True)
+shutil.rmtree(folder)
 """
     scan = _environ_scan(0).replace("EVALUATOR = 0", "EVALUATOR = EVALUATOR_PID")
     env = {"PATH": "/usr/bin:/bin", "SWAX_TEST_TOKEN": "s3cret"}
     proc = subprocess.run(
         [python, "-I", "-c", evaluator],
-        input=json.dumps({"module": module.read_text(), "scan": scan}),
+        input=json.dumps({"files": files, "scan": scan}),
         text=True,
         user=65534,
         group=65534,

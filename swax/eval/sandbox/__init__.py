@@ -1,0 +1,16 @@
+"""Run model-written Python programs (HumanEval, MBPP) with their tests, in a sandbox.
+
+:func:`run_program` runs one program (the candidate code followed by its test asserts) and
+says whether it ran to its end without an exception; :func:`run_programs` runs many, in
+parallel; :func:`landlock_abi` is the Landlock ABI the kernel offers. :class:`ExecResult`
+holds the outcome, with the guards that applied to the run.
+
+The host side lives in :mod:`.host`; ``launcher.py`` and ``runner.py`` are the two programs it
+runs in fresh interpreters (passed as text, they import nothing from swax).
+
+The guards: docs/sandbox.md.
+"""
+
+from .host import ExecResult, landlock_abi, run_program, run_programs
+
+__all__ = ["ExecResult", "run_program", "run_programs", "landlock_abi"]
