@@ -18,6 +18,7 @@ from typing import Literal
 
 from .config import PRESETS
 from .configutil import WindowSetting, check_minimums, option, parse_window
+from .eval.tasks import TaskEvalSettings
 
 
 def _check(cfg) -> None:
@@ -140,13 +141,13 @@ class TasksConfig(EvalConfig):
     data_dir: str | None = option(None, metavar="DIR")
     """Folder of {task}.jsonl files in the upstream schemas (see README; swax eval
     convert-tasks writes them); default: the few sample records shipped with swax."""
-    num_fewshot: int | None = option(None, minimum=0)
+    num_fewshot: int | None = option(TaskEvalSettings.num_fewshot, minimum=0)
     """Few-shot examples per prompt (default: each task's own)."""
-    limit: int | None = option(None, minimum=1)
+    limit: int | None = option(TaskEvalSettings.limit, minimum=1)
     """Evaluate the first N items of each task only."""
-    batch_size: int = option(8, minimum=1)
+    batch_size: int = option(TaskEvalSettings.batch_size, minimum=1)
     """Sequences per forward pass."""
-    code_timeout: float = option(10.0, minimum=0.1)
+    code_timeout: float = option(TaskEvalSettings.code_timeout, minimum=0.1)
     """Seconds per program of the code tasks (at least 0.1)."""
 
 
