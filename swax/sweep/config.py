@@ -8,13 +8,15 @@ to validate it, and the grid is expanded); :func:`train_config` is the TrainConf
 from __future__ import annotations
 
 import copy
+import itertools
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..configutil import check_bounds, from_dict, load_yaml_mapping
+from ..configutil import check_bounds, from_dict, load_yaml_mapping, to_dict
 from ..data.config import SyntheticConfig
 from ..errors import ConfigError
+from ..train.config import TrainConfig
 
 
 @dataclass
@@ -187,13 +189,13 @@ def _apply_quick(cfg: SweepConfig, q: dict) -> None:
             raise ConfigError(f"quick.runs names unknown variant {missing[0]!r}")
         cfg.runs = {r: cfg.runs[r] for r in q["runs"]}
     if "eval" in q:
-        cfg.eval = from_dict(EvalSpec, _merge(_as_dict(cfg.eval), q["eval"]))
+        cfg.eval = from_dict(EvalSpec, _merge(to_dict(cfg.eval), q["eval"]))
     if "grid" in q:
         g = q["grid"]
         cfg.grid = (
             None
             if g is None
-            else from_dict(GridSpec, _merge(_as_dict(cfg.grid) if cfg.grid else {}, g))
+            else from_dict(GridSpec, _merge(to_dict(cfg.grid) if cfg.grid else {}, g))
         )
     for key in ("out_dir", "jobs"):
         if key in q:
@@ -214,8 +216,6 @@ def _expand_grid(cfg: SweepConfig) -> None:
     """Fill ``cfg.grid_runs`` {name: overrides} and ``cfg.grid_points`` {name: {axis: value}}
     from ``cfg.grid``; a point equal to a sweep run (same config) is recorded in
     ``cfg.aliases`` and trained once."""
-    import itertools
-
     cfg.grid_runs, cfg.grid_points, cfg.aliases = {}, {}, {}
     g = cfg.grid
     if g is None or not g.axes:
@@ -255,17 +255,11 @@ def _matches(point: dict, exclude: dict) -> bool:
 
 
 def _comparable(cfg: SweepConfig, overrides: dict) -> dict:
-    return _as_dict(train_config(cfg, "_", 0, overrides))  # same run_dir and seed for all
+    return to_dict(train_config(cfg, "_", 0, overrides))  # same run_dir and seed for all
 
 
 def grid_seeds(cfg: SweepConfig) -> list[int]:
     return list(cfg.grid.seeds) if cfg.grid and cfg.grid.seeds else cfg.seeds[:1]
-
-
-def _as_dict(obj) -> dict:
-    from ..configutil import to_dict
-
-    return to_dict(obj)
 
 
 def run_dir(cfg: SweepConfig, name: str, seed: int) -> Path:
@@ -284,8 +278,6 @@ def run_overrides(cfg: SweepConfig, name: str) -> dict:
 
 
 def train_config(cfg: SweepConfig, name: str, seed: int, overrides: dict | None = None):
-    from ..train.config import TrainConfig
-
     data = _merge(cfg.base, overrides if overrides is not None else run_overrides(cfg, name))
     data.update(run_dir=str(run_dir(cfg, name, seed)), seed=seed)
     data.setdefault("log", {}).setdefault("progress", False)
@@ -296,4 +288,4 @@ def train_config(cfg: SweepConfig, name: str, seed: int, overrides: dict | None 
 
 
 def episode_config(cfg: SweepConfig, tcfg) -> SyntheticConfig:
-    return from_dict(SyntheticConfig, _merge(_as_dict(tcfg.data.synthetic), cfg.eval.episodes))
+    return from_dict(SyntheticConfig, _merge(to_dict(tcfg.data.synthetic), cfg.eval.episodes))

@@ -4,18 +4,30 @@ cached in the run's ``eval.json``), in this process or in ``jobs`` worker proces
 from __future__ import annotations
 
 import json
+import multiprocessing as mp
+import os
+import signal
 import sys
+import threading
 import time
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 
+from safetensors.torch import load_file
+
+from ..data import DataConfig, build_datasets, load_model_tokenizer
 from ..errors import ConfigError
+from ..eval.episodes import episode_accuracy
+from ..eval.ppl import bucketize, position_losses
+from ..eval.recall import recall_by_window
+from ..model import SwaxLM
+from ..threads import applied_threads, set_threads
+from ..train import train
+from ..train.checkpoint import latest_checkpoint, list_checkpoints
 from .config import EvalSpec, SweepConfig, episode_config, grid_seeds, run_dir, train_config
 
 
 def _train_one(cfg: SweepConfig, name: str, seed: int) -> dict:
-    from ..train import train
-    from ..train.checkpoint import latest_checkpoint
-
     tcfg = train_config(cfg, name, seed)
     rd = Path(tcfg.run_dir)
     if (rd / "summary.json").is_file() and (rd / "model").is_dir():
@@ -37,9 +49,6 @@ def evaluate_run(cfg: SweepConfig, name: str, seed: int, progress: bool = False)
     episodes at every length (long window, and training window where different), held-out
     text loss at the training length with each window, loss by position, recall at every kept
     checkpoint (learning curves) and the mechanism probe."""
-    from ..data import DataConfig, build_datasets, load_model_tokenizer
-    from ..model import SwaxLM
-
     tcfg = train_config(cfg, name, seed)
     rd = Path(tcfg.run_dir)
     cache = rd / "eval.json"
@@ -126,8 +135,6 @@ class _EvalContext:
         self.ep_cfg = episode_config(cfg, tcfg)
 
     def _episodes(self, model, lengths, samples, window, **kw) -> dict:
-        from ..eval.episodes import episode_accuracy
-
         res = episode_accuracy(
             model,
             self.tok,
@@ -144,8 +151,6 @@ class _EvalContext:
         return {str(k): v for k, v in res.items()}
 
     def recall(self) -> dict:
-        from ..eval.recall import recall_by_window
-
         lengths = [m * self.tcfg.seq_len for m in self.ev.length_multiples]
         return recall_by_window(
             self.model, self.tok, self.val, self.ep_cfg, lengths, self.ev.samples,
@@ -155,8 +160,6 @@ class _EvalContext:
 
     def text_loss(self) -> dict:
         """Held-out text at the training length, with each evaluation window."""
-        from ..eval.ppl import position_losses
-
         n = self.tcfg.seq_len + 1
         return {
             "text_loss": {
@@ -170,8 +173,6 @@ class _EvalContext:
         }
 
     def ppl(self) -> dict:
-        from ..eval.ppl import bucketize, position_losses
-
         edges = [m * self.tcfg.seq_len for m in self.ev.ppl_multiples]
         if len(self.val) < edges[-1]:
             return {"ppl_done": True}
@@ -187,8 +188,6 @@ class _EvalContext:
 
     def curve(self) -> dict:
         """Recall (the run's own window) at every kept checkpoint: what it learned when."""
-        from ..train.checkpoint import list_checkpoints
-
         lengths = [m * self.tcfg.seq_len for m in self.ev.curve_multiples]
         points = []
         per_step = self.tcfg.batch_size * self.tcfg.seq_len
@@ -227,10 +226,6 @@ class _EvalContext:
 
 def _checkpoint_model(config, ckpt: Path):
     """The model weights of a training checkpoint (safetensors), in a fresh SwaxLM."""
-    from safetensors.torch import load_file
-
-    from ..model import SwaxLM
-
     model = SwaxLM(config)
     sd = {
         k: v
@@ -265,8 +260,6 @@ def _job(
     cfg: SweepConfig, name: str, seed: int, threads: int | None, worker: bool = False
 ) -> tuple[str, int, dict]:
     """Train (unless done) and evaluate one run; the unit of work of a parallel sweep."""
-    from ..threads import set_threads
-
     set_threads(threads or 0)
     try:
         _train_one(cfg, name, seed)
@@ -274,8 +267,6 @@ def _job(
     except KeyboardInterrupt as e:  # stopped by a signal (its checkpoint saved): a worker
         if not worker:  # process ends here, so that it starts no other run of the sweep
             raise
-        import os
-
         print(f"swax sweep: {name} seed {seed}: {e or 'interrupted'}", file=sys.stderr, flush=True)
         os._exit(getattr(e, "exit_code", 130))
 
@@ -288,8 +279,6 @@ def run_sweep(
     that many at once, each in a fresh process."""
     todo = all_jobs(cfg, only)
     jobs = jobs or cfg.jobs
-    from ..threads import applied_threads
-
     # each worker process: the base's threads, else the command's --threads / $SWAX_THREADS
     threads = cfg.base.get("threads") or applied_threads() or None
     t0 = time.perf_counter()
@@ -309,9 +298,6 @@ def run_sweep(
             report(i, name, seed, "(cached, completing)" if cached else "started")
             done[(name, seed)] = _job(cfg, name, seed, None)[2]
     else:
-        import multiprocessing as mp
-        from concurrent.futures import ProcessPoolExecutor, as_completed
-
         pool = ProcessPoolExecutor(jobs, mp_context=mp.get_context("spawn"))
         try:
             with _stop_raises():
@@ -338,9 +324,6 @@ class _stop_raises:  # noqa: N801
     Ctrl-C does), so that a scheduler's stop reaches the runs instead of orphaning them."""
 
     def __enter__(self):
-        import signal
-        import threading
-
         self.old = None
         if threading.current_thread() is threading.main_thread():
 
@@ -351,8 +334,6 @@ class _stop_raises:  # noqa: N801
         return self
 
     def __exit__(self, *exc):
-        import signal
-
         if self.old is not None:
             signal.signal(signal.SIGTERM, self.old)
         return False
@@ -362,10 +343,6 @@ def _stop_workers(pool, grace: float = 300.0) -> None:
     """Stop a sweep's worker processes: no new run starts, each running one gets SIGTERM (it
     saves a checkpoint at its next step and stops, so the sweep resumes it), and any still
     alive after ``grace`` seconds is killed."""
-    import os
-    import signal
-    import time
-
     procs = list((getattr(pool, "_processes", None) or {}).values())  # before shutdown clears it
     pool.shutdown(wait=False, cancel_futures=True)
     for p in procs:
