@@ -483,13 +483,12 @@ def cmd_eval_tasks(cfg: C.TasksConfig) -> int:
 
     from .eval.tasks import (
         RESULT_FILES,
-        SAMPLES_DIR,
+        TaskEvalSettings,
         evaluate_tasks,
         format_table,
-        parse_tasks,
-        sample_counts,
         write_results,
     )
+    from .eval.taskspecs import SAMPLES_DIR, parse_tasks, sample_counts
 
     parse_tasks(cfg.tasks)  # an unknown task name fails before the model loads
     if not cfg.model and not cfg.preset:
@@ -507,17 +506,14 @@ def cmd_eval_tasks(cfg: C.TasksConfig) -> int:
                 file=sys.stderr,
             )
     model, tok, label, window = _eval_model(cfg)
-    results = evaluate_tasks(
-        model,
-        tok,
-        cfg.tasks,
-        data_dir,
+    evaluation = TaskEvalSettings(
         num_fewshot=cfg.num_fewshot,
         limit=cfg.limit,
         batch_size=cfg.batch_size,
         window=window,
         code_timeout=cfg.code_timeout,
     )
+    results = evaluate_tasks(model, tok, cfg.tasks, data_dir, evaluation)
     settings = {
         "label": label,
         "model": _model_name(cfg),
@@ -604,7 +600,7 @@ def cmd_eval_compare(cfg: C.CompareConfig) -> int:
 
 
 def cmd_eval_convert_tasks(cfg: C.ConvertTasksConfig) -> int:
-    from .eval.tasks import convert_task_data, parse_tasks
+    from .eval.taskspecs import convert_task_data, parse_tasks
 
     if not cfg.task:
         raise SwaxError("swax eval convert-tasks needs --task NAME, the task SOURCE holds")

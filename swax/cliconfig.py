@@ -18,6 +18,7 @@ from typing import Literal
 
 from .config import PRESETS
 from .configutil import SEED_BOUNDS, WindowSetting, bounded, check_fields, option, parse_window
+from .eval.tasks import TaskEvalSettings
 from .generate import PREFILL_CHUNK
 
 
@@ -143,13 +144,13 @@ class TasksConfig(EvalConfig):
     data_dir: str | None = option(None, metavar="DIR")
     """Folder of {task}.jsonl files in the upstream schemas (see README; swax eval
     convert-tasks writes them); default: the few sample records shipped with swax."""
-    num_fewshot: int | None = option(None, bounds="[0, inf)")
+    num_fewshot: int | None = option(TaskEvalSettings.num_fewshot, bounds="[0, inf)")
     """Few-shot examples per prompt (default: each task's own)."""
-    limit: int | None = option(None, bounds="[1, inf)")
+    limit: int | None = option(TaskEvalSettings.limit, bounds="[1, inf)")
     """Evaluate the first N items of each task only."""
-    batch_size: int = option(8, bounds="[1, inf)")
+    batch_size: int = option(TaskEvalSettings.batch_size, bounds="[1, inf)")
     """Sequences per forward pass."""
-    code_timeout: float = option(10.0, bounds="[0.1, inf)")
+    code_timeout: float = option(TaskEvalSettings.code_timeout, bounds="[0.1, inf)")
     """Seconds per program of the code tasks (at least 0.1)."""
 
 

@@ -284,11 +284,15 @@ def test_simple_evaluate_on_local_json_task(task_dir, model, monkeypatch):
     assert res["swax_test_lambada"]["perplexity,none"] == pytest.approx(lam_ppl, rel=1e-4)
 
     # the native evaluator on the same data gives the same numbers
-    from swax.eval.tasks import evaluate_tasks
+    from swax.eval.tasks import TaskEvalSettings, evaluate_tasks
 
     (task_dir / "data" / "arc_easy.jsonl").write_text((task_dir / "data" / "arc.jsonl").read_text())
     native = evaluate_tasks(
-        model, load_tokenizer("byte"), "arc_easy,lambada", task_dir / "data", progress=False
+        model,
+        load_tokenizer("byte"),
+        "arc_easy,lambada",
+        task_dir / "data",
+        TaskEvalSettings(progress=False),
     )
     assert native["arc_easy"]["metrics"]["acc"] == pytest.approx(acc)
     assert native["arc_easy"]["metrics"]["acc_norm"] == pytest.approx(acc_norm)

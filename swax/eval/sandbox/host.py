@@ -197,7 +197,7 @@ def _uid_mode(python: str) -> str | None:
                 why.append(f"{m}: {res.status} {res.detail}")
             if mode is None:
                 warnings.warn(
-                    f"code_exec: running as root, but programs cannot run as uid {_SANDBOX_UID} "
+                    f"sandbox: running as root, but programs cannot run as uid {_SANDBOX_UID} "
                     f"with {python} ({'; '.join(why)}); they run as root, without the separate "
                     "uid (see ExecResult.guards)",
                     RuntimeWarning,

@@ -1,0 +1,60 @@
+"""`swax sweep CONFIG`: train and evaluate a family of runs at an equal token budget.
+
+A sweep YAML names a base training config, the variants to compare (each a set of overrides),
+the seeds, and the evaluation. Every (variant, seed) run lives in ``out_dir/runs/NAME-sSEED``;
+a finished run (its ``summary.json`` exists) is never retrained and a finished evaluation
+(``eval.json``) is never redone, so a sweep can be stopped and started again at any time.
+
+    swax sweep experiments/window_sweep/sweep.yaml            # all runs
+    swax sweep experiments/window_sweep/sweep.yaml --quick    # the reduced version
+    swax sweep experiments/window_sweep/sweep.yaml --only swax-w16,swax-w256
+
+Evaluation of each run: validation loss (from training), retrieval accuracy on evaluation-key
+episodes (:mod:`swax.eval.episodes`) at multiples of the training length, with the model's long
+window and also with its training window where different, and loss by position
+(:mod:`swax.eval.ppl`). ``aggregate`` gathers mean ± spread over seeds.
+
+The package: :mod:`.config` (the sweep YAML: :class:`SweepConfig`, :func:`load_sweep`, each
+run's :func:`train_config`), :mod:`.run` (training and evaluating the runs: :func:`run_sweep`)
+and :mod:`.aggregate` (mean ± spread over seeds: :func:`aggregate`).
+"""
+
+from .aggregate import EMERGED, aggregate, emergence, mean_spread
+from .config import (
+    EVAL_BOUNDS,
+    SEED,
+    SWEEP_BOUNDS,
+    EvalSpec,
+    GridSpec,
+    SweepConfig,
+    episode_config,
+    grid_seeds,
+    load_sweep,
+    run_dir,
+    run_overrides,
+    train_config,
+)
+from .run import STAGES, all_jobs, evaluate_run, run_sweep
+
+__all__ = [
+    "EMERGED",
+    "EVAL_BOUNDS",
+    "SEED",
+    "STAGES",
+    "SWEEP_BOUNDS",
+    "EvalSpec",
+    "GridSpec",
+    "SweepConfig",
+    "aggregate",
+    "all_jobs",
+    "emergence",
+    "episode_config",
+    "evaluate_run",
+    "grid_seeds",
+    "load_sweep",
+    "mean_spread",
+    "run_dir",
+    "run_overrides",
+    "run_sweep",
+    "train_config",
+]
