@@ -217,29 +217,6 @@ def _item_type(tp: Any) -> Any:
     return tp
 
 
-# TEMPORARY (sweep): removed once swax.sweep declares bounds on its fields
-def check_bounds(obj: Any, table: dict[str, str], prefix: str = "") -> None:
-    """Check the numeric fields of dataclass ``obj`` named in ``table`` ({dotted field:
-    interval}, the interval written as in mathematics: "[0, 1)", "(0, inf)", "[1, inf)",
-    "(-inf, inf)" for any finite value). Fields annotated ``int`` must hold integers; floats
-    must be finite (no NaN or inf); None (an optional field left unset) passes; each item of a
-    list is checked. The first value outside its interval is a ConfigError naming the key
-    (``prefix`` + dotted field) and the value."""
-    for key, interval in table.items():
-        *parents, name = key.split(".")
-        owner = obj
-        for part in parents:
-            owner = getattr(owner, part)
-        tp = typing.get_type_hints(type(owner))[name]
-        if typing.get_origin(tp) in (Union, types.UnionType):
-            tp = next(a for a in typing.get_args(tp) if a is not type(None))
-        if typing.get_origin(tp) in (list, tuple):
-            tp = typing.get_args(tp)[0]
-        value = getattr(owner, name)
-        for v in value if isinstance(value, (list, tuple)) else [value]:
-            _check_number(prefix + key, v, interval, tp is int)
-
-
 def _check_number(key: str, v: Any, interval: str, integer: bool, optional: bool = False) -> None:
     """ConfigError unless ``v`` is a number (an integer if ``integer``) in ``interval``; None
     passes. ``optional``: the message says that None (unset) is allowed too."""

@@ -18,7 +18,13 @@ from swax.errors import ConfigError
 from swax.train import load_train_config
 from swax.train.config import TrainConfig
 
-CONFIG_MODULES = ["swax.config", "swax.cliconfig", "swax.train.config", "swax.data.config"]
+CONFIG_MODULES = [
+    "swax.config",
+    "swax.cliconfig",
+    "swax.train.config",
+    "swax.data.config",
+    "swax.sweep.config",
+]
 
 
 def _config_classes():

@@ -21,9 +21,6 @@ and :mod:`.aggregate` (mean ± spread over seeds: :func:`aggregate`).
 
 from .aggregate import EMERGED, aggregate, emergence, mean_spread
 from .config import (
-    EVAL_BOUNDS,
-    SEED,
-    SWEEP_BOUNDS,
     EvalSpec,
     GridSpec,
     SweepConfig,
@@ -38,10 +35,7 @@ from .run import STAGES, all_jobs, evaluate_run, run_sweep
 
 __all__ = [
     "EMERGED",
-    "EVAL_BOUNDS",
-    "SEED",
     "STAGES",
-    "SWEEP_BOUNDS",
     "EvalSpec",
     "GridSpec",
     "SweepConfig",

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..configutil import check_bounds, from_dict, load_yaml_mapping, to_dict
+from ..configutil import SEED_BOUNDS, bounded, check_fields, from_dict, load_yaml_mapping, to_dict
 from ..data.config import SyntheticConfig
 from ..errors import ConfigError
 from ..train.config import TrainConfig
@@ -23,42 +23,44 @@ from ..train.config import TrainConfig
 class EvalSpec:
     """How every run of the sweep is evaluated."""
 
-    length_multiples: list[int] = field(default_factory=lambda: [1, 2, 4, 8, 16, 32])
+    length_multiples: list[int] = bounded(
+        bounds="[1, inf)", default_factory=lambda: [1, 2, 4, 8, 16, 32]
+    )
     """Episode lengths as multiples of the training sequence length."""
-    samples: int = 16
+    samples: int = bounded(16, "[1, inf)")
     """Episodes per length."""
     episodes: dict[str, Any] = field(default_factory=dict)
     """SyntheticConfig fields of the evaluation episodes (default: the training episodes')."""
     train_window: bool = True
     """Also evaluate with the training window (short or fixed) where it differs from the long."""
-    ppl_multiples: list[int] = field(default_factory=lambda: [1, 2, 4, 8, 16])
+    ppl_multiples: list[int] = bounded(bounds="[1, inf)", default_factory=lambda: [1, 2, 4, 8, 16])
     """Loss-by-position bucket edges as multiples of the training length."""
-    ppl_samples: int = 2
+    ppl_samples: int = bounded(2, "[0, inf)")
     """Stretches of held-out text for the loss by position (0 = none)."""
-    seed: int = 1234
+    seed: int = bounded(1234, SEED_BOUNDS)
     """Seed of the evaluation episodes (the same episodes for every run)."""
-    text_samples: int = 64
+    text_samples: int = bounded(64, "[0, inf)")
     """Stretches of held-out text, each of the training length, for the text loss with each
     evaluation window (the short-context quality; 0 = none)."""
-    curve_multiples: list[int] = field(default_factory=list)
+    curve_multiples: list[int] = bounded(bounds="[1, inf)", default_factory=list)
     """Learning curves: recall at these multiples of the training length (long window) for
     every checkpoint the run kept (set checkpoint.every and checkpoint.keep in the base);
     empty = no curves."""
-    curve_samples: int = 32
+    curve_samples: int = bounded(32, "[1, inf)")
     """Episodes per length and checkpoint for the learning curves."""
-    probe_multiple: int = 0
+    probe_multiple: int = bounded(0, "[0, inf)")
     """Mechanism probe at this multiple of the training length (0 = no probe): recall with the
     sliding window cut to probe_window, with the recurrent layers' state reset right after the
     needle, and with both (which memory carries the answer)."""
-    probe_window: int | None = None
+    probe_window: int | None = bounded(None, "[1, inf)")
     """Window of the probe's cut; None = the run's window.short."""
-    probe_samples: int = 64
+    probe_samples: int = bounded(64, "[1, inf)")
     """Episodes of the probe."""
-    batch_size: int = 16
+    batch_size: int = bounded(16, "[1, inf)")
     """Episodes evaluated at once."""
 
     def __post_init__(self) -> None:
-        check_bounds(self, EVAL_BOUNDS, prefix="eval.")
+        check_fields(self, prefix="eval.")
 
 
 @dataclass
@@ -80,34 +82,11 @@ class GridSpec:
     point matching every axis of an entry is not run (e.g. cells that equal another cell)."""
     labels: dict[str, str] = field(default_factory=dict)
     """Dotted key -> short label used in run names (default: the key's last part)."""
-    seeds: list[int] = field(default_factory=list)
+    seeds: list[int] = bounded(bounds=SEED_BOUNDS, default_factory=list)
     """Seeds of the grid runs (default: the sweep's first seed)."""
 
     def __post_init__(self) -> None:
-        check_bounds(self, {"seeds": SEED}, prefix="grid.")
-
-
-SEED = f"[0, {2**63 - 1}]"
-"""The interval of a seed (a signed 64-bit integer that is not negative)."""
-
-EVAL_BOUNDS: dict[str, str] = {
-    "length_multiples": "[1, inf)",
-    "samples": "[1, inf)",
-    "ppl_multiples": "[1, inf)",
-    "ppl_samples": "[0, inf)",
-    "seed": SEED,
-    "text_samples": "[0, inf)",
-    "curve_multiples": "[1, inf)",
-    "curve_samples": "[1, inf)",
-    "probe_multiple": "[0, inf)",
-    "probe_window": "[1, inf)",
-    "probe_samples": "[1, inf)",
-    "batch_size": "[1, inf)",
-}
-"""The interval of every numeric EvalSpec field (see swax.configutil.check_bounds)."""
-
-SWEEP_BOUNDS: dict[str, str] = {"seeds": SEED, "jobs": "[1, inf)"}
-"""The interval of the numeric SweepConfig fields, checked after --quick is applied."""
+        check_fields(self, prefix="grid.")
 
 
 @dataclass
@@ -122,7 +101,7 @@ class SweepConfig:
     """Training config (TrainConfig keys, nested) shared by every run."""
     runs: dict[str, dict[str, Any]] = field(default_factory=dict)
     """Variant name -> overrides of the base (nested TrainConfig keys)."""
-    seeds: list[int] = field(default_factory=lambda: [0, 1])
+    seeds: list[int] = bounded(bounds=SEED_BOUNDS, default_factory=lambda: [0, 1])
     """Seeds; every variant is trained once per seed."""
     eval: EvalSpec = field(default_factory=EvalSpec)
     """Evaluation of every run."""
@@ -134,7 +113,7 @@ class SweepConfig:
     families: dict[str, dict[str, str]] = field(default_factory=dict)
     """Other families judged on the same claims: {family: {short, long, stochastic}} (e.g. the
     Gated DeltaNet hybrid SD and the sliding-window + full-attention hybrid SA)."""
-    jobs: int = 1
+    jobs: int = bounded(1, "[1, inf)")
     """Runs trained and evaluated at the same time, each in its own process (with the base's
     `threads`); 2 on a 2-core machine with threads=1."""
     notes: str = ""
@@ -150,6 +129,9 @@ class SweepConfig:
     aliases: dict[str, str] = field(default_factory=dict, init=False)
     """Grid point name -> the sweep run with the same config, trained once (by load_sweep)."""
 
+    def __post_init__(self) -> None:
+        check_fields(self)
+
 
 def _merge(a: dict, b: dict) -> dict:
     out = copy.deepcopy(a)
@@ -162,7 +144,7 @@ def load_sweep(path: str | Path, quick: bool = False) -> SweepConfig:
     cfg = from_dict(SweepConfig, load_yaml_mapping(path, "sweep config"))
     if quick and cfg.quick:
         _apply_quick(cfg, cfg.quick)
-    check_bounds(cfg, SWEEP_BOUNDS)
+    check_fields(cfg)  # again: --quick may have changed values
     if not cfg.seeds:
         raise ConfigError("seeds must name at least one seed, got []")
     for name, overrides in cfg.runs.items():  # validate every run's config now
