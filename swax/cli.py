@@ -536,7 +536,7 @@ def _ppl_tokens(cfg: C.PplConfig, tok):
     import numpy as np
 
     if cfg.data:
-        from .data.loader import tokenize_documents
+        from .data import tokenize_documents
         from .data.sources import iter_documents
 
         docs = list(iter_documents(cfg.data, field=cfg.field))

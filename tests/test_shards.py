@@ -28,7 +28,8 @@ def swax(*args, cwd=None):
 
 
 def is_val_reference(doc: str, fraction: float, seed: int) -> bool:
-    """The validation hash, written out independently of swax.data.loader._is_val."""
+    """The validation hash, written out independently of
+    swax.data.tokenizing.is_validation_document."""
     h = hashlib.blake2b(str(seed).encode() + b"\0" + doc.encode("utf-8"), digest_size=8)
     return int.from_bytes(h.digest(), "little") < fraction * 2.0**64
 

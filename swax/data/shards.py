@@ -43,6 +43,7 @@ from ..integrity import sha256_file
 from ..signals import StopSignals
 from .sources import iter_documents
 from .tokenizer import load_model_tokenizer, load_tokenizer, save_tokenizer
+from .tokenizing import is_validation_document, tokenize_documents
 from .workers import OrderedWorkers
 
 log = logging.getLogger("swax")
@@ -321,11 +322,9 @@ def _tokenize_batch(job: tuple[list[str], tuple[str, ...]] | None) -> dict | Non
     each document's tokens followed by the end-of-text id; None for no job."""
     if job is None:
         return None
-    from .loader import _is_val, tokenize_documents
-
     docs, need = job
     tok, f, seed = _WORKER["tok"], _WORKER["val_fraction"], _WORKER["split_seed"]
-    is_val = [f > 0 and _is_val(d, f, seed) for d in docs]
+    is_val = [f > 0 and is_validation_document(d, f, seed) for d in docs]
     out = {}
     for split in need:
         part = [d for d, v in zip(docs, is_val) if v == (split == "val")]
@@ -375,12 +374,13 @@ def prepare_shards(
     """Tokenize ``source``'s documents into a shard set in ``out``; returns the index.
 
     Validation documents are chosen by the same hash as the in-memory loader
-    (``swax.data.loader._is_val`` with ``val_fraction`` and ``split_seed``). An existing
-    complete set is an error unless ``overwrite``; an interrupted one (``progress.json``) with
-    the same settings is resumed. With ``stop`` (a :class:`~swax.signals.StopSignals` the
-    caller entered, as ``swax data prepare`` does), a SIGINT/SIGTERM stops the work after the
-    current batch, with the finished shards and ``progress.json`` consistent, and raises
-    KeyboardInterrupt. ``_stop_after_shards`` simulates an interruption (tests).
+    (:func:`swax.data.tokenizing.is_validation_document` with ``val_fraction`` and
+    ``split_seed``). An existing complete set is an error unless ``overwrite``; an interrupted
+    one (``progress.json``) with the same settings is resumed. With ``stop`` (a
+    :class:`~swax.signals.StopSignals` the caller entered, as ``swax data prepare`` does), a
+    SIGINT/SIGTERM stops the work after the current batch, with the finished shards and
+    ``progress.json`` consistent, and raises KeyboardInterrupt. ``_stop_after_shards``
+    simulates an interruption (tests).
     """
     if shard_tokens < 1:
         raise SwaxError(f"--shard-tokens must be >= 1, got {shard_tokens}")
