@@ -644,7 +644,7 @@ EXPORT_COMMANDS: dict = {
 
 
 def _prepare(cfg: C.DataPrepareConfig, stop):
-    from .data.shards import prepare_shards
+    from .data.prepare import prepare_shards
 
     return prepare_shards(
         cfg.source,
