@@ -163,110 +163,28 @@ def prepare_shards(
     ``progress.json`` consistent, and raises KeyboardInterrupt. ``_stop_after_shards``
     simulates an interruption (tests).
     """
-    if shard_tokens < 1:
-        raise SwaxError(f"--shard-tokens must be >= 1, got {shard_tokens}")
-    if workers < 1:
-        raise SwaxError(f"--workers must be >= 1, got {workers}")
-    if not 0 <= val_fraction < 1:
-        raise SwaxError(f"--val-fraction must be in [0, 1), got {val_fraction}")
+    _check_options(shard_tokens, workers, val_fraction)
     out = Path(out).expanduser()
     tok = load_tokenizer(tokenizer)
     spec = tokenizer
     if tokenizer.lower() not in ("byte", "gpt2", "gpt-2"):
         spec = str(Path(tokenizer).expanduser().resolve())
     dtype = token_dtype(tok.vocab_size)
-    settings = {
-        "source": str(source) if str(source) == "kjv" else str(Path(source).expanduser().resolve()),
-        "format": fmt,
-        "field": field,
-        "tokenizer": spec,
-        "shard_tokens": shard_tokens,
-        "val_fraction": val_fraction,
-        "split_seed": split_seed,
-        "batch_docs": BATCH_DOCS,
-    }
+    settings = _settings(source, fmt, field, spec, shard_tokens, val_fraction, split_seed)
     state = _start(out, settings, overwrite)
     save_tokenizer(tok, out / TOKENIZER_DIR)
-
-    done = {s: list(state["shards"][s]) for s in SPLITS}
-    # Per split, the resume point: batches before "batch" are entirely in finished shards of
-    # that split, which hold "tokens" tokens of it and "docs" of its documents before that batch.
-    resume = {s: dict(state["resume"][s]) for s in SPLITS}
-    start = {s: dict(resume[s]) for s in SPLITS}
-    written = {s: sum(r["tokens"] for r in done[s]) for s in SPLITS}
-    pos = {s: resume[s]["tokens"] for s in SPLITS}  # tokens of s before the current batch
-    n_docs = {s: resume[s]["docs"] for s in SPLITS}
-    # (batch, tokens of s up to its end, documents of s up to its end) of batches past resume[s]
-    pending = {s: deque() for s in SPLITS}
-
-    def record(split: str, rec: dict) -> None:
-        done[split].append(rec)
-        flushed = sum(r["tokens"] for r in done[split])
-        q = pending[split]
-        while q and q[0][1] <= flushed:
-            k, end, docs = q.popleft()
-            resume[split] = {"batch": k + 1, "tokens": end, "docs": docs}
-        _atomic_json(out / PROGRESS, {"settings": settings, "shards": done, "resume": resume})
-        if _stop_after_shards is not None and sum(map(len, done.values())) >= _stop_after_shards:
-            raise _Interrupted
-
-    writers = {s: _ShardWriter(out, s, shard_tokens, dtype, record) for s in SPLITS}
+    prog = _Progress(out, settings, state, _stop_after_shards)
+    writers = {s: _ShardWriter(out, s, shard_tokens, dtype, prog.record) for s in SPLITS}
     for s in SPLITS:
-        writers[s].index = len(done[s])
-
+        writers[s].index = len(prog.done[s])
     bar = None
     if progress:
         from tqdm import tqdm
 
         bar = tqdm(desc="tokenizing", unit="doc", file=sys.stderr, dynamic_ncols=True)
-    pool = None
-    if workers > 1 and not OrderedWorkers.available():
-        log.warning("--workers: this platform cannot fork; tokenizing in one process")
-        workers = 1
-    if workers > 1:
-        saved = os.environ.get("TOKENIZERS_PARALLELISM")
-        os.environ["TOKENIZERS_PARALLELISM"] = "false"  # the workers are the parallelism
-        try:
-            pool = OrderedWorkers(
-                workers, _tokenize_batch, _init_worker, (tokenizer, val_fraction, split_seed)
-            )
-        finally:
-            if saved is None:
-                os.environ.pop("TOKENIZERS_PARALLELISM", None)
-            else:
-                os.environ["TOKENIZERS_PARALLELISM"] = saved
-    else:
-        _init_worker(tokenizer, val_fraction, split_seed)
-
-    def results() -> Iterator[tuple[int, dict | None, int]]:
-        """(batch number, {split: (tokens, documents)} of the splits it still needs or None,
-        documents in the batch), in batch order."""
-        sizes: deque = deque()
-
-        def jobs():
-            for k, docs in enumerate(_batches(source, fmt, field)):
-                need = tuple(s for s in SPLITS if k >= start[s]["batch"])
-                sizes.append(len(docs))
-                yield (docs, need) if need else None
-
-        done_batches = map(_tokenize_batch, jobs()) if pool is None else pool.map(jobs())
-        for k, res in enumerate(done_batches):
-            yield k, res, sizes.popleft()
-
+    pool = _start_workers(workers, tokenizer, val_fraction, split_seed)
     try:
-        for k, res, n in results():
-            if bar is not None:
-                bar.update(n)
-            for split, (toks, docs) in (res or {}).items():
-                pending[split].append((k, pos[split] + len(toks), n_docs[split] + docs))
-                cut = max(0, min(len(toks), written[split] - pos[split]))
-                pos[split] += len(toks)
-                n_docs[split] += docs
-                writers[split].write(toks[cut:])
-            if stop is not None and stop.signum:
-                raise _Interrupted
-        for s in SPLITS:
-            writers[s].close()
+        _write_batches(_results(source, fmt, field, prog.start, pool), prog, writers, bar, stop)
     except _Interrupted:
         for s in SPLITS:
             if writers[s].fh is not None:
@@ -280,12 +198,132 @@ def prepare_shards(
         if bar is not None:
             bar.close()
 
-    index = make_index(tok, spec, dtype, shard_tokens, settings, done, n_docs)
-    if not done["train"]:
+    index = make_index(tok, spec, dtype, shard_tokens, settings, prog.done, prog.n_docs)
+    if not prog.done["train"]:
         raise SwaxError(f"{source}: every document went to validation; lower --val-fraction")
     _atomic_json(out / INDEX, index)
     (out / PROGRESS).unlink(missing_ok=True)
     return index
+
+
+def _check_options(shard_tokens: int, workers: int, val_fraction: float) -> None:
+    if shard_tokens < 1:
+        raise SwaxError(f"--shard-tokens must be >= 1, got {shard_tokens}")
+    if workers < 1:
+        raise SwaxError(f"--workers must be >= 1, got {workers}")
+    if not 0 <= val_fraction < 1:
+        raise SwaxError(f"--val-fraction must be in [0, 1), got {val_fraction}")
+
+
+def _settings(source, fmt, field, spec, shard_tokens, val_fraction, split_seed) -> dict:
+    """What determines the output (in the index, and compared on a resume)."""
+    return {
+        "source": str(source) if str(source) == "kjv" else str(Path(source).expanduser().resolve()),
+        "format": fmt,
+        "field": field,
+        "tokenizer": spec,
+        "shard_tokens": shard_tokens,
+        "val_fraction": val_fraction,
+        "split_seed": split_seed,
+        "batch_docs": BATCH_DOCS,
+    }
+
+
+class _Progress:
+    """The shards finished so far and, per split, where a rerun resumes; each finished shard
+    is recorded in ``progress.json``."""
+
+    def __init__(self, out: Path, settings: dict, state: dict, stop_after: int | None):
+        self.out, self.settings, self.stop_after = out, settings, stop_after
+        self.done = {s: list(state["shards"][s]) for s in SPLITS}
+        # Per split, the resume point: batches before "batch" are entirely in finished shards
+        # of that split, which hold "tokens" tokens of it and "docs" of its documents before
+        # that batch.
+        self.resume = {s: dict(state["resume"][s]) for s in SPLITS}
+        self.start = {s: dict(self.resume[s]) for s in SPLITS}
+        self.written = {s: sum(r["tokens"] for r in self.done[s]) for s in SPLITS}
+        # tokens and documents of s before the current batch
+        self.pos = {s: self.resume[s]["tokens"] for s in SPLITS}
+        self.n_docs = {s: self.resume[s]["docs"] for s in SPLITS}
+        # (batch, tokens of s up to its end, documents of s up to its end) of batches past
+        # resume[s]
+        self.pending = {s: deque() for s in SPLITS}
+
+    def add(self, split: str, k: int, toks: np.ndarray, docs: int) -> np.ndarray:
+        """Count batch ``k``'s ``toks`` and ``docs`` of ``split``; returns the tokens still to
+        write (those not already in finished shards)."""
+        self.pending[split].append((k, self.pos[split] + len(toks), self.n_docs[split] + docs))
+        cut = max(0, min(len(toks), self.written[split] - self.pos[split]))
+        self.pos[split] += len(toks)
+        self.n_docs[split] += docs
+        return toks[cut:]
+
+    def record(self, split: str, rec: dict) -> None:
+        """A shard of ``split`` is finished (the writers' ``on_done``)."""
+        self.done[split].append(rec)
+        flushed = sum(r["tokens"] for r in self.done[split])
+        q = self.pending[split]
+        while q and q[0][1] <= flushed:
+            k, end, docs = q.popleft()
+            self.resume[split] = {"batch": k + 1, "tokens": end, "docs": docs}
+        _atomic_json(
+            self.out / PROGRESS,
+            {"settings": self.settings, "shards": self.done, "resume": self.resume},
+        )
+        if self.stop_after is not None and sum(map(len, self.done.values())) >= self.stop_after:
+            raise _Interrupted
+
+
+def _start_workers(workers: int, tokenizer: str, val_fraction: float, split_seed: int):
+    """The tokenizing worker processes (None for one process, which is then set up here)."""
+    if workers > 1 and not OrderedWorkers.available():
+        log.warning("--workers: this platform cannot fork; tokenizing in one process")
+        workers = 1
+    if workers == 1:
+        _init_worker(tokenizer, val_fraction, split_seed)
+        return None
+    saved = os.environ.get("TOKENIZERS_PARALLELISM")
+    os.environ["TOKENIZERS_PARALLELISM"] = "false"  # the workers are the parallelism
+    try:
+        return OrderedWorkers(
+            workers, _tokenize_batch, _init_worker, (tokenizer, val_fraction, split_seed)
+        )
+    finally:
+        if saved is None:
+            os.environ.pop("TOKENIZERS_PARALLELISM", None)
+        else:
+            os.environ["TOKENIZERS_PARALLELISM"] = saved
+
+
+def _results(source, fmt, field, start, pool) -> Iterator[tuple[int, dict | None, int]]:
+    """(batch number, {split: (tokens, documents)} of the splits it still needs or None,
+    documents in the batch), in batch order; split s needs the batches from
+    ``start[s]["batch"]`` on."""
+    sizes: deque = deque()
+
+    def jobs():
+        for k, docs in enumerate(_batches(source, fmt, field)):
+            need = tuple(s for s in SPLITS if k >= start[s]["batch"])
+            sizes.append(len(docs))
+            yield (docs, need) if need else None
+
+    done_batches = map(_tokenize_batch, jobs()) if pool is None else pool.map(jobs())
+    for k, res in enumerate(done_batches):
+        yield k, res, sizes.popleft()
+
+
+def _write_batches(results, prog: _Progress, writers: dict, bar, stop) -> None:
+    """Write the tokenized batches to the shard writers in order, then finish the last shards;
+    raises _Interrupted after the current batch once ``stop`` has caught a signal."""
+    for k, res, n in results:
+        if bar is not None:
+            bar.update(n)
+        for split, (toks, docs) in (res or {}).items():
+            writers[split].write(prog.add(split, k, toks, docs))
+        if stop is not None and stop.signum:
+            raise _Interrupted
+    for s in SPLITS:
+        writers[s].close()
 
 
 def make_index(tok, spec: str, dtype, shard_tokens: int, settings: dict, shards, documents):
