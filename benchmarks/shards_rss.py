@@ -32,7 +32,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from swax.data import ByteTokenizer, kjv_documents, save_tokenizer  # noqa: E402
-from swax.data.shards import TOKENIZER_DIR, make_index, shard_name, write_index  # noqa: E402
+from swax.data.prepare import make_index, write_index  # noqa: E402
+from swax.data.shards import TOKENIZER_DIR, shard_name  # noqa: E402
 
 
 def parse_size(text: str) -> int:

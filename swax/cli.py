@@ -532,7 +532,7 @@ def _ppl_tokens(cfg: C.PplConfig, tok):
     import numpy as np
 
     if cfg.data:
-        from .data.loader import tokenize_documents
+        from .data import tokenize_documents
         from .data.sources import iter_documents
 
         docs = list(iter_documents(cfg.data, field=cfg.field))
@@ -640,7 +640,7 @@ EXPORT_COMMANDS: dict = {
 
 
 def _prepare(cfg: C.DataPrepareConfig, stop):
-    from .data.shards import prepare_shards
+    from .data.prepare import prepare_shards
 
     return prepare_shards(
         cfg.source,

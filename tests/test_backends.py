@@ -438,7 +438,7 @@ def test_triton_mlstm_gradient_is_the_cells(T, case, stats):
     order of eps, so the gradient through m matters. The side of the denominator's max is read
     from the kernel's forward statistics or, where those cannot be imported, from an eps = 0
     call on the ones column. Without the correction the check fails."""
-    mod = sys.modules["swax.ops.mlstm"]  # the module (swax.ops.mlstm is the function)
+    mod = sys.modules["swax.ops.mlstm_triton"]
     Dv = 32
     xs = inputs(T, Dv=Dv, seed=3)
     if case == "eps-scale":

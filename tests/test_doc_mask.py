@@ -411,7 +411,7 @@ def test_train_with_doc_mask_on_text_resumes_exactly(tmp_path):
 
 
 def test_train_with_doc_mask_on_a_shard_set_resumes_exactly(tmp_path):
-    from swax.data.shards import prepare_shards
+    from swax.data.prepare import prepare_shards
 
     src = _short_documents(tmp_path / "docs")
     prepare_shards(str(src), tmp_path / "set", shard_tokens=4000, val_fraction=0.05,

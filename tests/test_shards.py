@@ -16,7 +16,8 @@ import pytest
 from test_train import SMALL
 
 from swax.data import DataConfig, PackedLoader, build_datasets, kjv_documents, load_tokenizer
-from swax.data.shards import ShardedTokens, open_shard_set, prepare_shards, verify_shards
+from swax.data.prepare import prepare_shards
+from swax.data.shards import ShardedTokens, open_shard_set, verify_shards
 from swax.errors import SwaxError
 from swax.train import load_train_config, train
 
@@ -28,7 +29,8 @@ def swax(*args, cwd=None):
 
 
 def is_val_reference(doc: str, fraction: float, seed: int) -> bool:
-    """The validation hash, written out independently of swax.data.loader._is_val."""
+    """The validation hash, written out independently of
+    swax.data.tokenizing.is_validation_document."""
     h = hashlib.blake2b(str(seed).encode() + b"\0" + doc.encode("utf-8"), digest_size=8)
     return int.from_bytes(h.digest(), "little") < fraction * 2.0**64
 
@@ -355,11 +357,11 @@ def test_shards_rss_benchmark_quick():
 # whatever the machine's load (no race between the signal and the end of the work).
 _HELD_PREPARE = """
 import os, sys
-import swax.data.shards as shards
+import swax.data.prepare as prepare
 from swax.cli import main
 
 hold, hold_at, args = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3:]
-read = shards.iter_documents
+read = prepare.iter_documents
 
 def held(*a, **k):
     for i, doc in enumerate(read(*a, **k)):
@@ -368,7 +370,7 @@ def held(*a, **k):
             os.read(hold, 1)
         yield doc
 
-shards.iter_documents = held
+prepare.iter_documents = held
 sys.exit(main(args))
 """
 

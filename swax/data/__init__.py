@@ -2,7 +2,7 @@
 
 from .config import DataConfig, SyntheticConfig
 from .episode import Episode
-from .loader import IGNORE_INDEX, PackedLoader, TokenDataset, build_datasets, tokenize_documents
+from .loader import IGNORE_INDEX, PackedLoader, TokenDataset, build_datasets
 from .sources import iter_documents, kjv_documents
 from .synthetic import KeyVocabulary, key_vocabulary, make_episode
 from .tokenizer import (
@@ -12,6 +12,7 @@ from .tokenizer import (
     load_tokenizer,
     save_tokenizer,
 )
+from .tokenizing import tokenize_documents
 
 __all__ = [
     "IGNORE_INDEX",

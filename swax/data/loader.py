@@ -15,11 +15,10 @@ consumed) is the whole state, so a resumed loader continues exactly.
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import math
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,10 +29,17 @@ from ..errors import SwaxError
 from .config import DataConfig, SyntheticConfig
 from .episode import Episode
 from .mqar import check_mqar_vocab
-from .shards import ShardedTokens, is_shard_set, open_shard_set, shard_tokenizer
+from .shards import (
+    ShardedTokens,
+    is_shard_set,
+    no_validation_reason,
+    open_shard_set,
+    shard_tokenizer,
+)
 from .sources import iter_documents
 from .synthetic import episode_overhead, make_episode
-from .tokenizer import ByteTokenizer, load_tokenizer
+from .tokenizer import load_tokenizer
+from .tokenizing import is_validation_document, tokenize_documents
 
 log = logging.getLogger("swax")
 
@@ -74,27 +80,6 @@ class TokenDataset:
         )
 
 
-def tokenize_documents(docs: Sequence[str], tokenizer, batch_size: int = 512) -> np.ndarray:
-    """The documents' tokens, each followed by ``tokenizer.eot_id``, as one int32 array."""
-    eot = np.array([tokenizer.eot_id], dtype=np.int32)
-    parts: list[np.ndarray] = []
-    if isinstance(tokenizer, ByteTokenizer):
-        for d in docs:
-            parts.append(np.frombuffer(d.encode("utf-8"), dtype=np.uint8).astype(np.int32))
-            parts.append(eot)
-    else:
-        encode_batch = getattr(tokenizer, "encode_batch", None)
-        for i in range(0, len(docs), batch_size):
-            chunk = list(docs[i : i + batch_size])
-            ids = encode_batch(chunk) if encode_batch else [tokenizer.encode(d) for d in chunk]
-            for x in ids:
-                parts.append(np.asarray(x, dtype=np.int32))
-                parts.append(eot)
-    if not parts:
-        return np.zeros(0, dtype=np.int32)
-    return np.concatenate(parts)
-
-
 def _document_ids_np(x: np.ndarray, eot_id: int) -> np.ndarray:
     ids = np.zeros(len(x), np.int64)
     ids[1:] = np.cumsum(np.asarray(x[:-1]) == eot_id)
@@ -108,11 +93,6 @@ def document_ids(x: torch.Tensor, eot_id: int) -> torch.Tensor:
     ids = torch.zeros_like(x, dtype=torch.long)
     ids[:, 1:] = torch.cumsum(x[:, :-1] == eot_id, dim=1)
     return ids
-
-
-def _is_val(doc: str, fraction: float, split_seed: int) -> bool:
-    h = hashlib.blake2b(f"{split_seed}\0".encode() + doc.encode("utf-8"), digest_size=8)
-    return int.from_bytes(h.digest(), "little") / 2.0**64 < fraction
 
 
 def build_datasets(
@@ -193,8 +173,6 @@ def _shard_datasets(
     train = TokenDataset(tr.tokens, tok.eot_id, tr.documents, str(cfg.source), tok)
     val = None
     if va is None or len(va.tokens) == 0:
-        from .shards import no_validation_reason
-
         log.warning(
             "data: the shard set %s has no validation data (%s); this run reports no "
             "validation loss",
@@ -247,7 +225,7 @@ def _split(cfg: DataConfig, docs: list[str], tokenizer, need: int):
         )
     if cfg.val_fraction <= 0:
         return tokenize_documents(docs, tokenizer), len(docs), None, "no validation set"
-    is_val = [_is_val(d, cfg.val_fraction, cfg.split_seed) for d in docs]
+    is_val = [is_validation_document(d, cfg.val_fraction, cfg.split_seed) for d in docs]
     val_docs = [d for d, v in zip(docs, is_val) if v]
     tr_docs = [d for d, v in zip(docs, is_val) if not v]
     val_tokens = tokenize_documents(val_docs, tokenizer)
