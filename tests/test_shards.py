@@ -188,7 +188,10 @@ def test_prepare_errors(corpus, prepared, tmp_path):
     before = _files(prepared)
     cases = [
         (["--out", str(prepared)], "already holds a prepared shard set; pass --overwrite"),
-        (["--out", str(src), "--val-fraction", "1.5"], "--val-fraction must be in [0, 1)"),
+        (
+            ["--out", str(src), "--val-fraction", "1.5"],
+            "--val-fraction: expected in [0, 1), got 1.5",
+        ),
         ([], "needs --out DIR"),
     ]
     for extra, msg in cases:  # the command line: one line, exit status 2
