@@ -41,10 +41,12 @@ test-isa: $(STAMP)
 test-slow: $(STAMP)
 	$(BIN)/python -m pytest -q -m "slow" $(PYTEST_ARGS)
 
-LINT_PATHS := swax tests benchmarks experiments
+LINT_PATHS := swax tests benchmarks experiments tools
+# ruff, then the import structure: no circles, ops < layers < model, data apart (tools/check_imports.py)
 lint: $(STAMP)
 	$(BIN)/ruff check $(LINT_PATHS)
 	$(BIN)/ruff format --check $(LINT_PATHS)
+	$(BIN)/python tools/check_imports.py
 
 format: $(STAMP)
 	$(BIN)/ruff check --fix $(LINT_PATHS)

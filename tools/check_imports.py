@@ -1,0 +1,190 @@
+"""The import structure of swax, checked: no import circles, and the layering contract.
+
+    python tools/check_imports.py [PACKAGE_DIR]     (default: swax; exit 1 on any violation)
+
+Every ``import``/``from … import`` of the package's own modules counts, at the top of a file
+or inside a function alike (a circle through a function-level import is still a circle: it only
+fails later). Imports under ``if TYPE_CHECKING:`` are for annotations and never run, so they
+are not edges.
+
+The contract (``CONTRACT`` below): the ops import nothing else from swax; the layers import only
+the ops; the data code never imports the model, training, generation or evaluation. ``make lint``
+runs this script; ``tests/test_imports.py`` checks that it catches what it should.
+"""
+
+from __future__ import annotations
+
+import ast
+import sys
+from pathlib import Path
+
+CONTRACT: list[tuple[str, tuple[str, ...], str]] = [
+    # (importer prefix, prefixes it may import from the package, what the rule says)
+    ("ops", ("ops",), "ops import nothing else from swax"),
+    ("layers", ("layers", "ops"), "layers import only the ops"),
+]
+FORBIDDEN: list[tuple[str, tuple[str, ...], str]] = [
+    # (importer prefix, prefixes it must not import, what the rule says)
+    (
+        "data",
+        ("model", "train", "eval", "generate", "hf", "export", "cli"),
+        "data never imports model, train, generation or eval",
+    ),
+]
+
+
+def module_names(root: Path) -> dict[str, Path]:
+    """Dotted module name (relative to the package, "" for its __init__) -> file."""
+    names = {}
+    for path in sorted(root.rglob("*.py")):
+        parts = list(path.relative_to(root).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        names[".".join(parts)] = path
+    return names
+
+
+def _is_type_checking(node: ast.If) -> bool:
+    test = node.test
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
+
+
+def _imports(tree: ast.AST):
+    """The Import/ImportFrom nodes of ``tree`` that run (not under ``if TYPE_CHECKING:``)."""
+    for node in ast.iter_child_nodes(tree):
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            yield node
+        elif isinstance(node, ast.If) and _is_type_checking(node):
+            for other in node.orelse:
+                yield from _imports(ast.Module(body=[other], type_ignores=[]))
+        else:
+            yield from _imports(node)
+
+
+def imports_of(name: str, path: Path, package: str, modules: dict[str, Path]) -> set[str]:
+    """The package modules that module ``name`` imports (as names relative to the package)."""
+    is_pkg = path.name == "__init__.py"
+    here = name.split(".") if name else []
+    base_pkg = here if is_pkg else here[:-1]
+    found: set[str] = set()
+
+    def add(dotted: list[str]) -> None:
+        while dotted and ".".join(dotted) not in modules:  # a name imported from a module
+            dotted = dotted[:-1]
+        found.add(".".join(dotted))
+
+    for node in _imports(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                parts = alias.name.split(".")
+                if parts[0] == package:
+                    add(parts[1:])
+            continue
+        if node.level:
+            target = base_pkg[: len(base_pkg) - (node.level - 1)]
+            target = target + (node.module.split(".") if node.module else [])
+        elif node.module and node.module.split(".")[0] == package:
+            target = node.module.split(".")[1:]
+        else:
+            continue
+        for alias in node.names:
+            add(target + [alias.name])
+    found.discard(name)
+    return found
+
+
+def import_graph(root: Path) -> dict[str, set[str]]:
+    modules = module_names(root)
+    return {n: imports_of(n, p, root.name, modules) for n, p in modules.items()}
+
+
+def circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+    for start in sorted(graph):
+        if start in index:
+            continue
+        work = [(start, iter(sorted(graph[start])))]
+        index[start] = low[start] = len(index)
+        stack.append(start)
+        on_stack.add(start)
+        while work:
+            v, children = work[-1]
+            w = next(children, None)
+            if w is not None:
+                if w not in index:
+                    index[w] = low[w] = len(index)
+                    stack.append(w)
+                    on_stack.add(w)
+                    work.append((w, iter(sorted(graph.get(w, ())))))
+                elif w in on_stack:
+                    low[v] = min(low[v], index[w])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[v])
+            if low[v] == index[v]:
+                comp = []
+                while True:
+                    w = stack.pop()
+                    on_stack.discard(w)
+                    comp.append(w)
+                    if w == v:
+                        break
+                if len(comp) > 1:
+                    found.append(sorted(comp))
+    return found
+
+
+def _under(name: str, prefix: str) -> bool:
+    return name == prefix or name.startswith(prefix + ".")
+
+
+def contract_violations(graph: dict[str, set[str]]) -> list[str]:
+    problems = []
+    for importer, imported in sorted(graph.items()):
+        for prefix, allowed, rule in CONTRACT:
+            if _under(importer, prefix):
+                for target in sorted(imported):
+                    if not any(_under(target, a) for a in allowed):
+                        problems.append(f"{importer} imports {target or '(package)'}: {rule}")
+        for prefix, banned, rule in FORBIDDEN:
+            if _under(importer, prefix):
+                for target in sorted(imported):
+                    if any(_under(target, b) for b in banned):
+                        problems.append(f"{importer} imports {target}: {rule}")
+    return problems
+
+
+def check(root: Path) -> list[str]:
+    """Every problem found in the package folder ``root``, one line each (empty: all good)."""
+    graph = import_graph(root)
+    name = root.name
+    problems = [
+        "import circle: " + " <-> ".join(f"{name}.{m}" if m else name for m in comp)
+        for comp in circles(graph)
+    ]
+    return problems + [f"{name}.{p}" for p in contract_violations(graph)]
+
+
+def main(argv: list[str]) -> int:
+    root = Path(argv[1] if len(argv) > 1 else Path(__file__).resolve().parents[1] / "swax")
+    if not root.is_dir():
+        print(f"check_imports: {root} is not a folder", file=sys.stderr)
+        return 2
+    problems = check(root)
+    for p in problems:
+        print(p, file=sys.stderr)
+    n = len(module_names(root))
+    print(f"check_imports: {n} modules, {len(problems)} problem(s)")
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
