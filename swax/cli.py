@@ -13,24 +13,75 @@ SWAX_DEBUG=1 for a traceback.
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import json
 import os
 import re
+import signal
 import sys
 import time
+from pathlib import Path
+
+import numpy as np
+import torch
+import yaml
 
 from . import cliconfig as C
+from . import recall_demo
+from .config import SwaxConfig
 from .configutil import add_arguments, config_keys, from_args, resolve_window
+from .data import (
+    DataConfig,
+    SyntheticConfig,
+    build_datasets,
+    load_model_tokenizer,
+    load_tokenizer,
+    tokenize_documents,
+)
+from .data.prepare import prepare_shards
+from .data.shards import no_validation_reason, verify_shards
+from .data.sources import iter_documents, kjv_documents
 from .errors import ConfigError, SwaxError, is_disk_full
+from .eval.compare import RESULT_FILES as COMPARE_RESULT_FILES
+from .eval.compare import compare
+from .eval.niah import (
+    DEFAULT_LENGTHS,
+    SwaxPredictor,
+    dump_files,
+    dump_records,
+    parse_lengths,
+    peak_rss_gib,
+    records_grid,
+    results_files,
+    run_niah,
+)
+from .eval.niah import format_table as niah_table
+from .eval.ppl import RESULT_FILES as PPL_RESULT_FILES
+from .eval.ppl import bucketize, position_losses, write_ppl
+from .eval.recall import RECALL_FILES, recall_by_window, recall_table, training_setup, write_recall
+from .eval.ruler import TASKS
+from .eval.tasks import RESULT_FILES as TASK_RESULT_FILES
+from .eval.tasks import TaskEvalSettings, evaluate_tasks, write_results
+from .eval.tasks import format_table as tasks_table
+from .eval.taskspecs import SAMPLES_DIR, convert_task_data, parse_tasks, sample_counts
+from .export import export_hf, export_onnx
+from .generate import check_generation_options, generate, prefill, truncate_at_stop
+from .loading import load_model_and_tokenizer
+from .model import SwaxLM
 from .paths import check_output_dir, check_writable_dir
+from .runplot import plot_run
+from .signals import Stopped, StopSignals
+from .sweep import aggregate, load_sweep, run_sweep
 from .threads import ENV as THREADS_ENV
 from .threads import busy_hint, parse_threads, set_threads, threads_setting
+from .train import load_train_config, train
+from .train.checkpoint import latest_checkpoint
+from .train.config import TrainConfig
+from .version import __version__
 
 
 def _load(cfg: C.LoadConfig):
     """(model, tokenizer, random weights?) for a config's --model or --preset."""
-    import torch
-
-    from .loading import load_model_and_tokenizer
 
     dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16}[cfg.dtype]
     model, tok = load_model_and_tokenizer(
@@ -75,13 +126,10 @@ def _fmt_bytes(n: float) -> str:
 
 
 def cmd_info(cfg: C.InfoConfig) -> int:
-    from . import SwaxConfig, SwaxLM
 
     if cfg.model:
         model = SwaxLM.from_pretrained(cfg.model)
     else:
-        import torch
-
         with torch.device("meta"):  # shapes only: no memory
             model = SwaxLM(SwaxConfig.preset(_preset_name(cfg)))
     mc = model.config
@@ -110,9 +158,6 @@ def _read_prompt(cfg: C.GenerateConfig) -> str:
 
 
 def cmd_generate(cfg: C.GenerateConfig) -> int:
-    import torch
-
-    from .generate import check_generation_options, generate, truncate_at_stop
 
     prompt = _read_prompt(cfg)
     if not prompt:
@@ -181,7 +226,6 @@ def _split_train_args(items: list[str]) -> tuple[str | None, list[str]]:
 
 
 def cmd_train(cfg: C.TrainArgs) -> int:
-    from .train import load_train_config, train
 
     config, overrides = _split_train_args(cfg.args)
     cfg = load_train_config(config, overrides)
@@ -206,9 +250,6 @@ def cmd_train(cfg: C.TrainArgs) -> int:
 
 
 def cmd_plot_run(cfg: C.PlotRunConfig) -> int:
-    from pathlib import Path
-
-    from .runplot import plot_run
 
     if cfg.out:
         check_writable_dir(Path(cfg.out).parent, "--out folder")
@@ -219,7 +260,6 @@ def cmd_plot_run(cfg: C.PlotRunConfig) -> int:
 
 
 def cmd_sweep(args: C.SweepArgs) -> int:
-    from .sweep import aggregate, load_sweep, run_sweep
 
     cfg = load_sweep(args.config, quick=args.quick)
     if args.jobs is not None:
@@ -247,17 +287,6 @@ def cmd_sweep(args: C.SweepArgs) -> int:
 def cmd_eval_recall(cfg: C.RecallConfig) -> int:
     """Recall of key-value episodes at each length, with the model's window and the run's
     training window (the window study's metric) -> OUT/recall.json and a table."""
-    import dataclasses
-
-    from .data import DataConfig, SyntheticConfig, build_datasets
-    from .eval.niah import parse_lengths
-    from .eval.recall import (
-        RECALL_FILES,
-        recall_by_window,
-        recall_table,
-        training_setup,
-        write_recall,
-    )
 
     trained, run_windows, seq_len = training_setup(cfg.model) if cfg.model else (None, {}, None)
     lengths = []
@@ -304,21 +333,8 @@ def cmd_eval_recall(cfg: C.RecallConfig) -> int:
 def cmd_demo(args: C.DemoConfig) -> int:
     """Train the tiny SWAX model on the embedded corpus (or reuse a finished demo run), show the
     loss it reached, generate a sample, and show that its decode state does not grow."""
-    import json
-    from pathlib import Path
-
-    import torch
-
-    from . import SwaxLM
-    from .data import load_model_tokenizer
-    from .data.sources import kjv_documents
-    from .generate import generate, prefill
-    from .train import load_train_config, train
-    from .train.checkpoint import latest_checkpoint
 
     if args.overrides[:1] == ["recall"]:  # swax demo recall [--run-dir DIR] [key=value ...]
-        from . import recall_demo
-
         run_dir = args.run_dir if args.run_dir != C.DemoConfig.run_dir else "runs/demo-recall"
         check_writable_dir(run_dir, "--run-dir", keep=True)
         recall_demo.run(run_dir, args.overrides[1:])
@@ -361,7 +377,6 @@ def cmd_demo(args: C.DemoConfig) -> int:
 
 def _eval_label(cfg: C.EvalConfig) -> str:
     """The model's name in reports: --label, else the run's folder name, else the preset."""
-    from pathlib import Path
 
     label = cfg.label or (Path(cfg.model).resolve().name if cfg.model else _preset_name(cfg))
     if cfg.model and label == "model":  # runs/NAME/model -> NAME
@@ -409,20 +424,6 @@ def _haystack(path):
 
 def cmd_eval_niah(cfg: C.NiahConfig) -> int:
 
-    from .eval.niah import (
-        DEFAULT_LENGTHS,
-        SwaxPredictor,
-        dump_files,
-        dump_records,
-        format_table,
-        parse_lengths,
-        peak_rss_gib,
-        records_grid,
-        results_files,
-        run_niah,
-    )
-    from .eval.ruler import TASKS
-
     lengths = None if cfg.lengths is None else parse_lengths(cfg.lengths, "--lengths")
     tasks = None
     if cfg.tasks is not None:
@@ -439,8 +440,6 @@ def cmd_eval_niah(cfg: C.NiahConfig) -> int:
     key_split = "eval" if cfg.synthetic_keys else None
     haystack = _haystack(cfg.haystack)
     if cfg.dump:
-        from .data import load_tokenizer
-
         tok = load_tokenizer(cfg.tokenizer)
         check_output_dir(
             cfg.dump, "--dump", dump_files(), "swax eval niah --dump", cfg.overwrite, "records"
@@ -474,26 +473,17 @@ def cmd_eval_niah(cfg: C.NiahConfig) -> int:
         },
     )
     print(f"NIAH accuracy (%), {label}, window {window}, {result.samples} samples per cell")
-    print(format_table(result, tasks, lengths))
+    print(niah_table(result, tasks, lengths))
     print(f"peak memory: {peak_rss_gib():.2f} GiB | results: {out}")
     return 0
 
 
 def cmd_eval_tasks(cfg: C.TasksConfig) -> int:
 
-    from .eval.tasks import (
-        RESULT_FILES,
-        TaskEvalSettings,
-        evaluate_tasks,
-        format_table,
-        write_results,
-    )
-    from .eval.taskspecs import SAMPLES_DIR, parse_tasks, sample_counts
-
     parse_tasks(cfg.tasks)  # an unknown task name fails before the model loads
     if not cfg.model and not cfg.preset:
         raise SwaxError("pass --model DIR (or --preset NAME for random weights)")
-    out = _eval_out(cfg, "tasks", RESULT_FILES)
+    out = _eval_out(cfg, "tasks", TASK_RESULT_FILES)
     data_dir = cfg.data_dir
     if data_dir is None:
         data_dir = str(SAMPLES_DIR)
@@ -522,22 +512,17 @@ def cmd_eval_tasks(cfg: C.TasksConfig) -> int:
     }
     write_results(out, results, settings)
     print(f"short-context tasks, {label}, window {window}")
-    print(format_table(results))
+    print(tasks_table(results))
     print(f"results: {out}")
     return 0
 
 
 def _ppl_tokens(cfg: C.PplConfig, tok):
     """(token ids, description) of the held-out text of ``swax eval ppl``."""
-    import numpy as np
 
     if cfg.data:
-        from .data import tokenize_documents
-        from .data.sources import iter_documents
-
         docs = list(iter_documents(cfg.data, field=cfg.field))
         return tokenize_documents(docs, tok), cfg.data
-    from .data import DataConfig, build_datasets
 
     data = DataConfig(tokenizer="byte" if tok.name == "byte" else "gpt2")
     _, val = build_datasets(data, tok, seq_len=1, seed=0)
@@ -546,25 +531,20 @@ def _ppl_tokens(cfg: C.PplConfig, tok):
 
 def _train_len(cfg: C.PplConfig) -> int | None:
     """--train-len, else the seq_len of the run the model comes from (its config.yaml)."""
-    from pathlib import Path
 
     if cfg.train_len is not None or not cfg.model:
         return cfg.train_len
     cfg_file = Path(cfg.model).resolve().parent / "config.yaml"
     if not cfg_file.is_file():
         return None
-    import yaml
 
     return (yaml.safe_load(cfg_file.read_text()) or {}).get("seq_len")
 
 
 def cmd_eval_ppl(cfg: C.PplConfig) -> int:
 
-    from .eval.niah import parse_lengths
-    from .eval.ppl import RESULT_FILES, bucketize, position_losses, write_ppl
-
     edges = sorted(set(parse_lengths(cfg.lengths, "--lengths")))
-    out = _eval_out(cfg, "ppl", RESULT_FILES)
+    out = _eval_out(cfg, "ppl", PPL_RESULT_FILES)
     model, tok, label, window = _eval_model(cfg)
     tokens, source = _ppl_tokens(cfg, tok)
     losses = position_losses(model, tokens, edges[-1], cfg.samples, window, cfg.chunk)
@@ -590,9 +570,8 @@ def cmd_eval_ppl(cfg: C.PplConfig) -> int:
 
 
 def cmd_eval_compare(cfg: C.CompareConfig) -> int:
-    from .eval.compare import RESULT_FILES, compare
 
-    check_output_dir(cfg.out, "--out", RESULT_FILES, "swax eval compare", cfg.overwrite)
+    check_output_dir(cfg.out, "--out", COMPARE_RESULT_FILES, "swax eval compare", cfg.overwrite)
     table = compare(cfg.results, cfg.out)
     print(table)
     print(f"written to {cfg.out}")
@@ -600,7 +579,6 @@ def cmd_eval_compare(cfg: C.CompareConfig) -> int:
 
 
 def cmd_eval_convert_tasks(cfg: C.ConvertTasksConfig) -> int:
-    from .eval.taskspecs import convert_task_data, parse_tasks
 
     if not cfg.task:
         raise SwaxError("swax eval convert-tasks needs --task NAME, the task SOURCE holds")
@@ -613,7 +591,6 @@ def cmd_eval_convert_tasks(cfg: C.ConvertTasksConfig) -> int:
 
 # ---------------------------------------------------------------- swax export (hf, onnx)
 def cmd_export_hf(cfg: C.ExportHFConfig) -> int:
-    from .export import export_hf
 
     out = export_hf(cfg.model_dir, cfg.out_dir)
     print(
@@ -623,7 +600,6 @@ def cmd_export_hf(cfg: C.ExportHFConfig) -> int:
 
 
 def cmd_export_onnx(cfg: C.ExportOnnxConfig) -> int:
-    from .export import export_onnx
 
     out = export_onnx(cfg.model_dir, cfg.out, cfg.seq_len, cfg.window, cfg.batch_size)
     print(f"wrote {out}: input_ids int64 ({cfg.batch_size}, {cfg.seq_len}) -> logits")
@@ -640,7 +616,6 @@ EXPORT_COMMANDS: dict = {
 
 
 def _prepare(cfg: C.DataPrepareConfig, stop):
-    from .data.prepare import prepare_shards
 
     return prepare_shards(
         cfg.source,
@@ -659,9 +634,6 @@ def _prepare(cfg: C.DataPrepareConfig, stop):
 
 
 def cmd_data_prepare(cfg: C.DataPrepareConfig) -> int:
-    import signal
-
-    from .signals import Stopped, StopSignals
 
     if not cfg.out:
         raise SwaxError("swax data prepare needs --out DIR, the folder of the shard set")
@@ -674,7 +646,6 @@ def cmd_data_prepare(cfg: C.DataPrepareConfig) -> int:
             "again to resume",
             stop.signum or signal.SIGINT,
         ) from None
-    from .data.shards import no_validation_reason
 
     tr, va = index["train"], index["val"]
     print(
@@ -690,7 +661,6 @@ def cmd_data_prepare(cfg: C.DataPrepareConfig) -> int:
 
 
 def cmd_data_verify(cfg: C.DataVerifyConfig) -> int:
-    from .data.shards import verify_shards
 
     n = verify_shards(cfg.folder, progress=cfg.progress)
     print(f"{cfg.folder}: {n['shards']} shards, {n['tokens']:,} tokens: every SHA-256 matches")
@@ -756,7 +726,6 @@ COMMANDS: dict = {
 
 def _train_keys() -> str:
     """The keys ``swax train`` accepts, for its --help."""
-    from .train.config import TrainConfig
 
     rows = config_keys(TrainConfig)
     width = max(len(k) for k, _, _ in rows)
@@ -794,7 +763,6 @@ def _threads_arg(text: str) -> int:
 def build_parser() -> argparse.ArgumentParser:
     """The ``swax`` parser: one subcommand per entry of :data:`COMMANDS`, its options made
     from the entry's config dataclass."""
-    from . import __version__
 
     p = _Parser(prog="swax", description=__doc__.split("\n\n")[0], formatter_class=_HelpFormatter)
     p.add_argument("--version", action="version", version=f"swax {__version__}")

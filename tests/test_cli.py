@@ -394,7 +394,7 @@ def test_train_threads_option_among_overrides(capsys, monkeypatch):
         seen["cfg"] = cfg
         return {"final_val_loss": 1.0, "tok_s": 1.0, "model_dir": "m", "steps_run": 1}
 
-    monkeypatch.setattr(swax.train, "train", fake_train)
+    monkeypatch.setattr(swax.cli, "train", fake_train)  # the function the command calls
     n = torch.get_num_threads()
     try:
         args = ["train", "steps=3", "--threads", "1", "seq_len=256", "run_dir=/tmp/swax-x"]

@@ -435,11 +435,11 @@ def test_eval_refuses_a_folder_of_earlier_results(tmp_path, capsys, monkeypatch,
     if command == "compare":
         argv = ["eval", "compare", str(_niah_folder(tmp_path / "niah")), "--out", str(out)]
         compare([tmp_path / "niah"], out)
-        monkeypatch.setattr(swax.eval.compare, "compare", _boom)
+        monkeypatch.setattr(swax.cli, "compare", _boom)
     elif command == "dump":
         argv = ["eval", "niah", "--dump", str(out), "--lengths", "1k", "--tasks", "niah_single_1"]
         assert cli(*argv, "--samples", "1") == 0
-        monkeypatch.setattr(swax.eval.niah, "dump_records", _boom)
+        monkeypatch.setattr(swax.cli, "dump_records", _boom)
     else:
         args, write = EVAL_OUTPUTS[command]
         write(out)
@@ -461,7 +461,7 @@ def test_eval_never_deletes_other_files(tmp_path, capsys, monkeypatch, command):
     if command == "compare":
         args = ["eval", "compare", str(_niah_folder(tmp_path / "niah"))]
         compare([tmp_path / "niah"], out)
-        monkeypatch.setattr(swax.eval.compare, "compare", _boom)
+        monkeypatch.setattr(swax.cli, "compare", _boom)
     else:
         args, write = EVAL_OUTPUTS[command]
         write(out)
@@ -480,7 +480,7 @@ def test_eval_niah_overwrite_removes_the_earlier_results(tmp_path, capsys, monke
     assert (out / "summary-2048.csv").is_file() and (
         out / "pred/niah_single_1-2048.jsonl"
     ).is_file()
-    monkeypatch.setattr(swax.eval.niah, "SwaxPredictor", lambda *a, **k: constant)
+    monkeypatch.setattr(swax.cli, "SwaxPredictor", lambda *a, **k: constant)
     args = ["eval", "niah", "--preset", "tiny", "--lengths", "1k", "--tasks", "niah_single_1"]
     rc, _, err = run_cli(capsys, *args, "--samples", "1", "--out", str(out), "--overwrite")
     assert rc == 0, err
@@ -605,9 +605,9 @@ def test_eval_niah_records_alone_takes_their_tasks_and_lengths(
     dumped, tmp_path, capsys, monkeypatch
 ):
     # --records DIR needed --tasks and --lengths repeated (else: "no niah_single_1-4096.jsonl")
-    import swax.eval.niah
+    import swax.cli
 
-    monkeypatch.setattr(swax.eval.niah, "SwaxPredictor", lambda *a, **k: echo_needle)
+    monkeypatch.setattr(swax.cli, "SwaxPredictor", lambda *a, **k: echo_needle)
     out = tmp_path / "o"
     rc, stdout, err = run_cli(
         capsys, "eval", "niah", "--preset", "tiny", "--records", str(dumped), "--out", str(out)
