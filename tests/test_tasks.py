@@ -15,6 +15,7 @@ from swax.data import load_tokenizer
 from swax.eval import scoring as SC
 from swax.eval import tasks as T
 from swax.eval import taskspecs as TS
+from swax.state import DEFAULT_WINDOW
 
 # ------------------------------------------------------------------------------------ fixtures
 
@@ -368,6 +369,35 @@ def test_is_greedy_true_when_continuation_is_the_argmax(model):
         model, [(ctx, cont), (ctx, other)], window=WINDOW
     )
     assert greedy and not greedy2 and ll > ll2
+
+
+@pytest.mark.parametrize("scorer", ["continuations", "rolling"])
+def test_window_none_is_full_attention_and_the_default_is_the_models(model, tok, scorer):
+    # window=None used to mean "the model's window" here while it means full attention in
+    # the model, so `swax eval tasks --window full` and lm-eval's window=full scored with the
+    # model's window. Reference: one plain forward at each window, log-softmax in float64.
+    short = SwaxLM(model.config.replace(window=WINDOW)).eval()  # the same weights
+    short.load_state_dict(model.state_dict())
+    model = short
+    ctx, cont = list(b"And God said, Let there be light: and there was light. And"), list(b" God")
+    ids = torch.tensor([[tok.eot_id] + ctx + cont])
+
+    def reference(window):
+        with torch.no_grad():
+            logp = model(ids, window=window).double().log_softmax(-1)[0]
+        start = 1 + len(ctx) if scorer == "continuations" else 1
+        return sum(float(logp[i - 1, int(ids[0, i])]) for i in range(start, ids.shape[1]))
+
+    def score(**kw):
+        if scorer == "continuations":
+            return SC.score_continuations(model, [([tok.eot_id] + ctx, cont)], **kw)[0][0]
+        return SC.rolling_loglikelihood(model, [ctx + cont], prefix_id=tok.eot_id, **kw)[0]
+
+    full, own = reference(None), reference(model.config.window)
+    assert abs(full - own) > 1e-2  # the context is longer than the window: they differ
+    assert score(window=None) == pytest.approx(full, abs=1e-3)
+    assert score() == pytest.approx(own, abs=1e-3)
+    assert T.TaskEvalSettings().window is DEFAULT_WINDOW
 
 
 # ------------------------------------------------------------------ rolling and generation

@@ -24,6 +24,7 @@ from tqdm import tqdm
 
 from ..errors import SwaxError
 from ..generate import generate, truncate_at_stop
+from ..state import DEFAULT_WINDOW
 
 __all__ = [
     "encode_pair",
@@ -89,7 +90,7 @@ def score_continuations(
     model,
     requests: Sequence[tuple[Sequence[int], Sequence[int]]],
     *,
-    window=None,
+    window=DEFAULT_WINDOW,
     batch_size: int = 8,
     pad_id: int = 0,
     progress: bool = False,
@@ -104,7 +105,7 @@ def score_continuations(
     if batch_size < 1:
         raise SwaxError(f"batch size must be >= 1, got {batch_size}")
     device = _model_device(model)
-    if window is None:
+    if window is DEFAULT_WINDOW:
         window = model.config.window
     out: list[tuple[float, bool] | None] = [None] * len(requests)
     order = sorted(range(len(requests)), key=lambda i: -(len(requests[i][0]) + len(requests[i][1])))
@@ -153,7 +154,7 @@ def rolling_loglikelihood(
     token_lists: Sequence[Sequence[int]],
     *,
     prefix_id: int,
-    window=None,
+    window=DEFAULT_WINDOW,
     chunk_size: int = 2048,
     batch_size: int = 8,
     pad_id: int = 0,
@@ -167,7 +168,7 @@ def rolling_loglikelihood(
     if chunk_size < 1:
         raise SwaxError(f"chunk size must be >= 1, got {chunk_size}")
     device = _model_device(model)
-    if window is None:
+    if window is DEFAULT_WINDOW:
         window = model.config.window
     out = [0.0] * len(token_lists)
     order = sorted(range(len(token_lists)), key=lambda i: -len(token_lists[i]))
@@ -219,7 +220,7 @@ def generate_texts(
     *,
     stop: Sequence[str] = (),
     max_new_tokens: int = 256,
-    window=None,
+    window=DEFAULT_WINDOW,
     batch_size: int = 8,
     progress: bool = False,
     desc: str = "generate",
@@ -233,7 +234,7 @@ def generate_texts(
     first stop string (and at the end-of-text token). Prompts of the same token length are
     batched together (the model takes no padding mask, so prompts of different lengths run
     separately); prefill is chunked."""
-    if window is None:
+    if window is DEFAULT_WINDOW:
         window = model.config.window
     encoded = [tokenizer.encode(p) or [tokenizer.eot_id] for p in prompts]
     groups: dict[int, list[int]] = {}

@@ -35,6 +35,7 @@ from pathlib import Path
 
 from ..errors import SwaxError
 from ..loading import load_model_and_tokenizer
+from ..state import DEFAULT_WINDOW, _Default
 from .sandbox import run_programs
 from .scoring import add_mean, encode_pair, generate_texts, progress_bar, score_continuations
 from .taskspecs import (
@@ -77,8 +78,9 @@ class TaskEvalSettings:
     """Evaluate only the first ``limit`` records of each task."""
     batch_size: int = 8
     """Sequences per forward pass (and prompts per generation batch)."""
-    window: int | None = None
-    """Attention window (None: ``model.config.window``)."""
+    window: int | None | _Default = DEFAULT_WINDOW
+    """Attention window: a number of keys, None for full attention, or DEFAULT_WINDOW (the
+    default) for ``model.config.window``."""
     fewshot_seed: int = FEWSHOT_SEED
     """Seed of the few-shot sampler (1234, the harness's default)."""
     max_new_tokens: int | None = None
@@ -238,7 +240,7 @@ def evaluate_task(
             raise SwaxError(f"limit must be an integer >= 1, got {limit!r}")
         docs = docs[:limit]
     n_shot = _resolve_fewshot(spec, settings.num_fewshot)
-    if settings.window is None:
+    if settings.window is DEFAULT_WINDOW:
         settings = replace(settings, window=model.config.window)
     contexts = fewshot_contexts(
         spec, docs, pool, n_shot, settings.fewshot_seed, source, data_dir, data_files
