@@ -65,7 +65,7 @@ from .eval.tasks import TaskEvalSettings, evaluate_tasks, write_results
 from .eval.tasks import format_table as tasks_table
 from .eval.taskspecs import SAMPLES_DIR, convert_task_data, parse_tasks, sample_counts
 from .export import export_hf, export_onnx
-from .generate import check_generation_options, generate, prefill, truncate_at_stop
+from .generate import generate, prefill, truncate_at_stop
 from .loading import load_model_and_tokenizer
 from .model import SwaxLM
 from .paths import check_output_dir, check_writable_dir
@@ -162,9 +162,6 @@ def cmd_generate(cfg: C.GenerateConfig) -> int:
     prompt = _read_prompt(cfg)
     if not prompt:
         raise SwaxError("the prompt is empty; pass --prompt TEXT or --prompt-file PATH")
-    # check the sampling options before loading anything or printing the random-weights note,
-    # so a bad value is the only line on stderr
-    check_generation_options(cfg.max_new_tokens, cfg.temperature, cfg.top_k, cfg.top_p)
     model, tok, random_init = _load(cfg)
     if random_init:
         print(
