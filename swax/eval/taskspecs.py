@@ -55,6 +55,7 @@ and its output: :mod:`swax.eval.tasks`.
 
 from __future__ import annotations
 
+import functools
 import json
 import random
 import re
@@ -62,7 +63,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..data.jsonl import iter_jsonl
+from ..data.jsonl import iter_jsonl, read_jsonl
 from ..data.sources import iter_rows, saved_split
 from ..errors import SwaxError
 
@@ -87,45 +88,15 @@ FEWSHOT_SEED = 1234
 HUMANEVAL_STOP = ("\nclass", "\ndef", "\n#", "\nif", "\nprint")
 MBPP_STOP = ("[DONE]",)
 
-MBPP_FEWSHOT = (
-    # The three prompt-split examples (task ids 2, 3, 4) the harness's mbpp.yaml uses.
-    {
-        "task_id": 2,
-        "text": "Write a function to find the similar elements from the given two tuple lists.",
-        "code": "def similar_elements(test_tup1, test_tup2):\r\n"
-        "  res = tuple(set(test_tup1) & set(test_tup2))\r\n  return (res) ",
-        "test_list": [
-            "assert similar_elements((3, 4, 5, 6),(5, 7, 4, 10)) == (4, 5)",
-            "assert similar_elements((1, 2, 3, 4),(5, 4, 3, 7)) == (3, 4)",
-            "assert similar_elements((11, 12, 14, 13),(17, 15, 14, 13)) == (13, 14)",
-        ],
-    },
-    {
-        "task_id": 3,
-        "text": "Write a python function to identify non-prime numbers.",
-        "code": "import math\r\ndef is_not_prime(n):\r\n    result = False\r\n"
-        "    for i in range(2,int(math.sqrt(n)) + 1):\r\n        if n % i == 0:\r\n"
-        "            result = True\r\n    return result",
-        "test_list": [
-            "assert is_not_prime(2) == False",
-            "assert is_not_prime(10) == True",
-            "assert is_not_prime(35) == True",
-        ],
-    },
-    {
-        "task_id": 4,
-        "text": "Write a function to find the largest integers from a given list of numbers "
-        "using heap queue algorithm.",
-        "code": "import heapq as hq\r\ndef heap_queue_largest(nums,n):\r\n"
-        "  largest_nums = hq.nlargest(n, nums)\r\n  return largest_nums",
-        "test_list": [
-            "assert heap_queue_largest( [25, 35, 22, 85, 14, 65, 75, 22, 58],3)==[85, 75, 65] ",
-            "assert heap_queue_largest( [25, 35, 22, 85, 14, 65, 75, 22, 58],2)==[85, 75] ",
-            "assert heap_queue_largest( [25, 35, 22, 85, 14, 65, 75, 22, 58],5)"
-            "==[85, 75, 65, 58, 35]",
-        ],
-    },
-)
+MBPP_FEWSHOT_FILE = Path(__file__).with_name("samples") / "mbpp_prompt.jsonl"
+"""The three prompt-split examples (task ids 2, 3, 4) that the harness's mbpp.yaml uses as
+few-shot examples, in the upstream MBPP schema."""
+
+
+@functools.cache
+def mbpp_fewshot() -> tuple[dict, ...]:
+    """The records of :data:`MBPP_FEWSHOT_FILE`."""
+    return tuple(read_jsonl(MBPP_FEWSHOT_FILE))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -572,7 +543,7 @@ def fewshot_contexts(
     prompt examples (see the module docstring)."""
     if spec.name == "mbpp":
         train = _train_docs(spec, data_dir, data_files)
-        shots = train if train is not None else [_mbpp(d) for d in MBPP_FEWSHOT]
+        shots = train if train is not None else [_mbpp(d) for d in mbpp_fewshot()]
         if n_shot > len(shots):
             raise SwaxError(
                 f"num_fewshot={n_shot} for mbpp, but only {len(shots)} prompt "
