@@ -83,6 +83,8 @@ def test_an_import_in_the_else_of_type_checking_counts(tmp_path):
         ("layers/mix.py", "from ..data.loader import L\n", "layers import only the ops"),
         ("data/loader.py", "def f():\n    from ..train import t\n", "data never imports"),
         ("data/loader.py", "import swax.eval.niah\n", "data never imports"),
+        ("model.py", "def f():\n    from .train import t\n", "nothing below train or eval"),
+        ("generate.py", "from .eval.niah import x\n", "nothing below train or eval"),
     ],
 )
 def test_a_layering_break_names_the_importer_and_the_rule(tmp_path, importer, line, rule):
@@ -92,7 +94,7 @@ def test_a_layering_break_names_the_importer_and_the_rule(tmp_path, importer, li
         "errors.py": "class E(Exception): ...\n",
         "data/loader.py": "",
         "train/__init__.py": "t = 1\n",
-        "eval/niah.py": "",
+        "eval/niah.py": "x = 1\n",
     }
     files[importer] = line
     problems = check_imports.check(_package(tmp_path, files))

@@ -7,8 +7,10 @@ or inside a function alike (a circle through a function-level import is still a 
 fails later). Imports under ``if TYPE_CHECKING:`` are for annotations and never run, so they
 are not edges.
 
-The contract (``CONTRACT`` below): the ops import nothing else from swax; the layers import only
-the ops; the data code never imports the model, training, generation or evaluation. ``make lint``
+The contract (``CONTRACT`` and ``FORBIDDEN`` below, as the design notes state it): the ops import
+nothing else from swax; the layers import only the ops; the data code never imports the model,
+training, generation or evaluation; nothing below training and evaluation (config, model,
+generation, data) imports them, the sweeps or the command line. ``make lint``
 runs this script; ``tests/test_imports.py`` checks that it catches what it should.
 """
 
@@ -23,12 +25,19 @@ CONTRACT: list[tuple[str, tuple[str, ...], str]] = [
     ("ops", ("ops",), "ops import nothing else from swax"),
     ("layers", ("layers", "ops"), "layers import only the ops"),
 ]
+BELOW_TRAIN_AND_EVAL = ("config", "configutil", "state", "model", "generate", "data")
+"""The modules under training and evaluation in the data flow (data -> train -> model, eval ->
+model): they never import train, eval, the sweeps or the command line."""
 FORBIDDEN: list[tuple[str, tuple[str, ...], str]] = [
     # (importer prefix, prefixes it must not import, what the rule says)
     (
         "data",
         ("model", "train", "eval", "generate", "hf", "export", "cli"),
         "data never imports model, train, generation or eval",
+    ),
+    *(
+        (low, ("train", "eval", "sweep", "cli"), "nothing below train or eval imports them")
+        for low in BELOW_TRAIN_AND_EVAL
     ),
 ]
 
@@ -147,19 +156,24 @@ def _under(name: str, prefix: str) -> bool:
 
 
 def contract_violations(graph: dict[str, set[str]]) -> list[str]:
+    """One line per import that breaks a rule (the first rule it breaks)."""
     problems = []
     for importer, imported in sorted(graph.items()):
-        for prefix, allowed, rule in CONTRACT:
-            if _under(importer, prefix):
-                for target in sorted(imported):
-                    if not any(_under(target, a) for a in allowed):
-                        problems.append(f"{importer} imports {target or '(package)'}: {rule}")
-        for prefix, banned, rule in FORBIDDEN:
-            if _under(importer, prefix):
-                for target in sorted(imported):
-                    if any(_under(target, b) for b in banned):
-                        problems.append(f"{importer} imports {target}: {rule}")
+        for target in sorted(imported):
+            rule = _broken_rule(importer, target)
+            if rule:
+                problems.append(f"{importer} imports {target or '(package)'}: {rule}")
     return problems
+
+
+def _broken_rule(importer: str, target: str) -> str | None:
+    for prefix, allowed, rule in CONTRACT:
+        if _under(importer, prefix) and not any(_under(target, a) for a in allowed):
+            return rule
+    for prefix, banned, rule in FORBIDDEN:
+        if _under(importer, prefix) and any(_under(target, b) for b in banned):
+            return rule
+    return None
 
 
 def check(root: Path) -> list[str]:
