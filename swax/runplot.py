@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+from .eval.plots import pyplot
 from .train.plot import read_metrics
 
 
@@ -83,7 +84,6 @@ def draw_run(ax, ax_lr, records: list[dict], title: str | None = None) -> None:
 def plot_run(run_dir: str | Path, out: str | Path | None = None) -> Path:
     """Draw the run's losses by step (see :func:`draw_run`) to ``out`` (default
     ``RUN/loss.png``); returns the PNG's path."""
-    from .eval.plots import pyplot
 
     records = read_metrics(run_dir)
     out = Path(out) if out else Path(run_dir) / "loss.png"

@@ -23,6 +23,8 @@ from pathlib import Path
 
 from ..errors import SwaxError
 from .plots import save_curves
+from .tasks import _MAIN_METRICS
+from .taskspecs import TASKS
 
 RESULT_FILES = (
     "compare.csv",
@@ -138,8 +140,6 @@ def _niah(niah: dict, out: Path) -> list[str]:
 
 
 def _tasks(tasks: dict, out: Path) -> list[str]:
-    from .tasks import _MAIN_METRICS
-    from .taskspecs import TASKS
 
     models = list(tasks)
     names = [t for t in TASKS if any(t in v for v in tasks.values())]

@@ -49,6 +49,7 @@ from collections.abc import Sequence
 import torch
 
 from ..configutil import resolve_device, resolve_window
+from ..data import ByteTokenizer
 from ..errors import ConfigError, SwaxError
 
 try:
@@ -146,8 +147,6 @@ class SwaxEvalLM(TemplateLM):
             if torch_dtype is not None:
                 model = model.to(torch_dtype)
             if tokenizer is None:
-                from ..data import ByteTokenizer
-
                 tokenizer = ByteTokenizer()
         self.model = model
         self.tok = tokenizer

@@ -30,7 +30,7 @@ import torch
 
 from ..errors import SwaxError
 from ..generate import PREFILL_CHUNK, generate
-from .plots import format_length
+from .plots import format_length, pyplot
 from .ruler import TASKS, generate_niah, postprocess_pred, read_jsonl, string_match_all, write_jsonl
 
 log = logging.getLogger("swax")
@@ -355,8 +355,6 @@ def _fmt_len(n: int) -> str:
 def heatmaps(out: Path, r: NiahResult, tasks, lengths) -> list[Path]:
     """One PNG per task: accuracy by needle depth (rows) × length (columns)."""
     import numpy as np
-
-    from .plots import pyplot
 
     plt = pyplot()
     paths = []

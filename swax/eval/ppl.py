@@ -22,6 +22,7 @@ import torch
 import torch.nn.functional as F
 
 from ..errors import SwaxError
+from .plots import save_curves
 
 RESULT_FILES = ("ppl.csv", "ppl.json", "ppl.png")
 """The files :func:`write_ppl` (``swax eval ppl``) writes in its results folder."""
@@ -94,7 +95,6 @@ def bucketize(losses: np.ndarray, edges: list[int]) -> list[dict]:
 def write_ppl(
     out_dir: str | Path, rows: list[dict], settings: dict, train_len: int | None = None
 ) -> tuple[Path, Path]:
-    from .plots import save_curves
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)

@@ -14,6 +14,7 @@ import json
 from pathlib import Path
 
 from ..data.config import SyntheticConfig
+from ..train.config import load_train_config
 from .episodes import episode_accuracy
 
 RECALL_FILES = ("recall.json",)
@@ -56,7 +57,6 @@ def training_setup(model_dir: str | Path) -> tuple[SyntheticConfig | None, dict,
     """(the episodes it was trained on, its windows {"train"?: W}, its training length) when
     ``model_dir`` is the ``model/`` folder of a ``swax train`` run (its ``config.yaml`` beside
     it); (None, {}, None) otherwise."""
-    from ..train.config import load_train_config
 
     run_yaml = Path(model_dir).resolve().parent / "config.yaml"
     if not run_yaml.is_file():

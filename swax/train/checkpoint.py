@@ -27,6 +27,7 @@ import torch.distributed as dist
 
 from ..errors import CheckpointError, CorruptCheckpointError
 from ..integrity import checksums, match_umask, verify_checksums
+from ..model import state_dict_mismatch
 from ..paths import writing
 
 STEP_RE = re.compile(r"^step_(\d+)$")
@@ -167,7 +168,6 @@ def read_trainer_state(path: str | Path) -> dict:
 def _check_model_matches(path: Path, state: dict, model, model_sd: dict) -> None:
     """A CheckpointError saying how the checkpoint's tensors differ from ``model``'s and which
     model settings it was trained with, before anything is loaded."""
-    from ..model import state_dict_mismatch
 
     # names and global shapes from the unwrapped module (DDP's .module; FSDP2 keeps the names
     # and its DTensors report the full shape): the same on every rank and nothing gathered, so

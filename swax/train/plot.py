@@ -6,6 +6,7 @@ from pathlib import Path
 
 from ..data.jsonl import iter_jsonl
 from ..errors import SwaxError
+from ..eval.plots import pyplot
 
 
 def read_metrics(run_dir: str | Path) -> list[dict]:
@@ -20,7 +21,6 @@ def read_metrics(run_dir: str | Path) -> list[dict]:
 
 def plot_run(run_dir: str | Path, out: str | Path | None = None) -> Path:
     """Training loss (with its running mean), validation loss and learning rate by step."""
-    from ..eval.plots import pyplot
 
     plt = pyplot()
 
