@@ -243,19 +243,20 @@ def _sweep_yaml(tmp_path, out: str) -> str:
 
 
 OUTPUT_COMMANDS = {
-    # command line (OUT: the unwritable path) and what it must not reach: (module, attribute)
-    "train": (["train", "run_dir=OUT", "steps=1"], ("swax.train", "train")),
-    "demo": (["demo", "--run-dir", "OUT"], ("swax.train", "train")),
+    # command line (OUT: the unwritable path) and what it must not reach: (module, attribute), the
+    # name the command calls (the cli imports these at its top)
+    "train": (["train", "run_dir=OUT", "steps=1"], ("swax.cli", "train")),
+    "demo": (["demo", "--run-dir", "OUT"], ("swax.cli", "train")),
     "eval_niah": (["eval", "niah", "--preset", "tiny", "--out", "OUT"], ("swax.cli", "_load")),
-    "eval_niah_dump": (["eval", "niah", "--dump", "OUT"], ("swax.eval.niah", "dump_records")),
+    "eval_niah_dump": (["eval", "niah", "--dump", "OUT"], ("swax.cli", "dump_records")),
     "eval_tasks": (["eval", "tasks", "--preset", "tiny", "--out", "OUT"], ("swax.cli", "_load")),
     "eval_ppl": (["eval", "ppl", "--preset", "tiny", "--out", "OUT"], ("swax.cli", "_load")),
     "eval_compare": (
         ["eval", "compare", "RESULTS", "--out", "OUT"],
-        ("swax.eval.compare", "compare"),
+        ("swax.cli", "compare"),
     ),
-    "sweep": (["sweep", "SWEEP"], ("swax.sweep", "run_sweep")),
-    "plot_run": (["plot-run", "RUN", "--out", "OUT/loss.png"], ("swax.runplot", "plot_run")),
+    "sweep": (["sweep", "SWEEP"], ("swax.cli", "run_sweep")),
+    "plot_run": (["plot-run", "RUN", "--out", "OUT/loss.png"], ("swax.cli", "plot_run")),
 }
 
 
