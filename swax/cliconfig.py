@@ -13,11 +13,12 @@ per field, the docstring and default as help), and the same objects can be built
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Literal
 
 from .config import PRESETS
-from .configutil import SEED_BOUNDS, WindowSetting, bounded, check_fields, option, parse_window
+from .configutil import WindowSetting, bounded, check_fields, option, parse_window
 from .eval.tasks import TaskEvalSettings
 from .generate import PREFILL_CHUNK
 
@@ -29,8 +30,9 @@ class Command:
 
     def __post_init__(self) -> None:
         check_fields(self)
-        if getattr(self, "window", None) is not None:  # None: export's "the model's"
-            self.window = parse_window(self.window)
+        for f in dataclasses.fields(self):  # window settings given as text or a number
+            if f.metadata.get("cli", {}).get("parse") is parse_window:
+                setattr(self, f.name, parse_window(getattr(self, f.name)))
 
 
 @dataclass
@@ -51,7 +53,7 @@ class LoadConfig(ModelChoice):
     """auto (cuda when available, else cpu), cpu, cuda or cuda:N."""
     dtype: Literal["float32", "bfloat16"] = "float32"
     """Dtype of the weights and activations."""
-    seed: int = bounded(0, SEED_BOUNDS)
+    seed: int = bounded(0, "(-inf, inf)")
     """Seed of the random weights of a preset and of sampling."""
 
 
@@ -97,7 +99,7 @@ class EvalConfig(LoadConfig):
     """Attention window: default (the model's, i.e. the long window), full, or a number."""
     label: str | None = None
     """Name of the model in reports (default: the run's folder name or the preset)."""
-    seed: int = bounded(42, SEED_BOUNDS)
+    seed: int = bounded(42, "(-inf, inf)")
     """Seed of the random weights of a preset and of the evaluation data."""
     out: str | None = None
     """Results folder (default: results/KIND-LABEL); must be new or empty."""

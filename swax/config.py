@@ -71,8 +71,8 @@ class SwaxConfig:
     """Width of the recurrent layers' q and k, as a fraction of d_model (xLSTM-7B: 0.5)."""
     v_dim_factor: float = bounded(1.0, "(0, inf)")
     """Width of the recurrent layers' v, as a fraction of d_model (xLSTM-7B: 1.0)."""
-    gate_soft_cap: float = bounded(15.0, "(0, inf)")
-    """Soft cap of the mLSTM input/forget gate pre-activations: cap * tanh(x / cap)."""
+    gate_soft_cap: float = bounded(15.0, "[0, inf)")
+    """Soft cap of the mLSTM input/forget gate pre-activations: cap * tanh(x / cap); 0 = off."""
     mlstm_igate_bias_init: float = bounded(-5.0, "(-inf, inf)")
     """Initial bias of the mLSTM input gate. xLSTM-7B uses -10, which the 1.4b and 7b presets
     keep. At smaller widths -10 switches the memory off at initialisation (the cell output's
@@ -94,8 +94,8 @@ class SwaxConfig:
     """Share the input embedding with the output head."""
     norm_eps: float = bounded(1e-6, "(0, inf)")
     """Epsilon of the RMSNorms."""
-    logit_soft_cap: float | None = bounded(None, "(0, inf)")
-    """Soft cap on output logits (xLSTM-7B uses 30); None = off."""
+    logit_soft_cap: float | None = bounded(None, "[0, inf)")
+    """Soft cap on output logits (xLSTM-7B uses 30); None or 0 = off."""
     init_std: float = bounded(0.02, "[0, inf)")
     """Standard deviation of the normal initialisation of linear and embedding weights."""
     attn_backend: str = "auto"

@@ -226,7 +226,7 @@ def _check_number(key: str, v: Any, interval: str, integer: bool, optional: bool
     kind = "an integer" if integer else "a number"
     if isinstance(v, bool) or not isinstance(v, int if integer else (int, float)):
         raise ConfigError(f"{key} must be {kind}{unset}, got {v!r}")
-    if not math.isfinite(v):
+    if isinstance(v, float) and not math.isfinite(v):
         raise ConfigError(f"{key} must be a finite number{unset}, got {v!r}")
     lo_in, lo, hi, hi_in = _interval(interval)
     below = v < lo or (v == lo and not lo_in)

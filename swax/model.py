@@ -295,7 +295,8 @@ class SwaxLM(nn.Module):
                     f"a per-layer window needs one entry per layer ({self.config.n_layers}), "
                     f"got {len(window)}"
                 )
-            return tuple(check_window(w) for w in window)
+            default = self.config.window
+            return tuple(default if isinstance(w, _Default) else check_window(w) for w in window)
         return check_window(window)
 
     def _check_ids(self, input_ids: torch.Tensor) -> torch.Tensor:

@@ -182,3 +182,35 @@ def test_check_fields_reads_intervals_as_written():
     for kw, message in cases:
         with pytest.raises(ConfigError, match=message):
             check_fields(Outer(**kw), prefix="sub.")
+
+
+def test_an_integer_beyond_float_range_is_checked_not_a_crash():
+    # math.isfinite(10**400) raises OverflowError: only floats are tested for finiteness
+    from swax.configutil import bounded
+
+    @dataclasses.dataclass
+    class Small:
+        n: int = bounded(1, "[0, 10]")
+        any_int: int = bounded(0, "(-inf, inf)")
+
+    check_fields(Small(any_int=10**400))
+    with pytest.raises(ConfigError, match=r"n must be in \[0, 10\], got 1000"):
+        check_fields(Small(n=10**400))
+
+
+def test_zero_soft_caps_mean_off_and_are_accepted():
+    from swax import SwaxConfig
+
+    SwaxConfig(gate_soft_cap=0.0, logit_soft_cap=0.0)  # the layers read 0 as "no cap"
+    with pytest.raises(ConfigError, match="gate_soft_cap must be >= 0"):
+        SwaxConfig(gate_soft_cap=-1.0)
+
+
+def test_a_command_window_is_parsed_and_none_refused():
+    from swax.cliconfig import ExportOnnxConfig, GenerateConfig
+
+    assert GenerateConfig(window="2048").window == 2048
+    assert GenerateConfig(window="none").window == "full"
+    with pytest.raises(ConfigError, match="window must be a positive integer or 'full'"):
+        GenerateConfig(window=None)
+    assert ExportOnnxConfig(model_dir="m", out="o.onnx").window is None  # the model's own

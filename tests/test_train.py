@@ -12,6 +12,7 @@ import torch
 
 from swax import SwaxConfig, SwaxLM
 from swax.errors import ConfigError
+from swax.state import DEFAULT_WINDOW
 from swax.train import (
     FixedWindow,
     StochasticWindow,
@@ -335,6 +336,11 @@ def test_per_layer_window_and_activation_checkpointing(tmp_path):
     assert not torch.allclose(model(ids, window=(8, None, 16, None)), same)
     with pytest.raises(ValueError, match="one entry per layer"):
         model(ids, window=(8, 8))
+    # an entry may be DEFAULT_WINDOW: that layer's window is config.window (128 here)
+    mixed = model(ids, window=(DEFAULT_WINDOW, None, 16, None))
+    assert torch.equal(mixed, model(ids, window=(model.config.window, None, 16, None)))
+    with pytest.raises(ValueError, match="window must be >= 1"):
+        model(ids, window=(0, None, 8, None))
     loss = model(ids, window=8).logsumexp(-1).mean()
     g1 = torch.autograd.grad(loss, list(model.parameters()))
     model.gradient_checkpointing = True
