@@ -11,7 +11,7 @@ import torch
 from swax import SwaxConfig, SwaxLM
 from swax.data import ByteTokenizer
 from swax.eval.compare import compare
-from swax.eval.niah import format_table, parse_lengths, run_niah
+from swax.eval.niah import SwaxPredictor, format_table, parse_lengths, run_niah
 from swax.eval.ppl import bucketize, position_losses
 from swax.eval.ruler import TASKS
 
@@ -130,6 +130,28 @@ def test_position_losses_equal_a_full_forward():
             logp = model(ids).log_softmax(-1)[0]
         ref = -logp[torch.arange(99), ids[0, 1:]].double().numpy()
         assert np.abs(got[i] - ref).max() < 1e-4
+
+
+@pytest.mark.parametrize("window", [None, 8, "default"])
+def test_position_losses_window_none_is_full_attention(window):
+    # None used to mean the model's window here (so `swax eval ppl --window full` scored with
+    # it); it is full attention, as in SwaxLM.forward. Reference: one plain forward.
+    torch.manual_seed(0)
+    model = SwaxLM(SwaxConfig(d_model=32, n_layers=2, n_heads=2, vocab_size=50, window=8)).eval()
+    tokens = np.random.default_rng(1).integers(0, 50, size=60)
+    arg = {} if window == "default" else {"window": window}
+    meant = 8 if window == "default" else window  # the window the call should use
+    got = position_losses(model, tokens, length=60, samples=1, chunk=17, progress=False, **arg)
+    ids = torch.as_tensor(tokens)[None]
+
+    def nll(w):
+        with torch.no_grad():
+            logp = model(ids, window=w).log_softmax(-1)[0]
+        return -logp[torch.arange(59), ids[0, 1:]].double().numpy()
+
+    assert np.abs(got[0] - nll(meant)).max() < 1e-4
+    assert np.abs(nll(None) - nll(8)).max() > 1e-2  # the windows differ on these 60 tokens
+    assert SwaxPredictor(model, None, **arg).window == meant
 
 
 def test_bucketize_hand_computed():

@@ -30,6 +30,7 @@ import torch
 
 from ..errors import SwaxError
 from ..generate import PREFILL_CHUNK, generate
+from ..state import DEFAULT_WINDOW
 from .plots import format_length, pyplot
 from .ruler import TASKS, generate_niah, postprocess_pred, read_jsonl, string_match_all, write_jsonl
 
@@ -96,9 +97,11 @@ def peak_rss_gib() -> float:
 class SwaxPredictor:
     """Greedy continuation of a prompt with a SwaxLM: chunked prefill, then step decode."""
 
-    def __init__(self, model, tokenizer, window=None, prefill_chunk: int = PREFILL_CHUNK):
+    def __init__(self, model, tokenizer, window=DEFAULT_WINDOW, prefill_chunk: int = PREFILL_CHUNK):
+        """``window``: keys each query sees, None for full attention, DEFAULT_WINDOW (the
+        default) for ``model.config.window``."""
         self.model, self.tok = model, tokenizer
-        self.window = model.config.window if window is None else window
+        self.window = model.config.window if window is DEFAULT_WINDOW else window
         self.prefill_chunk = prefill_chunk
 
     def __call__(self, prompt: str, max_new_tokens: int) -> str:

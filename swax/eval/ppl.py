@@ -22,6 +22,8 @@ import torch
 import torch.nn.functional as F
 
 from ..errors import SwaxError
+from ..generate import PREFILL_CHUNK
+from ..state import DEFAULT_WINDOW
 from .plots import save_curves
 
 RESULT_FILES = ("ppl.csv", "ppl.json", "ppl.png")
@@ -34,12 +36,13 @@ def position_losses(
     tokens: np.ndarray,
     length: int,
     samples: int,
-    window=None,
-    chunk: int = 2048,
+    window=DEFAULT_WINDOW,
+    chunk: int = PREFILL_CHUNK,
     progress: bool = True,
 ) -> np.ndarray:
     """(samples, length - 1) NLL of token t+1 given tokens ≤ t, for ``samples`` stretches of
-    ``length`` tokens spread evenly over ``tokens``."""
+    ``length`` tokens spread evenly over ``tokens``. ``window``: keys each query sees, None for
+    full attention, DEFAULT_WINDOW (the default) for ``model.config.window``."""
     from tqdm import tqdm
 
     if len(tokens) < length:
@@ -51,7 +54,7 @@ def position_losses(
     starts = [
         int(round(i * span / max(1, samples - 1))) if samples > 1 else 0 for i in range(samples)
     ]
-    w = model.config.window if window is None else window
+    w = model.config.window if window is DEFAULT_WINDOW else window
     out = np.zeros((samples, length - 1), dtype=np.float64)
     steps = samples * math.ceil(length / chunk)
     bar = tqdm(total=steps, desc="ppl", unit="chunk", disable=not progress, dynamic_ncols=True)
