@@ -400,6 +400,18 @@ def test_window_none_is_full_attention_and_the_default_is_the_models(model, tok,
     assert T.TaskEvalSettings().window is DEFAULT_WINDOW
 
 
+def test_settings_may_be_given_as_keywords(model, tok, tmp_path):
+    # the keyword API of evaluate_tasks before TaskEvalSettings still works: fields as keywords
+    (tmp_path / "arc_easy.jsonl").write_text(TS.SAMPLES_DIR.joinpath("arc_easy.jsonl").read_text())
+    settings = T.TaskEvalSettings(limit=2, progress=False)
+    want = T.evaluate_tasks(model, tok, "arc_easy", tmp_path, settings)
+    got = T.evaluate_tasks(model, tok, "arc_easy", tmp_path, limit=2, progress=False)
+    assert got["arc_easy"]["metrics"] == want["arc_easy"]["metrics"]
+    assert len(got["arc_easy"]["records"]) == 2
+    with pytest.raises(TypeError, match="unknown task evaluation option 'limits'"):
+        T.evaluate_tasks(model, tok, "arc_easy", tmp_path, limits=2)
+
+
 # ------------------------------------------------------------------ rolling and generation
 
 

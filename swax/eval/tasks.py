@@ -30,7 +30,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 
 from ..errors import SwaxError
@@ -216,6 +216,18 @@ def _code(spec: TaskSpec, docs, contexts, model, tokenizer, settings):
     return metrics, records
 
 
+def _settings(settings: TaskEvalSettings | None, options: dict) -> TaskEvalSettings:
+    """``settings`` (default: the defaults) with the fields named in ``options`` replaced; an
+    unknown name is a TypeError naming it and the known ones."""
+    known = {f.name for f in fields(TaskEvalSettings)}
+    unknown = sorted(set(options) - known)
+    if unknown:
+        raise TypeError(
+            f"unknown task evaluation option {unknown[0]!r}; expected one of {sorted(known)}"
+        )
+    return replace(settings or TaskEvalSettings(), **options)
+
+
 def evaluate_task(
     model,
     tokenizer,
@@ -225,10 +237,11 @@ def evaluate_task(
     *,
     data_files: dict[str, str | Path] | None = None,
     docs: list[dict] | None = None,
+    **options,
 ) -> dict:
     """One task: ``{"task", "metrics": {...}, "records": [...]}`` (see :func:`evaluate_tasks`);
     ``docs``: its records when already loaded (:func:`~swax.eval.taskspecs.load_docs`)."""
-    settings = settings or TaskEvalSettings()
+    settings = _settings(settings, options)
     spec = TASKS[parse_tasks([task])[0]]
     if docs is None:
         docs = load_docs(spec.name, data_dir, data_files)
@@ -263,6 +276,7 @@ def evaluate_tasks(
     settings: TaskEvalSettings | None = None,
     *,
     data_files: dict[str, str | Path] | None = None,
+    **options,
 ) -> dict[str, dict]:
     """Evaluate ``model`` on short-context tasks from local JSONL files.
 
@@ -273,12 +287,14 @@ def evaluate_tasks(
         settings: few-shot, limit, batch size, window, code sandbox limits, progress bars
             (see :class:`TaskEvalSettings`; default: its defaults).
         data_files: {task or task_train: path} overriding the default file names.
+        options: fields of :class:`TaskEvalSettings` given as keywords (``limit=100``,
+            ``num_fewshot=3``), over ``settings`` or its defaults.
 
     Returns ``{task: {"task", "source", "metrics": {...}, "records": [...]}}``. Every data file
     is read and checked before the first forward pass, so a missing or malformed file fails
     fast with a SwaxError naming the file, the line and the expected schema.
     """
-    settings = settings or TaskEvalSettings()
+    settings = _settings(settings, options)
     names = parse_tasks(tasks)
     loaded = {name: load_docs(name, data_dir, data_files) for name in names}
     for name in names:
