@@ -121,3 +121,40 @@ def test_the_command_exits_non_zero_on_a_problem(tmp_path, capsys):
     assert check_imports.main(["check_imports", str(root)]) == 1
     assert "import circle: swax.a <-> swax.b" in capsys.readouterr().err
     assert check_imports.main(["check_imports", str(tmp_path / "nowhere")]) == 2
+
+
+def test_a_circle_through_a_package_init_is_found(tmp_path):
+    # importing swax.a runs swax/sub/__init__.py first, which imports swax.sub.y -> swax.a
+    root = _package(
+        tmp_path,
+        {
+            "a.py": "from .sub.x import f\n",
+            "sub/__init__.py": "from . import y\n",
+            "sub/x.py": "f = 1\n",
+            "sub/y.py": "from ..a import g\n",
+        },
+    )
+    problems = check_imports.check(root)
+    assert problems == ["import circle: swax.a <-> swax.sub <-> swax.sub.y"], problems
+
+
+def test_an_import_under_not_type_checking_counts_and_its_else_does_not(tmp_path):
+    body = "from typing import TYPE_CHECKING\nif not TYPE_CHECKING:\n    {}\nelse:\n    {}\n"
+    runs = body.format("from .a import y", "pass")
+    annotation_only = body.format("pass", "from .a import y")
+    for text, circle in ((runs, True), (annotation_only, False)):
+        root = _package(tmp_path / str(circle), {"a.py": "from .b import x\n", "b.py": text})
+        assert check_imports.check(root) == (["import circle: swax.a <-> swax.b"] if circle else [])
+
+
+def test_a_layering_break_through_another_module_names_the_way(tmp_path):
+    files = {
+        "data/loader.py": "from ..loading import load\n",
+        "loading.py": "from .model import M\nload = 1\n",
+        "model.py": "class M: ...\n",
+    }
+    problems = check_imports.check(_package(tmp_path, files))
+    assert problems == [
+        "swax.data.loader imports model (via loading): data never imports model, train, "
+        "generation or eval"
+    ], problems

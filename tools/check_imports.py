@@ -53,23 +53,33 @@ def module_names(root: Path) -> dict[str, Path]:
     return names
 
 
-def _is_type_checking(node: ast.If) -> bool:
-    test = node.test
+def _is_type_checking(test: ast.expr) -> bool:
     return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
         isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
     )
 
 
 def _imports(tree: ast.AST):
-    """The Import/ImportFrom nodes of ``tree`` that run (not under ``if TYPE_CHECKING:``)."""
+    """The Import/ImportFrom nodes of ``tree`` that run: not those under ``if TYPE_CHECKING:``
+    (nor under the ``else`` of ``if not TYPE_CHECKING:``)."""
     for node in ast.iter_child_nodes(tree):
         if isinstance(node, (ast.Import, ast.ImportFrom)):
             yield node
-        elif isinstance(node, ast.If) and _is_type_checking(node):
-            for other in node.orelse:
-                yield from _imports(ast.Module(body=[other], type_ignores=[]))
+        elif isinstance(node, ast.If) and _is_type_checking(node.test):
+            yield from _body_imports(node.orelse)
+        elif (
+            isinstance(node, ast.If)
+            and isinstance(node.test, ast.UnaryOp)
+            and isinstance(node.test.op, ast.Not)
+            and _is_type_checking(node.test.operand)
+        ):
+            yield from _body_imports(node.body)
         else:
             yield from _imports(node)
+
+
+def _body_imports(statements: list[ast.stmt]):
+    yield from _imports(ast.Module(body=statements, type_ignores=[]))
 
 
 def imports_of(name: str, path: Path, package: str, modules: dict[str, Path]) -> set[str]:
@@ -83,6 +93,12 @@ def imports_of(name: str, path: Path, package: str, modules: dict[str, Path]) ->
         while dotted and ".".join(dotted) not in modules:  # a name imported from a module
             dotted = dotted[:-1]
         found.add(".".join(dotted))
+        # importing a.b.c runs the __init__ of a.b first: an edge to each package on the way,
+        # except the importer's own packages (already being imported) and the root package
+        for i in range(1, len(dotted)):
+            parent = dotted[:i]
+            if parent != here[:i]:
+                found.add(".".join(parent))
 
     for node in _imports(ast.parse(path.read_text(encoding="utf-8"), str(path))):
         if isinstance(node, ast.Import):
@@ -156,14 +172,37 @@ def _under(name: str, prefix: str) -> bool:
 
 
 def contract_violations(graph: dict[str, set[str]]) -> list[str]:
-    """One line per import that breaks a rule (the first rule it breaks)."""
+    """One line per module that breaks a rule (the first rule it breaks): by a direct import,
+    or through the modules it imports (``a imports c (via b)``)."""
     problems = []
-    for importer, imported in sorted(graph.items()):
-        for target in sorted(imported):
-            rule = _broken_rule(importer, target)
-            if rule:
-                problems.append(f"{importer} imports {target or '(package)'}: {rule}")
+    for importer in sorted(graph):
+        broken = {
+            target: (via, rule)
+            for target, via in _reachable(graph, importer).items()
+            if (rule := _broken_rule(importer, target))
+        }
+        for target, (via, rule) in sorted(broken.items()):
+            if any(other.startswith(target + ".") for other in broken):
+                continue  # a package whose module is named: one line for the import
+            how = f" (via {via})" if via else ""
+            problems.append(f"{importer} imports {target or '(package)'}{how}: {rule}")
     return problems
+
+
+def _reachable(graph: dict[str, set[str]], start: str) -> dict[str, str | None]:
+    """Every module ``start`` imports, directly (None) or through others (the first module on
+    the way), in breadth-first order; imports of a broken direct import are not followed, so
+    that each break is reported once, where it is."""
+    seen: dict[str, str | None] = {}
+    queue = [(t, None) for t in sorted(graph.get(start, ()))]
+    while queue:
+        target, via = queue.pop(0)
+        if target in seen or target == start:
+            continue
+        seen[target] = via
+        if _broken_rule(start, target) is None:
+            queue += [(t, via or target) for t in sorted(graph.get(target, ()))]
+    return seen
 
 
 def _broken_rule(importer: str, target: str) -> str | None:
