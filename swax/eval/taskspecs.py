@@ -88,7 +88,7 @@ FEWSHOT_SEED = 1234
 HUMANEVAL_STOP = ("\nclass", "\ndef", "\n#", "\nif", "\nprint")
 MBPP_STOP = ("[DONE]",)
 
-MBPP_FEWSHOT_FILE = Path(__file__).with_name("samples") / "mbpp_prompt.jsonl"
+MBPP_FEWSHOT_FILE = Path(__file__).with_name("fewshot") / "mbpp.jsonl"
 """The three prompt-split examples (task ids 2, 3, 4) that the harness's mbpp.yaml uses as
 few-shot examples, in the upstream MBPP schema."""
 
