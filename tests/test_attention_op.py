@@ -292,6 +292,9 @@ def test_cpu_dispatch_by_gradient_window_and_length(monkeypatch):
             return select_backend("swa", None, q, k, v, window, **kw).name
 
     long_ok = attention._flex_cpu_template() is None
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 2)
+    assert pick(1024, 128) == ("flex" if long_ok else "blockwise_fwd")  # several threads
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 1)
     assert pick(1024, 128) == "blockwise_fwd"
     assert pick(1024, 128, grad=True) == "blockwise"
     assert pick(1024, 128, grad=True, no_grad=True) == "blockwise_fwd"
@@ -316,6 +319,7 @@ def test_cpu_flex_shape_budget(monkeypatch):
     state = {"failed": None, "shapes": {("seen", i) for i in range(budget)}, "announced": True}
     monkeypatch.setattr(attention, "_FLEX_CPU_STATE", state)
     monkeypatch.setattr(attention, "_flex_cpu_template", lambda: None)
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 1)
     q = torch.zeros(1, 2, 4096, 8)
     assert "recompile limit" in attention._flex_usable(q, q, q, 2048)
     assert select_backend("swa", None, q, q, q, 2048).name == "blockwise_fwd"
@@ -335,6 +339,7 @@ def test_cpu_flex_falls_back_when_compile_fails(monkeypatch, caplog):
     monkeypatch.setattr(attention, "_FLEX_CPU_STATE", state)
     monkeypatch.setattr(attention, "_flex_cpu_template", lambda: None)
     monkeypatch.setattr(attention, "_compiled_flex", lambda: broken)
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 1)
     q, k, v = (t.detach() for t in _inputs(1, 2, 2, 600, 600, 16, 16, torch.float32, seed=9))
     with torch.no_grad():
         assert select_backend("swa", None, q, k, v, 512).name == "flex"

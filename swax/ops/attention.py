@@ -23,8 +23,9 @@ Backends (chosen through :mod:`swax.ops.registry`, op name ``"swa"``):
 - ``flex``: ``torch.nn.attention.flex_attention``, compiled, with a sliding-window block mask
   (built from the window's block structure, never a T×T mask). CUDA; and the CPU for float32
   inputs when no gradient is needed (its CPU backward does not exist) and inductor's CPU template
-  is present, where ``"auto"`` takes it for windows of 512 and more and at least 512 queries (it
-  is faster there than ``blockwise_fwd``; each shape's first call compiles). If compiling fails
+  is present, where ``"auto"`` takes it for at least 512 queries and, on one thread, windows of
+  512 and more (faster there than ``blockwise_fwd``; on more threads, every window: one parallel
+  region per call, robust to a loaded machine); each shape's first call compiles. If compiling fails
   it logs a warning and the call, and every later one, uses the next backend.
 - ``reference``: naive masked softmax over the full Tq×Tk score matrix — a readable reference for
   small inputs only.
@@ -454,8 +455,10 @@ def _flex_prefer(q, k, v, window, doc_ids=None):
         return None
     if window is None or q.shape[2] < _FLEX_CPU_MIN_T:
         return "the CPU: full causal or short inputs go to the blockwise paths"
-    if min(window, k.shape[2]) < _FLEX_CPU_MIN_WINDOW:
+    if torch.get_num_threads() == 1 and min(window, k.shape[2]) < _FLEX_CPU_MIN_WINDOW:
         return f"the CPU: blockwise_fwd is faster for windows below {_FLEX_CPU_MIN_WINDOW}"
+    # with more threads, blockwise_fwd's many small parallel regions each wait for the slowest
+    # thread: on a loaded machine that was 0.03-0.6x flex at W=128 (benchmarks/README.md)
     return None
 
 
@@ -465,11 +468,17 @@ def _flex_shape_key(q, k, v, window):
     return (q.shape[0], q.shape[1], k.shape[1], tq_p, tk_p, q.shape[3], v.shape[3], q.dtype)
 
 
-@lru_cache(maxsize=1)
-def _compiled_flex():
+def _flex_call(q, k, v, block_mask, scale, enable_gqa):
     from torch.nn.attention.flex_attention import flex_attention
 
-    return torch.compile(flex_attention, dynamic=False)
+    return flex_attention(q, k, v, block_mask=block_mask, scale=scale, enable_gqa=enable_gqa)
+
+
+@lru_cache(maxsize=1)
+def _compiled_flex():
+    """swax's own compiled frame: torch._dynamo's recompile limit counts compilations per
+    frame, so a caller's own ``torch.compile(flex_attention)`` shapes do not use up swax's."""
+    return torch.compile(_flex_call, dynamic=False)
 
 
 _FLEX_BLOCK = 128  # flex attention's default block size; lengths are rounded up to it
