@@ -2,8 +2,11 @@
 
 For each sequence length T: forward and forward+backward tokens/s of
 
-- ``swa``: ``sliding_window_attention`` (window W) vs ``scaled_dot_product_attention`` with an
-  explicit T×T band mask (skipped when that mask's scores would not fit in ``--max-mask-gb``);
+- ``swa``: ``sliding_window_attention`` (each window of ``--window``) vs
+  ``scaled_dot_product_attention`` with an explicit T×T band mask (skipped when that mask's
+  scores would not fit in ``--max-mask-gb``) and, forward only (its CPU backward does not
+  exist), torch's compiled ``flex_attention`` with a sliding-window block mask
+  (``create_block_mask``, default 128 blocks; compiled mask creation above 8k);
 - ``mlstm``: ``mlstm(mode="chunk")`` (the automatic backend: ``native`` on the CPU, with its
   hand-written backward) vs mlstm_kernels' ``chunkwise--native_custbw`` and
   ``chunkwise--native_autograd`` (when mlstm_kernels is installed) and swax's own chunkwise
@@ -69,9 +72,25 @@ def make_case(fn, inputs, backward: bool):
     return step
 
 
-def cases_for(op, T, args, get_mlstm_kernel):
+FWD_ONLY = {"flex"}  # references without a backward on the CPU
+
+
+def flex_reference(T, W):
+    """What a user would write: compiled flex attention with a sliding-window block mask."""
+    from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+
+    def mask_mod(b, h, qi, ki):
+        return (qi >= ki) & (qi - ki < W)
+
+    # the dense mask behind create_block_mask is T×T: compiled (blockwise) creation above 8k
+    mask = create_block_mask(mask_mod, None, None, T, T, device="cpu", _compile=T > 8192)
+    flex = torch.compile(flex_attention, dynamic=False)
+    return lambda q, k, v: flex(q, k, v, block_mask=mask)
+
+
+def cases_for(op, T, args, get_mlstm_kernel, W=None):
     """(our fn, inputs, useful FLOPs, {reference name: fn})."""
-    B, H, D, W, L = args.B, args.H, args.D, args.window, args.chunk
+    B, H, D, L = args.B, args.H, args.D, args.chunk
     q, k, v = (torch.randn(B, H, T, D) for _ in range(3))
     if op == "swa":
         refs = {}
@@ -81,6 +100,8 @@ def cases_for(op, T, args, get_mlstm_kernel):
             refs["sdpa+mask"] = lambda q, k, v, m=mask: (
                 torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=m)
             )
+        if not args.no_flex:
+            refs["flex"] = flex_reference(T, W)
         ours = lambda q, k, v: sliding_window_attention(q, k, v, W)  # noqa: E731
         return ours, (q, k, v), swa_flops(B, H, T, D, W), refs
     if op == "mlstm":
@@ -130,6 +151,10 @@ def cases_for(op, T, args, get_mlstm_kernel):
     return ours, (qn, kn, v, g, beta), recurrent_flops(B, H, T, D, D, L) * 1.5, refs
 
 
+def windows(op, args):
+    return args.window if op == "swa" else [None]
+
+
 def plot(rows, ops, path, title):
     def draw(fig):
         for j, op in enumerate(ops):
@@ -167,7 +192,9 @@ def main(argv=None) -> int:
     ap.add_argument("--B", type=int, default=1)
     ap.add_argument("--H", type=int, default=4)
     ap.add_argument("--D", type=int, default=64)
-    ap.add_argument("--window", type=int, default=128)
+    ap.add_argument("--window", type=int, nargs="+", default=[128, 2048])
+    ap.add_argument("--no-flex", action="store_true", help="skip the compiled flex reference")
+    ap.add_argument("--fwd-only", action="store_true", help="measure the forward pass only")
     ap.add_argument("--chunk", type=int, default=64)
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument(
@@ -191,6 +218,9 @@ def main(argv=None) -> int:
     )
     ap.add_argument("--csv", default="benchmarks/results/ops.csv")
     args = ap.parse_args(argv)
+    # one flex compilation per (T, W) for the reference: more than dynamo's default limit of 8,
+    # past which flex would run eagerly (unfused, T×T scores)
+    torch._dynamo.config.recompile_limit = max(64, torch._dynamo.config.recompile_limit)
     if args.threads:
         torch.set_num_threads(args.threads)
     torch.manual_seed(0)
@@ -198,7 +228,7 @@ def main(argv=None) -> int:
     print(f"# {machine_line()}")
     print(f"# matmul ceiling: {ceiling:.1f} GFLOP/s (float32 2048³, this run)")
     print(
-        f"# B={args.B} H={args.H} D={args.D} window={args.window} chunk={args.chunk} float32; "
+        f"# B={args.B} H={args.H} D={args.D} windows={args.window} chunk={args.chunk} float32; "
         f"medians of up to {args.repeat} interleaved rounds\n"
     )
 
@@ -209,39 +239,47 @@ def main(argv=None) -> int:
         print("# mlstm_kernels not installed: mLSTM references skipped")
 
     rows = []
-    for T in args.T:
-        for op in args.ops:
-            ours, inputs, flops, refs = cases_for(op, T, args, get_mlstm_kernel)
-            for backward in (False, True):
-                pas = "fwd+bwd" if backward else "fwd"
-                fns = {"swax": make_case(ours, inputs, backward)}
-                fns.update({name: make_case(fn, inputs, backward) for name, fn in refs.items()})
-                try:
-                    times = timeit_interleaved(fns, repeat=args.repeat, budget_s=args.budget)
-                except (RuntimeError, MemoryError) as e:  # a reference out of memory
-                    print(
-                        f"  {op} T={T} {pas}: failed ({str(e)[:60]}); measuring swax alone",
-                        file=sys.stderr,
-                    )
-                    times = timeit_interleaved(
-                        {"swax": fns["swax"]}, repeat=args.repeat, budget_s=args.budget
-                    )
-                t = times["swax"]
-                gf = flops * (3.0 if backward else 1.0) / t / 1e9
-                row = {
-                    "op": op,
-                    "T": T,
-                    "pass": pas,
-                    "swax_tok_s": f"{args.B * T / t:,.0f}",
-                    "GFLOP/s": f"{gf:.1f}",
-                    "of_matmul": f"{gf / ceiling:.1%}",
-                }
-                for name in refs:
-                    if name in times:
-                        row[f"{name}_tok_s"] = f"{args.B * T / times[name]:,.0f}"
-                        row[f"x_vs_{name}"] = f"{times[name] / t:.2f}"
-                rows.append(row)
-                print(f"  measured {op} T={T} {pas}", file=sys.stderr, flush=True)
+    grid = [(T, o, W) for T in args.T for o in args.ops for W in windows(o, args)]
+    for T, op, W in grid:
+        ours, inputs, flops, refs = cases_for(op, T, args, get_mlstm_kernel, W)
+        for backward in (False,) if args.fwd_only else (False, True):
+            pas = "fwd+bwd" if backward else "fwd"
+            fns = {"swax": make_case(ours, inputs, backward)}
+            fns.update(
+                {n: make_case(fn, inputs, backward) for n, fn in refs.items()
+                 if not (backward and n in FWD_ONLY)}
+            )  # fmt: skip
+            try:
+                times = timeit_interleaved(fns, repeat=args.repeat, budget_s=args.budget)
+            except (RuntimeError, MemoryError) as e:  # a reference out of memory
+                print(
+                    f"  {op} T={T} {pas}: failed ({str(e)[:60]}); measuring swax alone",
+                    file=sys.stderr,
+                )
+                times = timeit_interleaved(
+                    {"swax": fns["swax"]}, repeat=args.repeat, budget_s=args.budget
+                )
+            t = times["swax"]
+            gf = flops * (3.0 if backward else 1.0) / t / 1e9
+            row = {
+                "op": op,
+                "T": T,
+                **({"W": W} if W is not None else {}),
+                "pass": pas,
+                "swax_tok_s": f"{args.B * T / t:,.0f}",
+                "GFLOP/s": f"{gf:.1f}",
+                "of_matmul": f"{gf / ceiling:.1%}",
+            }
+            for name in refs:
+                if name in times:
+                    gr = flops * (3.0 if backward else 1.0) / times[name] / 1e9
+                    row[f"{name}_tok_s"] = f"{args.B * T / times[name]:,.0f}"
+                    if name == "flex":
+                        row["flex_GFLOP/s"] = f"{gr:.1f}"
+                        row["flex_of_matmul"] = f"{gr / ceiling:.1%}"
+                    row[f"x_vs_{name}"] = f"{times[name] / t:.2f}"
+            rows.append(row)
+            print(f"  measured {op} T={T} W={W} {pas}", file=sys.stderr, flush=True)
     for op in args.ops:
         op_rows = [r for r in rows if r["op"] == op]
         print(f"\n## {op}")
@@ -261,6 +299,11 @@ def main(argv=None) -> int:
             f"{'yes' if x >= need else 'NO'}); {r['GFLOP/s']} GFLOP/s = {r['of_matmul']} "
             f"of the {ceiling:.1f} GFLOP/s matmul"
         )
+    print("\n## acceptance (issue 22): swa forward vs compiled flex, need >= 1.0 at every T and W")
+    for r in rows:
+        if r["op"] == "swa" and r["pass"] == "fwd" and "x_vs_flex" in r:
+            x = float(r["x_vs_flex"])
+            print(f"swa T={r['T']} W={r['W']} fwd: {x:.2f}x flex ({'yes' if x >= 1 else 'NO'})")
     out = Path(args.csv)
     write_csv(rows, out)
     png = plot(

@@ -146,7 +146,7 @@ def test_registry_names_and_fallback(caplog):
     if not torch.cuda.is_available():
         with caplog.at_level("WARNING", logger="swax"):
             b = select_backend("swa", "flash", q, q, q, 2)
-        assert b.name == "blockwise"
+        assert b.name == "blockwise_fwd"  # no gradient needed: the CPU's forward-only path
         assert "flash" in caplog.text and "unavailable" in caplog.text
 
 
@@ -225,3 +225,166 @@ def test_flex_path_compiles_once_per_shape_class():
         assert_within_noise([out], [floor], [ref], [f"flex Tq={tq} Tk={tk} W={window}"])
     compiled = counters["stats"]["unique_graphs"] - before
     assert compiled <= 2, f"{compiled} compilations for {len(shapes)} shapes"
+
+
+# ------------------------------------------------------------------ the CPU's grad-free paths
+
+FWD_CASES = CASES + [
+    (257, 257, 32),  # whole blocks and a partial last one
+    (64, 64, 63),  # window just below T
+    (600, 600, 2048),  # window far above T (full causal)
+    (900, 900, 800),  # long window: blocks of 64, many edge blocks
+    (100, 400, 30),  # a long cache: no edge block
+    (31, 31, 5),
+]
+
+
+@pytest.mark.parametrize("tq,tk,window", FWD_CASES)
+@pytest.mark.parametrize("hq,hkv", [(4, 4), (4, 1)])
+def test_blockwise_fwd_matches_naive_float32(tq, tk, window, hq, hkv):
+    q, k, v = (t.detach() for t in _inputs(2, hq, hkv, tq, tk, 16, 12, torch.float32, seed=tq))
+    with torch.no_grad():
+        assert select_backend("swa", "blockwise_fwd", q, k, v, window).name == "blockwise_fwd"
+        o = sliding_window_attention(q, k, v, window, backend="blockwise_fwd")
+    floors, refs = _floors(q, k, v, window)
+    assert_within_noise([o], floors, refs, [f"blockwise_fwd Tq={tq} Tk={tk} W={window}"])
+
+
+def test_blockwise_fwd_noncontiguous_and_bfloat16():
+    """Inputs as the attention layer makes them ((B, T, H, D) transposed) and bfloat16 ones."""
+    g = torch.Generator().manual_seed(5)
+    q, k, v = (torch.randn(2, 300, 4, 16, generator=g).transpose(1, 2) for _ in range(3))
+    with torch.no_grad():
+        o = sliding_window_attention(q, k, v, 40, backend="blockwise_fwd")
+    floors, refs = _floors(q, k, v, 40)
+    assert_within_noise([o], floors, refs, ["non-contiguous"])
+    qb, kb, vb = (t.bfloat16() for t in (q, k, v))
+    with torch.no_grad():
+        ob = sliding_window_attention(qb, kb, vb, 40, backend="blockwise_fwd")
+    assert ob.dtype == torch.bfloat16
+    assert_close(ob, naive_swa(*(t.double() for t in (qb, kb, vb)), 40), BF16_TOL, "bfloat16")
+
+
+def _flex_compiles_here() -> str | None:
+    """None if compiled flex attention runs on this CPU, else why not."""
+    flex = pytest.importorskip("torch.nn.attention.flex_attention")
+    try:  # plain torch, not swax: inductor's CPU flex template needs a vector ISA
+        x = torch.zeros(1, 1, 128, 16)
+        torch.compile(flex.flex_attention)(x, x, x)
+    except Exception as e:  # noqa: BLE001
+        return str(e).splitlines()[0]
+    return None
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the CPU dispatch")
+def test_cpu_dispatch_by_gradient_window_and_length(monkeypatch):
+    """auto on the CPU: the autograd path when a gradient is needed (or for doc_ids), the
+    forward-only kernel for short windows or inputs, compiled flex for long windows when it is
+    usable here (else the forward-only kernel), and never flex inside torch.compile."""
+    from swax.ops import attention
+
+    monkeypatch.setattr(attention, "_FLEX_CPU_STATE", {"failed": None, "shapes": set(),
+                                                      "announced": False})  # fmt: skip
+
+    def pick(tq, window, grad=False, no_grad=False, **kw):
+        q, k, v = (torch.zeros(1, 2, tq, 8, requires_grad=grad) for _ in range(3))
+        with torch.set_grad_enabled(not no_grad):
+            return select_backend("swa", None, q, k, v, window, **kw).name
+
+    long_ok = attention._flex_cpu_template() is None
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 2)
+    assert pick(1024, 128) == ("flex" if long_ok else "blockwise_fwd")  # several threads
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 1)
+    assert pick(1024, 128) == "blockwise_fwd"
+    assert pick(1024, 128, grad=True) == "blockwise"
+    assert pick(1024, 128, grad=True, no_grad=True) == "blockwise_fwd"
+    assert pick(1024, 128, doc_ids=torch.zeros(1, 1024, dtype=torch.long)) == "blockwise"
+    assert pick(4096, 2048) == ("flex" if long_ok else "blockwise_fwd")
+    assert pick(1024, 2048) == ("flex" if long_ok else "blockwise_fwd")  # causal band
+    assert pick(4096, 2048, grad=True) == "blockwise"
+    assert pick(256, 2048) == "blockwise_fwd"  # too short to be worth a compilation
+    assert pick(4096, None) == "blockwise_fwd"  # full causal: fused SDPA inside
+    monkeypatch.setattr(attention, "_flex_cpu_template", lambda: "no template (test)")
+    assert pick(4096, 2048) == "blockwise_fwd"
+    monkeypatch.setattr(torch.compiler, "is_compiling", lambda: True)
+    assert pick(4096, 128) == "blockwise"
+    assert pick(4096, 2048) == "blockwise"
+
+
+def test_cpu_flex_shape_budget(monkeypatch):
+    """After torch._dynamo's recompile limit worth of shapes, new shapes leave flex."""
+    from swax.ops import attention
+
+    budget = attention._flex_cpu_budget()
+    state = {"failed": None, "shapes": {("seen", i) for i in range(budget)}, "announced": True}
+    monkeypatch.setattr(attention, "_FLEX_CPU_STATE", state)
+    monkeypatch.setattr(attention, "_flex_cpu_template", lambda: None)
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 1)
+    q = torch.zeros(1, 2, 4096, 8)
+    assert "recompile limit" in attention._flex_usable(q, q, q, 2048)
+    assert select_backend("swa", None, q, q, q, 2048).name == "blockwise_fwd"
+    state["shapes"].add(attention._flex_shape_key(q, q, q, 2048))  # a shape compiled already
+    assert attention._flex_usable(q, q, q, 2048) is None
+
+
+def test_cpu_flex_falls_back_when_compile_fails(monkeypatch, caplog):
+    """A compile error in the flex path: a warning naming both backends, the right output from
+    the next backend, and flex unusable from then on."""
+    from swax.ops import attention
+
+    def broken(*a, **kw):
+        raise RuntimeError("InductorError: no working C++ compiler (test)")
+
+    state = {"failed": None, "shapes": set(), "announced": False}
+    monkeypatch.setattr(attention, "_FLEX_CPU_STATE", state)
+    monkeypatch.setattr(attention, "_flex_cpu_template", lambda: None)
+    monkeypatch.setattr(attention, "_compiled_flex", lambda: broken)
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 1)
+    q, k, v = (t.detach() for t in _inputs(1, 2, 2, 600, 600, 16, 16, torch.float32, seed=9))
+    with torch.no_grad():
+        assert select_backend("swa", None, q, k, v, 512).name == "flex"
+        with caplog.at_level("WARNING", logger="swax"):
+            o = sliding_window_attention(q, k, v, 512)
+        assert "'flex' unavailable" in caplog.text and "'blockwise_fwd'" in caplog.text
+        assert "C++ compiler" in caplog.text
+        assert select_backend("swa", None, q, k, v, 512).name == "blockwise_fwd"
+    floors, refs = _floors(q, k, v, 512)
+    assert_within_noise([o], floors, refs, ["after the fallback"])
+
+
+@pytest.mark.parametrize("tq,tk,window", [(300, 300, 100), (200, 700, 256), (129, 1000, 64)])
+def test_flex_band_blocks_match_dense_mask(tq, tk, window):
+    """The block mask built from the blocks' corners classifies every (query block, key block)
+    pair as the dense T×T band does: no pair seen, some, or all."""
+    from swax.ops import attention
+
+    _, tq_p, tk_p = attention._flex_shapes(tq, tk, window)
+    blk = attention._FLEX_BLOCK
+    partial, full = attention._band_blocks(tq_p // blk, tk_p // blk, tk - tq, window, "cpu")
+    qi = torch.arange(tq_p)[:, None] + (tk - tq)
+    ki = torch.arange(tk_p)[None, :]
+    dense = (ki <= qi) & (qi - ki < window)
+    per = dense.view(tq_p // blk, blk, tk_p // blk, blk).sum((1, 3))
+    assert torch.equal(full, per == blk * blk)
+    assert torch.equal(partial, (per > 0) & (per < blk * blk))
+
+
+def test_cpu_flex_dispatch_matches_naive(monkeypatch):
+    """auto takes compiled flex on the CPU for a long window without gradient; its output
+    equals the float64 reference within float32 noise (padded lengths, GQA, a cache)."""
+    from swax.ops import attention
+
+    reason = _flex_compiles_here()
+    if reason:
+        pytest.skip(f"flex attention does not compile on this CPU: {reason}")
+    torch._dynamo.reset()
+    monkeypatch.setattr(attention, "_FLEX_CPU_STATE", {"failed": None, "shapes": set(),
+                                                      "announced": False})  # fmt: skip
+    for tq, tk, hkv in ((600, 600, 2), (520, 1300, 1)):
+        q, k, v = (t.detach() for t in _inputs(1, 2, hkv, tq, tk, 16, 16, torch.float32))
+        with torch.no_grad():
+            why = attention._flex_usable(q, k, v, 512) or attention._flex_prefer(q, k, v, 512)
+            assert select_backend("swa", None, q, k, v, 512).name == "flex", why
+            o = sliding_window_attention(q, k, v, 512)
+        floors, refs = _floors(q, k, v, 512)
+        assert_within_noise([o], floors, refs, [f"flex on the CPU Tq={tq} Tk={tk}"])

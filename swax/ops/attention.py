@@ -9,12 +9,24 @@ decode attend to a cache of earlier keys.
 
 Backends (chosen through :mod:`swax.ops.registry`, op name ``"swa"``):
 
-- ``blockwise`` (any device; the CPU default): queries in blocks of ``bq``; each block attends to
-  the ``bq + W - 1`` keys it can see, gathered as a strided view. Time and memory O(T·(W + bq)),
-  never a T×T tensor. Full causal attention (``W >= Tk``) goes to PyTorch's fused
-  ``scaled_dot_product_attention`` (memory-efficient on CPU and GPU).
+- ``blockwise`` (any device; the CPU default when a gradient is needed): queries in blocks of
+  ``bq``; each block attends to the ``bq + W - 1`` keys it can see, gathered as a strided view.
+  Time and memory O(T·(W + bq)), never a T×T tensor. Full causal attention (``W >= Tk``) goes to
+  PyTorch's fused ``scaled_dot_product_attention`` (memory-efficient on CPU and GPU).
+- ``blockwise_fwd`` (CPU, no gradient needed: inference, prefill, evaluation; the CPU default for
+  windows up to 256): the same blocks, forward only. Small query blocks (16–64 rows, so that
+  little of each key window is masked away), key windows as ``unfold`` views of the keys (no
+  copy), one ``bmm`` per group of blocks that fits in about 1 MiB of scores, the band mask added
+  in place and the softmax done in place; only the first blocks (whose windows reach left of
+  key 0) and a last partial block use small padded copies.
 - ``flash`` (CUDA, fp16/bf16, ``flash_attn`` installed): ``flash_attn_func`` with ``window_size``.
-- ``flex`` (CUDA): ``torch.nn.attention.flex_attention`` with a sliding-window block mask.
+- ``flex``: ``torch.nn.attention.flex_attention``, compiled, with a sliding-window block mask
+  (built from the window's block structure, never a T×T mask). CUDA; and the CPU for float32
+  inputs when no gradient is needed (its CPU backward does not exist) and inductor's CPU template
+  is present, where ``"auto"`` takes it for at least 512 queries and, on one thread, windows of
+  512 and more (faster there than ``blockwise_fwd``; on more threads, every window: one parallel
+  region per call, robust to a loaded machine); each shape's first call compiles. If compiling fails
+  it logs a warning and the call, and every later one, uses the next backend.
 - ``reference``: naive masked softmax over the full Tq×Tk score matrix — a readable reference for
   small inputs only.
 """
@@ -29,7 +41,7 @@ import torch.nn.functional as F
 
 from ._checks import check_floating, check_ndim
 from .docs import check_doc_ids
-from .registry import register_backend, select_backend
+from .registry import log, register_backend, select_backend
 
 
 def _check_inputs(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, window) -> None:
@@ -250,7 +262,109 @@ def _blockwise(q, k, v, window, scale, doc_ids=None):
 
 
 # --------------------------------------------------------------------------------------------
-# CUDA fast paths
+# blockwise_fwd: the grad-free CPU forward
+
+_FWD_SCORE_BYTES = 1 << 20  # scores per bmm group: about L2-sized
+
+
+def _needs_grad(*xs: torch.Tensor) -> bool:
+    return torch.is_grad_enabled() and any(x.requires_grad for x in xs)
+
+
+def _fwd_usable(q, k, v, window, doc_ids=None):
+    if doc_ids is not None:
+        return "document masking (doc_ids) is not implemented for it"
+    if q.device.type != "cpu":
+        return "CPU only"
+    if _needs_grad(q, k, v):
+        return "forward only: a gradient is needed"
+    if torch.compiler.is_compiling():
+        return "not traced by torch.compile (the blockwise path is)"
+    return None
+
+
+def _fwd_block(window: int) -> int:
+    """Query rows per block: W/8 within [16, 64] (a block wastes (bq - 1) of its bq + W - 1
+    keys; much smaller blocks make the matmuls inefficient)."""
+    return max(16, min(64, window // 8))
+
+
+@lru_cache(maxsize=64)
+def _band_bias(bq: int, window: int) -> torch.Tensor:
+    """(bq, bq + W - 1) float32: 0 where row r sees column c (r <= c <= r + W - 1), else -inf."""
+    return torch.zeros(bq, bq + window - 1).masked_fill_(~_band_mask(bq, window, "cpu"), -math.inf)
+
+
+def _fwd_core(qb, kk, vv, window, bias, out):
+    """Query blocks ``qb`` (n, bq, D), already scaled, against keys ``kk`` / values ``vv``
+    (n·bq + W - 1, D) whose window for block j starts at row j·bq; writes ``out`` (n, bq, Dv).
+    ``bias``: (bq, L) or (n, bq, L)."""
+    n, bq, _ = qb.shape
+    L = bq + window - 1
+    k_t = kk.unfold(0, L, bq)  # (n, D, L): block j's keys, transposed, a view
+    v_w = vv.unfold(0, L, bq).transpose(1, 2)  # (n, L, Dv)
+    g = max(1, min(n, _FWD_SCORE_BYTES // (bq * L * 4)))
+    buf = torch.empty(g, bq, L, dtype=qb.dtype)
+    for j0 in range(0, n, g):
+        j1 = min(n, j0 + g)
+        s = torch.bmm(qb[j0:j1], k_t[j0:j1], out=buf[: j1 - j0])
+        s.add_(bias if bias.dim() == 2 else bias[j0:j1])
+        torch.ops.aten._softmax.out(s, -1, False, out=s)  # in place, row by row
+        torch.bmm(s, v_w[j0:j1], out=out[j0:j1])
+
+
+def _fwd_padded(qh, kh, vh, a, z, off, window, bq):
+    """Queries a … z-1 of one head through :func:`_fwd_core` on padded copies of their keys
+    (the first blocks, whose windows reach left of key 0, and a last partial block)."""
+    D, Dv = qh.shape[-1], vh.shape[-1]
+    n = -(-(z - a) // bq)
+    k0 = a + off - window + 1  # key of the first window's first column
+    lp = max(0, -k0)
+    need = n * bq + window - 1
+    kk, vv = (x[max(0, k0) : k0 + need] for x in (kh, vh))
+    rp = need - lp - kk.shape[0]
+    kk, vv = (F.pad(x, (0, 0, lp, rp)) for x in (kk, vv))
+    qb = F.pad(qh[a:z], (0, 0, 0, n * bq - (z - a))).view(n, bq, D)
+    bias = _band_bias(bq, window)
+    if lp:
+        L = bq + window - 1
+        col = torch.arange(L)[None, :] + torch.arange(n)[:, None] * bq  # padded key column
+        bias = bias.expand(n, bq, L).masked_fill((col < lp)[:, None, :], -math.inf)
+    out = qb.new_empty(n, bq, Dv)
+    _fwd_core(qb, kk, vv, window, bias, out)
+    return out.view(n * bq, Dv)[: z - a]
+
+
+def _blockwise_fwd(q, k, v, window, scale):
+    """Forward of :func:`_blockwise` without autograd (the same math, other blocks)."""
+    Tk = k.shape[2]
+    if window is None or window >= Tk:
+        return _causal_sdpa(q, k, v, scale)
+    B, Hq, Tq, D = q.shape
+    G, Dv, off = Hq // k.shape[1], v.shape[-1], Tk - Tq
+    bq = _fwd_block(window)
+    qs = q.float() * scale
+    kf, vf = k.float(), v.float()
+    out = torch.empty(B, Hq, Tq, Dv)
+    nbf = Tq // bq  # whole blocks
+    j_edge = min(nbf, max(0, -(-(window - 1 - off) // bq)))  # windows reaching left of key 0
+    bias = _band_bias(bq, window)
+    for b in range(B):
+        for h in range(Hq):
+            qh, kh, vh, oh = qs[b, h], kf[b, h // G], vf[b, h // G], out[b, h]
+            a, z = j_edge * bq, nbf * bq
+            if z > a:  # the keys themselves, as views
+                k0 = a + off - window + 1
+                kk, vv = kh[k0 : z + off], vh[k0 : z + off]
+                _fwd_core(qh[a:z].view(-1, bq, D), kk, vv, window, bias, oh[a:z].view(-1, bq, Dv))
+            for a, z in ((0, j_edge * bq), (nbf * bq, Tq)):
+                if z > a:
+                    oh[a:z] = _fwd_padded(qh, kh, vh, a, z, off, window, bq)
+    return out.to(q.dtype)
+
+
+# --------------------------------------------------------------------------------------------
+# flash (CUDA) and flex (CUDA; CPU without grad)
 
 
 def _flash_usable(q, k, v, window, doc_ids=None):
@@ -285,20 +399,86 @@ def _flash(q, k, v, window, scale, doc_ids=None):
 def _flex_usable(q, k, v, window, doc_ids=None):
     if doc_ids is not None:
         return "document masking (doc_ids) is not implemented for it"
-    if q.device.type != "cuda":
-        return "needs CUDA"
+    if q.device.type not in ("cuda", "cpu"):
+        return "needs CUDA or the CPU"
     try:
         from torch.nn.attention import flex_attention  # noqa: F401
     except ImportError:
         return "torch.nn.attention.flex_attention is not available"
+    return _flex_cpu_usable(q, k, v, window) if q.device.type == "cpu" else None
+
+
+_FLEX_CPU_MIN_WINDOW = 512  # below, blockwise_fwd is faster (benchmarks/ops.py)
+_FLEX_CPU_MIN_T = 512  # below, a compilation per shape is not worth it
+_FLEX_CPU_STATE: dict = {"failed": None, "shapes": set(), "announced": False}
+
+
+@lru_cache(maxsize=1)
+def _flex_cpu_template() -> str | None:
+    import importlib.util
+
+    name = "torch._inductor.codegen.cpp_flex_attention_template"
+    try:  # found, not imported: importing inductor's codegen first would be circular
+        found = importlib.util.find_spec(name) is not None
+    except ImportError:
+        found = False
+    return None if found else f"inductor's CPU flex template ({name}) is missing"
+
+
+def _flex_cpu_budget() -> int:
+    """Shapes compiled before torch._dynamo's recompile limit would send flex to eager mode."""
+    cfg = torch._dynamo.config
+    return max(1, getattr(cfg, "recompile_limit", getattr(cfg, "cache_size_limit", 8)) - 1)
+
+
+def _flex_cpu_usable(q, k, v, window):
+    if _needs_grad(q, k, v):
+        return "on the CPU its backward is not implemented (forward only, no gradient)"
+    if q.dtype != torch.float32:
+        return f"on the CPU, float32 inputs only, got {q.dtype}"
+    if torch.compiler.is_compiling():
+        return "on the CPU, not inside torch.compile"
+    if _FLEX_CPU_STATE["failed"]:
+        return _FLEX_CPU_STATE["failed"]
+    reason = _flex_cpu_template()
+    if reason:
+        return reason
+    shapes = _FLEX_CPU_STATE["shapes"]
+    if _flex_shape_key(q, k, v, window) not in shapes and len(shapes) >= _flex_cpu_budget():
+        return f"{len(shapes)} shapes compiled already (torch._dynamo's recompile limit)"
     return None
+
+
+def _flex_prefer(q, k, v, window, doc_ids=None):
+    """Where ``"auto"`` takes flex: always on CUDA; on the CPU for long windows and inputs."""
+    if q.device.type != "cpu":
+        return None
+    if window is None or q.shape[2] < _FLEX_CPU_MIN_T:
+        return "the CPU: full causal or short inputs go to the blockwise paths"
+    if torch.get_num_threads() == 1 and min(window, k.shape[2]) < _FLEX_CPU_MIN_WINDOW:
+        return f"the CPU: blockwise_fwd is faster for windows below {_FLEX_CPU_MIN_WINDOW}"
+    # with more threads, blockwise_fwd's many small parallel regions each wait for the slowest
+    # thread: on a loaded machine that was 0.03-0.6x flex at W=128 (benchmarks/README.md)
+    return None
+
+
+def _flex_shape_key(q, k, v, window):
+    Tq, Tk = q.shape[2], k.shape[2]
+    _, tq_p, tk_p = _flex_shapes(Tq, Tk, min(window or Tk, Tk))
+    return (q.shape[0], q.shape[1], k.shape[1], tq_p, tk_p, q.shape[3], v.shape[3], q.dtype)
+
+
+def _flex_call(q, k, v, block_mask, scale, enable_gqa):
+    from torch.nn.attention.flex_attention import flex_attention
+
+    return flex_attention(q, k, v, block_mask=block_mask, scale=scale, enable_gqa=enable_gqa)
 
 
 @lru_cache(maxsize=1)
 def _compiled_flex():
-    from torch.nn.attention.flex_attention import flex_attention
-
-    return torch.compile(flex_attention, dynamic=False)
+    """swax's own compiled frame: torch._dynamo's recompile limit counts compilations per
+    frame, so a caller's own ``torch.compile(flex_attention)`` shapes do not use up swax's."""
+    return torch.compile(_flex_call, dynamic=False)
 
 
 _FLEX_BLOCK = 128  # flex attention's default block size; lengths are rounded up to it
@@ -323,12 +503,33 @@ def _flex_shapes(tq: int, tk: int, window: int) -> tuple[int, int, int]:
     return keep, tq_p, tk_p
 
 
+def _band_blocks(nq: int, nk: int, off: int, window: int, device) -> tuple:
+    """(partial, full) (nq, nk) bools: which (query block, key block) pairs of the band
+    (key <= query + off < key + window) some / all of their pairs see. From the blocks' corners,
+    O(nq·nk): no T×T mask is ever made."""
+    blk = _FLEX_BLOCK
+    first = torch.arange(nq, device=device)[:, None] * blk + off  # key position of 1st query
+    last = first + blk - 1
+    k0 = torch.arange(nk, device=device)[None, :] * blk
+    k1 = k0 + blk - 1
+    some = (k0 <= last) & (k1 > first - window)
+    full = (k1 <= first) & (k0 > last - window)
+    return some & ~full, full
+
+
+def _ordered(blocks: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(count, indices) per query block, the marked key blocks first, as BlockMask wants."""
+    num = blocks.sum(-1).to(torch.int32)[None, None]
+    idx = torch.argsort((~blocks).to(torch.int8), dim=-1, stable=True).to(torch.int32)
+    return num, idx[None, None]
+
+
 @lru_cache(maxsize=32)
 def _flex_block_mask(tq: int, tk: int, window: int, device: str):
     """Block mask for ``tq`` queries aligned to the end of ``tk`` keys (both then padded at
     the end, see :func:`_flex_shapes`). The offset and the window enter the mask as tensors,
     not Python ints, so masks of other lengths or windows reuse the compiled kernel."""
-    from torch.nn.attention.flex_attention import create_block_mask
+    from torch.nn.attention.flex_attention import BlockMask
 
     _, tq_p, tk_p = _flex_shapes(tq, tk, window)
     off = torch.tensor(tk - tq, device=device)
@@ -337,26 +538,57 @@ def _flex_block_mask(tq: int, tk: int, window: int, device: str):
     def mask_mod(b, h, qi, ki):
         return (qi + off >= ki) & (qi + off - ki < w)
 
-    return create_block_mask(mask_mod, None, None, tq_p, tk_p, device=device)
+    partial, full = _band_blocks(tq_p // _FLEX_BLOCK, tk_p // _FLEX_BLOCK, tk - tq, window, device)
+    return BlockMask.from_kv_blocks(
+        *_ordered(partial), *_ordered(full), _FLEX_BLOCK, mask_mod, seq_lengths=(tq_p, tk_p)
+    )
 
 
 def _flex(q, k, v, window, scale, doc_ids=None):
     # nothing to mask beyond causality, or a single query: the fused SDPA kernels do it without
-    # compiling a block mask per (Tq, Tk) (decode would otherwise recompile every token)
+    # compiling a block mask per (Tq, Tk) (decode would otherwise recompile every token); on the
+    # CPU a window covering all keys is a causal band, faster in flex than in SDPA
     Tq, Tk = q.shape[2], k.shape[2]
-    if window is None or window >= Tk:
+    cpu = q.device.type == "cpu"
+    if window is None or (window >= Tk and not cpu):
         return _causal_sdpa(q, k, v, scale)
     if Tq == 1:
         return _causal_sdpa(q, k[:, :, -window:], v[:, :, -window:], scale)
+    window = min(window, Tk)
     keep, tq_p, tk_p = _flex_shapes(Tq, Tk, window)
-    k, v = k[:, :, Tk - keep :], v[:, :, Tk - keep :]
+    kk, vv = k[:, :, Tk - keep :], v[:, :, Tk - keep :]
     mask = _flex_block_mask(Tq, keep, window, str(q.device))
     qp = F.pad(q, (0, 0, 0, tq_p - Tq)) if tq_p > Tq else q
-    kp, vp = (F.pad(x, (0, 0, 0, tk_p - keep)) if tk_p > keep else x for x in (k, v))
+    kp, vp = (F.pad(x, (0, 0, 0, tk_p - keep)) if tk_p > keep else x for x in (kk, vv))
+    if cpu:
+        return _flex_cpu_call(q, k, v, window, scale, (qp, kp, vp, mask))
     out = _compiled_flex()(
         qp, kp, vp, block_mask=mask, scale=scale, enable_gqa=q.shape[1] != k.shape[1]
     )
     return out[:, :, :Tq]
+
+
+def _flex_cpu_call(q, k, v, window, scale, padded):
+    """The compiled flex call on the CPU; if it fails (no compiler, an inductor error), logs a
+    warning and runs this and every later call on the next backend."""
+    qp, kp, vp, mask = padded
+    state = _FLEX_CPU_STATE
+    if not state["announced"]:
+        state["announced"] = True
+        log.info("swax: swa on the CPU: compiled flex attention (no gradient, window %d); "
+                 "the first call of each shape compiles", window)  # fmt: skip
+    try:
+        out = _compiled_flex()(
+            qp, kp, vp, block_mask=mask, scale=scale, enable_gqa=q.shape[1] != k.shape[1]
+        )
+    except Exception as e:  # noqa: BLE001 - any compile failure: fall back, never crash
+        state["failed"] = f"compiling it failed on this CPU ({type(e).__name__}: {str(e)[:120]})"
+        chosen = select_backend("swa", "auto", q, k, v, window)
+        log.warning("swax: swa backend 'flex' unavailable (%s); using %r", state["failed"],
+                    chosen.name)  # fmt: skip
+        return chosen.fn(q, k, v, window, scale)
+    state["shapes"].add(_flex_shape_key(q, k, v, window))
+    return out[:, :, : q.shape[2]]
 
 
 register_backend(
@@ -373,7 +605,16 @@ register_backend(
     _flex,
     _flex_usable,
     priority=20,
-    doc="compiled flex attention with a sliding-window block mask; CUDA",
+    doc="compiled flex attention with a sliding-window block mask; CUDA, CPU without grad",
+    prefer=_flex_prefer,
+)
+register_backend(
+    "swa",
+    "blockwise_fwd",
+    _blockwise_fwd,
+    _fwd_usable,
+    priority=15,
+    doc="forward-only query blocks against unfold-view key windows; CPU, no gradient",
 )
 register_backend(
     "swa",

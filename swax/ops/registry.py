@@ -2,9 +2,11 @@
 
 Every op (``"swa"``, ``"mlstm"``, ``"gated_delta"``) has a plain PyTorch reference that runs on
 any device, and may have fast paths (flash-attn, flex attention, Triton kernels) that only work
-on some devices or dtypes. A backend is chosen by name; ``"auto"`` takes the first available in
-priority order. Asking for a backend that cannot run on the given inputs falls back to the
-automatic choice and logs a warning once — a fallback is never silent.
+on some devices or dtypes. A backend is chosen by name; ``"auto"`` takes the first in priority
+order that can run on the inputs and is preferred for them (a backend may run somewhere yet be
+slower there than a lower one: ``prefer`` says where ``"auto"`` should take it). Asking for a
+backend that cannot run on the given inputs falls back to the automatic choice and logs a warning
+once — a fallback is never silent.
 """
 
 from __future__ import annotations
@@ -23,7 +25,9 @@ class Backend:
 
     ``fn`` has the op's signature. ``usable(*args, **kwargs)`` returns None when the backend
     can run on those inputs, else a short reason (e.g. "flash_attn is not installed").
-    ``priority``: higher is preferred by ``"auto"``.
+    ``priority``: higher is preferred by ``"auto"``. ``prefer(*args, **kwargs)``: None where
+    ``"auto"`` should take this backend when it is usable (the default: everywhere), else a short
+    reason (e.g. "short windows: blockwise_fwd is faster"); a backend named explicitly ignores it.
     """
 
     op: str
@@ -32,6 +36,7 @@ class Backend:
     usable: Callable[..., str | None]
     priority: int
     doc: str = ""
+    prefer: Callable[..., str | None] | None = None
 
 
 _REGISTRY: dict[str, dict[str, Backend]] = {}
@@ -62,10 +67,11 @@ def register_backend(
     usable: Callable[..., str | None] | None = None,
     priority: int = 0,
     doc: str = "",
+    prefer: Callable[..., str | None] | None = None,
 ) -> None:
     """Register ``fn`` as backend ``name`` of ``op`` (replacing one of the same name)."""
     _REGISTRY.setdefault(op, {})[name] = Backend(
-        op, name, fn, usable or (lambda *a, **k: None), priority, doc
+        op, name, fn, usable or (lambda *a, **k: None), priority, doc, prefer
     )
 
 
@@ -82,7 +88,7 @@ def available_backends(op: str, *args, **kwargs) -> list[str]:
 
 
 def select_backend(op: str, name: str | None, *args, **kwargs) -> Backend:
-    """The backend ``name`` of ``op`` (``None`` or ``"auto"``: the best usable one).
+    """The backend ``name`` of ``op`` (``None`` or ``"auto"``: the best usable and preferred one).
 
     An unknown name is a ValueError listing the valid ones. A known backend that cannot run on
     these inputs falls back to the automatic choice, with a warning logged once per reason.
@@ -109,6 +115,8 @@ def select_backend(op: str, name: str | None, *args, **kwargs) -> Backend:
             )
         return chosen
     for backend in sorted(table.values(), key=lambda b: -b.priority):
-        if backend.usable(*args, **kwargs) is None:
+        if backend.usable(*args, **kwargs) is None and (
+            backend.prefer is None or backend.prefer(*args, **kwargs) is None
+        ):
             return backend
     raise RuntimeError(f"no usable {op} backend among {list_backends(op)}")
