@@ -278,37 +278,39 @@ def _flex_compiles_here() -> str | None:
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the CPU dispatch")
 def test_cpu_dispatch_by_gradient_window_and_length(monkeypatch):
-    """auto on the CPU: the autograd path when a gradient is needed (or for doc_ids), the
-    forward-only kernel for short windows or inputs, compiled flex for long windows when it is
-    usable here (else the forward-only kernel), and never flex inside torch.compile."""
+    """auto on the CPU: the autograd path when a gradient is needed (or for doc_ids, or inside
+    torch.compile), the forward-only kernel otherwise — on several threads only for windows
+    below 512 — and never compiled flex, which is taken only when named."""
     from swax.ops import attention
 
     monkeypatch.setattr(attention, "_FLEX_CPU_STATE", {"failed": None, "shapes": set(),
                                                       "announced": False})  # fmt: skip
 
-    def pick(tq, window, grad=False, no_grad=False, **kw):
+    def pick(tq, window, grad=False, no_grad=False, name=None, **kw):
         q, k, v = (torch.zeros(1, 2, tq, 8, requires_grad=grad) for _ in range(3))
         with torch.set_grad_enabled(not no_grad):
-            return select_backend("swa", None, q, k, v, window, **kw).name
+            return select_backend("swa", name, q, k, v, window, **kw).name
 
-    long_ok = attention._flex_cpu_template() is None
     monkeypatch.setattr(torch, "get_num_threads", lambda: 2)
-    assert pick(1024, 128) == ("flex" if long_ok else "blockwise_fwd")  # several threads
+    assert pick(1024, 128) == "blockwise_fwd"
+    assert pick(4096, 2048) == "blockwise"  # several threads, a long window
+    assert pick(300, 2048) == "blockwise_fwd"  # the window covers the 300 keys: a causal band
     monkeypatch.setattr(torch, "get_num_threads", lambda: 1)
     assert pick(1024, 128) == "blockwise_fwd"
+    assert pick(4096, 2048) == "blockwise_fwd"
     assert pick(1024, 128, grad=True) == "blockwise"
     assert pick(1024, 128, grad=True, no_grad=True) == "blockwise_fwd"
     assert pick(1024, 128, doc_ids=torch.zeros(1, 1024, dtype=torch.long)) == "blockwise"
-    assert pick(4096, 2048) == ("flex" if long_ok else "blockwise_fwd")
-    assert pick(1024, 2048) == ("flex" if long_ok else "blockwise_fwd")  # causal band
     assert pick(4096, 2048, grad=True) == "blockwise"
-    assert pick(256, 2048) == "blockwise_fwd"  # too short to be worth a compilation
     assert pick(4096, None) == "blockwise_fwd"  # full causal: fused SDPA inside
+    long_ok = attention._flex_cpu_template() is None
+    assert pick(4096, 2048, name="flex") == ("flex" if long_ok else "blockwise_fwd")
+    assert pick(4096, 2048, grad=True, name="flex") == "blockwise"  # no CPU backward: fallback
     monkeypatch.setattr(attention, "_flex_cpu_template", lambda: "no template (test)")
-    assert pick(4096, 2048) == "blockwise_fwd"
+    assert pick(4096, 2048, name="flex") == "blockwise_fwd"
     monkeypatch.setattr(torch.compiler, "is_compiling", lambda: True)
     assert pick(4096, 128) == "blockwise"
-    assert pick(4096, 2048) == "blockwise"
+    assert pick(4096, 2048, name="flex") == "blockwise"
 
 
 def test_cpu_flex_shape_budget(monkeypatch):
@@ -342,12 +344,12 @@ def test_cpu_flex_falls_back_when_compile_fails(monkeypatch, caplog):
     monkeypatch.setattr(torch, "get_num_threads", lambda: 1)
     q, k, v = (t.detach() for t in _inputs(1, 2, 2, 600, 600, 16, 16, torch.float32, seed=9))
     with torch.no_grad():
-        assert select_backend("swa", None, q, k, v, 512).name == "flex"
+        assert select_backend("swa", "flex", q, k, v, 512).name == "flex"
         with caplog.at_level("WARNING", logger="swax"):
-            o = sliding_window_attention(q, k, v, 512)
+            o = sliding_window_attention(q, k, v, 512, backend="flex")
         assert "'flex' unavailable" in caplog.text and "'blockwise_fwd'" in caplog.text
         assert "C++ compiler" in caplog.text
-        assert select_backend("swa", None, q, k, v, 512).name == "blockwise_fwd"
+        assert attention._flex_usable(q, k, v, 512).startswith("compiling it failed")
     floors, refs = _floors(q, k, v, 512)
     assert_within_noise([o], floors, refs, ["after the fallback"])
 
@@ -370,8 +372,8 @@ def test_flex_band_blocks_match_dense_mask(tq, tk, window):
 
 
 def test_cpu_flex_dispatch_matches_naive(monkeypatch):
-    """auto takes compiled flex on the CPU for a long window without gradient; its output
-    equals the float64 reference within float32 noise (padded lengths, GQA, a cache)."""
+    """Compiled flex on the CPU, asked for by name, for a long window without gradient: its
+    output equals the float64 reference within float32 noise (padded lengths, GQA, a cache)."""
     from swax.ops import attention
 
     reason = _flex_compiles_here()
@@ -383,8 +385,8 @@ def test_cpu_flex_dispatch_matches_naive(monkeypatch):
     for tq, tk, hkv in ((600, 600, 2), (520, 1300, 1)):
         q, k, v = (t.detach() for t in _inputs(1, 2, hkv, tq, tk, 16, 16, torch.float32))
         with torch.no_grad():
-            why = attention._flex_usable(q, k, v, 512) or attention._flex_prefer(q, k, v, 512)
-            assert select_backend("swa", None, q, k, v, 512).name == "flex", why
-            o = sliding_window_attention(q, k, v, 512)
+            why = attention._flex_usable(q, k, v, 512)
+            assert select_backend("swa", "flex", q, k, v, 512).name == "flex", why
+            o = sliding_window_attention(q, k, v, 512, backend="flex")
         floors, refs = _floors(q, k, v, 512)
         assert_within_noise([o], floors, refs, [f"flex on the CPU Tq={tq} Tk={tk}"])

@@ -13,20 +13,20 @@ Backends (chosen through :mod:`swax.ops.registry`, op name ``"swa"``):
   ``bq``; each block attends to the ``bq + W - 1`` keys it can see, gathered as a strided view.
   Time and memory O(T·(W + bq)), never a T×T tensor. Full causal attention (``W >= Tk``) goes to
   PyTorch's fused ``scaled_dot_product_attention`` (memory-efficient on CPU and GPU).
-- ``blockwise_fwd`` (CPU, no gradient needed: inference, prefill, evaluation; the CPU default for
-  windows up to 256): the same blocks, forward only. Small query blocks (16–64 rows, so that
-  little of each key window is masked away), key windows as ``unfold`` views of the keys (no
-  copy), one ``bmm`` per group of blocks that fits in about 1 MiB of scores, the band mask added
-  in place and the softmax done in place; only the first blocks (whose windows reach left of
-  key 0) and a last partial block use small padded copies.
+- ``blockwise_fwd`` (CPU, no gradient needed: inference, prefill, evaluation; the CPU default
+  there on one thread, and for windows below 512 on more): the same blocks, forward only. Small
+  query blocks (16–64 rows, so that little of each key window is masked away), key windows as
+  ``unfold`` views of the keys (no copy), one ``bmm`` per group of blocks that fits in about
+  1 MiB of scores, the band mask added in place and the softmax done in place; only the first
+  blocks (whose windows reach left of key 0) and a last partial block use small padded copies.
 - ``flash`` (CUDA, fp16/bf16, ``flash_attn`` installed): ``flash_attn_func`` with ``window_size``.
 - ``flex``: ``torch.nn.attention.flex_attention``, compiled, with a sliding-window block mask
-  (built from the window's block structure, never a T×T mask). CUDA; and the CPU for float32
-  inputs when no gradient is needed (its CPU backward does not exist) and inductor's CPU template
-  is present, where ``"auto"`` takes it for at least 512 queries and, on one thread, windows of
-  512 and more (faster there than ``blockwise_fwd``; on more threads, every window: one parallel
-  region per call, robust to a loaded machine); each shape's first call compiles. If compiling fails
-  it logs a warning and the call, and every later one, uses the next backend.
+  (built from the window's block structure, never a T×T mask). CUDA (``"auto"`` takes it there);
+  and the CPU when asked for by name, for float32 inputs without gradient (its CPU backward does
+  not exist), inductor's CPU template present, outside ``torch.compile`` and within the
+  recompile budget — there it is the fastest for long windows (benchmarks/README.md), but each
+  shape's first call compiles (seconds), so ``"auto"`` does not take it on the CPU. If compiling
+  fails it logs a warning and the call, and every later one, uses the automatic choice.
 - ``reference``: naive masked softmax over the full Tq×Tk score matrix — a readable reference for
   small inputs only.
 """
@@ -450,15 +450,25 @@ def _flex_cpu_usable(q, k, v, window):
 
 
 def _flex_prefer(q, k, v, window, doc_ids=None):
-    """Where ``"auto"`` takes flex: always on CUDA; on the CPU for long windows and inputs."""
+    """Where ``"auto"`` takes flex: on CUDA. On the CPU only when asked for by name
+    (``backend="flex"``, ``attn_backend: flex``): each new shape's first call compiles, which
+    costs seconds, and a prefill or an evaluation meets many shapes."""
     if q.device.type != "cpu":
         return None
-    if window is None or q.shape[2] < _FLEX_CPU_MIN_T:
-        return "the CPU: full causal or short inputs go to the blockwise paths"
-    if torch.get_num_threads() == 1 and min(window, k.shape[2]) < _FLEX_CPU_MIN_WINDOW:
-        return f"the CPU: blockwise_fwd is faster for windows below {_FLEX_CPU_MIN_WINDOW}"
-    # with more threads, blockwise_fwd's many small parallel regions each wait for the slowest
-    # thread: on a loaded machine that was 0.03-0.6x flex at W=128 (benchmarks/README.md)
+    return "the CPU: compiled per shape; ask for it by name (benchmarks/README.md)"
+
+
+_FWD_MIN_PARALLEL_WINDOW = 512
+"""On more than one thread ``"auto"`` leaves windows from this size to ``blockwise``: there
+``blockwise_fwd``'s many small parallel regions were not faster on a loaded two-core machine."""
+
+
+def _fwd_prefer(q, k, v, window, doc_ids=None):
+    """``blockwise_fwd`` for ``"auto"``: on one thread, and for windows below 512 on more."""
+    if torch.get_num_threads() == 1 or window is None:
+        return None
+    if min(window, k.shape[2]) >= _FWD_MIN_PARALLEL_WINDOW:
+        return f"windows of {_FWD_MIN_PARALLEL_WINDOW} or more on several threads"
     return None
 
 
@@ -615,6 +625,7 @@ register_backend(
     _fwd_usable,
     priority=15,
     doc="forward-only query blocks against unfold-view key windows; CPU, no gradient",
+    prefer=_fwd_prefer,
 )
 register_backend(
     "swa",
