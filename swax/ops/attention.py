@@ -39,7 +39,7 @@ from functools import lru_cache
 import torch
 import torch.nn.functional as F
 
-from ._checks import check_floating, check_ndim
+from ._checks import check_floating, check_ndim, check_window
 from .docs import check_doc_ids
 from .registry import log, register_backend, select_backend
 
@@ -68,11 +68,7 @@ def _check_inputs(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, window) -> 
             f"{fn}: keys ({Tk}) must be at least as long as queries ({Tq}); queries align to "
             f"the end"
         )
-    if window is not None:
-        if isinstance(window, bool) or not isinstance(window, int):
-            raise ValueError(f"{fn}: window must be a positive int or None, got {window!r}")
-        if window <= 0:
-            raise ValueError(f"{fn}: window must be >= 1 (keys seen per query), got {window}")
+    check_window(window, fn=fn)
 
 
 def sliding_window_attention(
