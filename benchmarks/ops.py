@@ -102,7 +102,11 @@ def cases_for(op, T, args, get_mlstm_kernel, W=None):
             )
         if not args.no_flex:
             refs["flex"] = flex_reference(T, W)
-        ours = lambda q, k, v: sliding_window_attention(q, k, v, W)  # noqa: E731
+        if args.fwd_only:  # the autograd path's kernel, the CPU default before blockwise_fwd
+            refs["blockwise"] = lambda q, k, v: sliding_window_attention(
+                q, k, v, W, backend="blockwise"
+            )
+        ours = lambda q, k, v: sliding_window_attention(q, k, v, W, backend=args.swa_backend)  # noqa: E731
         return ours, (q, k, v), swa_flops(B, H, T, D, W), refs
     if op == "mlstm":
         i = torch.randn(B, H, T)
@@ -195,6 +199,9 @@ def main(argv=None) -> int:
     ap.add_argument("--window", type=int, nargs="+", default=[128, 2048])
     ap.add_argument("--no-flex", action="store_true", help="skip the compiled flex reference")
     ap.add_argument("--fwd-only", action="store_true", help="measure the forward pass only")
+    ap.add_argument(
+        "--swa-backend", default=None, help="backend of the swax swa column (default: auto)"
+    )
     ap.add_argument("--chunk", type=int, default=64)
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument(

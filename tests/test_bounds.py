@@ -9,6 +9,7 @@ import dataclasses
 import importlib
 import inspect
 import math
+import types
 import typing
 
 import pytest
@@ -38,7 +39,7 @@ def _config_classes():
 def _numeric(tp) -> type | None:
     """int or float for a field annotated int, float, X | None, list[X], tuple[X, ...]."""
     args = [a for a in typing.get_args(tp) if a is not type(None)]
-    if typing.get_origin(tp) in (typing.Union, getattr(__import__("types"), "UnionType", None)):
+    if typing.get_origin(tp) in (typing.Union, types.UnionType):
         if len(args) != 1:
             return None
         tp = args[0]

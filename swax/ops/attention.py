@@ -404,8 +404,6 @@ def _flex_usable(q, k, v, window, doc_ids=None):
     return _flex_cpu_usable(q, k, v, window) if q.device.type == "cpu" else None
 
 
-_FLEX_CPU_MIN_WINDOW = 512  # below, blockwise_fwd is faster (benchmarks/ops.py)
-_FLEX_CPU_MIN_T = 512  # below, a compilation per shape is not worth it
 _FLEX_CPU_STATE: dict = {"failed": None, "shapes": set(), "announced": False}
 
 
