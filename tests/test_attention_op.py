@@ -279,50 +279,70 @@ def _flex_compiles_here() -> str | None:
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the CPU dispatch")
 def test_cpu_dispatch_by_gradient_window_and_length(monkeypatch):
     """auto on the CPU: the autograd path when a gradient is needed (or for doc_ids, or inside
-    torch.compile), the forward-only kernel otherwise — on several threads only for windows
-    below 512 — and never compiled flex, which is taken only when named."""
+    torch.compile); otherwise compiled flex for windows from 512 in calls of 2048 × 2048 pairs
+    or more, where it is usable, and the forward-only kernel for the rest — on any number of
+    threads."""
     from swax.ops import attention
 
     monkeypatch.setattr(attention, "_FLEX_CPU_STATE", {"failed": None, "shapes": set(),
                                                       "announced": False})  # fmt: skip
 
-    def pick(tq, window, grad=False, no_grad=False, name=None, **kw):
-        q, k, v = (torch.zeros(1, 2, tq, 8, requires_grad=grad) for _ in range(3))
+    def pick(tq, window, grad=False, no_grad=False, name=None, dtype=torch.float32, **kw):
+        q, k, v = (torch.zeros(1, 2, tq, 8, dtype=dtype, requires_grad=grad) for _ in range(3))
         with torch.set_grad_enabled(not no_grad):
             return select_backend("swa", name, q, k, v, window, **kw).name
 
-    monkeypatch.setattr(torch, "get_num_threads", lambda: 2)
-    assert pick(1024, 128) == "blockwise_fwd"
-    assert pick(4096, 2048) == "blockwise"  # several threads, a long window
-    assert pick(300, 2048) == "blockwise_fwd"  # the window covers the 300 keys: a causal band
-    monkeypatch.setattr(torch, "get_num_threads", lambda: 1)
-    assert pick(1024, 128) == "blockwise_fwd"
-    assert pick(4096, 2048) == "blockwise_fwd"
+    flex = "flex" if attention._flex_cpu_template() is None else "blockwise_fwd"
+    assert attention.CPU_FLEX_MIN_WINDOW == 512 and attention.CPU_FLEX_MIN_PAIRS == 2048**2
+    for threads in (1, 2):
+        monkeypatch.setattr(torch, "get_num_threads", lambda n=threads: n)
+        assert pick(1024, 128) == "blockwise_fwd"
+        assert pick(65536, 256) == "blockwise_fwd"  # below 512: whatever the length
+        assert pick(4096, 2048) == flex
+        assert pick(4096, 1024) == flex  # 4096 × 1024 pairs: the least that goes to flex
+        assert pick(4095, 1024) == "blockwise_fwd"  # one query fewer
+        assert pick(4096, 512) == "blockwise_fwd"  # 2M pairs
+        assert pick(8192, 512) == flex
+        assert pick(1500, 2048) == "blockwise_fwd"  # the window covers the keys: 1500² pairs
+        assert pick(2048, 4096) == flex  # 2048 × 2048: a causal band in flex
+        assert pick(4096, None) == "blockwise_fwd"  # full causal: fused SDPA inside
+        assert pick(4096, 2048, dtype=torch.bfloat16) == "blockwise_fwd"  # flex: float32 only
     assert pick(1024, 128, grad=True) == "blockwise"
     assert pick(1024, 128, grad=True, no_grad=True) == "blockwise_fwd"
+    assert pick(4096, 2048, grad=True, no_grad=True) == flex
     assert pick(1024, 128, doc_ids=torch.zeros(1, 1024, dtype=torch.long)) == "blockwise"
     assert pick(4096, 2048, grad=True) == "blockwise"
-    assert pick(4096, None) == "blockwise_fwd"  # full causal: fused SDPA inside
-    long_ok = attention._flex_cpu_template() is None
-    assert pick(4096, 2048, name="flex") == ("flex" if long_ok else "blockwise_fwd")
+    assert pick(1024, 128, name="flex") == flex  # by name: any window and size
     assert pick(4096, 2048, grad=True, name="flex") == "blockwise"  # no CPU backward: fallback
+    failed = {"failed": "compiling it failed (test)", "shapes": set(), "announced": True}
+    monkeypatch.setattr(attention, "_FLEX_CPU_STATE", failed)
+    assert pick(4096, 2048) == "blockwise_fwd"
+    monkeypatch.setattr(attention, "_FLEX_CPU_STATE", {"failed": None, "shapes": set(),
+                                                      "announced": True})  # fmt: skip
     monkeypatch.setattr(attention, "_flex_cpu_template", lambda: "no template (test)")
+    assert pick(4096, 2048) == "blockwise_fwd"
     assert pick(4096, 2048, name="flex") == "blockwise_fwd"
     monkeypatch.setattr(torch.compiler, "is_compiling", lambda: True)
     assert pick(4096, 128) == "blockwise"
+    assert pick(4096, 2048) == "blockwise"
     assert pick(4096, 2048, name="flex") == "blockwise"
 
 
-def test_cpu_flex_shape_budget(monkeypatch):
-    """After torch._dynamo's recompile limit worth of shapes, new shapes leave flex."""
+def test_cpu_flex_compile_budget(monkeypatch):
+    """Once torch._dynamo's recompile limit worth of kernels is compiled, a new shape leaves
+    flex (which would otherwise run eagerly, with T×T scores); a shape run before stays."""
     from swax.ops import attention
 
     budget = attention._flex_cpu_budget()
-    state = {"failed": None, "shapes": {("seen", i) for i in range(budget)}, "announced": True}
+    state = {"failed": None, "shapes": set(), "announced": True}
     monkeypatch.setattr(attention, "_FLEX_CPU_STATE", state)
     monkeypatch.setattr(attention, "_flex_cpu_template", lambda: None)
-    monkeypatch.setattr(torch, "get_num_threads", lambda: 1)
+    compiled = {"n": budget - 1}
+    monkeypatch.setattr(attention, "_flex_cpu_compiled", lambda: compiled["n"])
     q = torch.zeros(1, 2, 4096, 8)
+    assert attention._flex_usable(q, q, q, 2048) is None
+    assert select_backend("swa", None, q, q, q, 2048).name == "flex"
+    compiled["n"] = budget
     assert "recompile limit" in attention._flex_usable(q, q, q, 2048)
     assert select_backend("swa", None, q, q, q, 2048).name == "blockwise_fwd"
     state["shapes"].add(attention._flex_shape_key(q, q, q, 2048))  # a shape compiled already
@@ -340,7 +360,7 @@ def test_cpu_flex_falls_back_when_compile_fails(monkeypatch, caplog):
     state = {"failed": None, "shapes": set(), "announced": False}
     monkeypatch.setattr(attention, "_FLEX_CPU_STATE", state)
     monkeypatch.setattr(attention, "_flex_cpu_template", lambda: None)
-    monkeypatch.setattr(attention, "_compiled_flex", lambda: broken)
+    monkeypatch.setattr(attention, "_compiled_flex", lambda *a, **kw: broken)
     monkeypatch.setattr(torch, "get_num_threads", lambda: 1)
     q, k, v = (t.detach() for t in _inputs(1, 2, 2, 600, 600, 16, 16, torch.float32, seed=9))
     with torch.no_grad():
@@ -382,7 +402,8 @@ def test_cpu_flex_dispatch_matches_naive(monkeypatch):
     torch._dynamo.reset()
     monkeypatch.setattr(attention, "_FLEX_CPU_STATE", {"failed": None, "shapes": set(),
                                                       "announced": False})  # fmt: skip
-    for tq, tk, hkv in ((600, 600, 2), (520, 1300, 1)):
+
+    def run(tq, tk, hkv):
         q, k, v = (t.detach() for t in _inputs(1, 2, hkv, tq, tk, 16, 16, torch.float32))
         with torch.no_grad():
             why = attention._flex_usable(q, k, v, 512)
@@ -390,3 +411,11 @@ def test_cpu_flex_dispatch_matches_naive(monkeypatch):
             o = sliding_window_attention(q, k, v, 512, backend="flex")
         floors, refs = _floors(q, k, v, 512)
         assert_within_noise([o], floors, refs, [f"flex on the CPU Tq={tq} Tk={tk}"])
+
+    for tq, tk, hkv in ((600, 600, 2), (520, 1300, 1), (700, 700, 2), (390, 1100, 1)):
+        run(tq, tk, hkv)
+    compiled = attention._flex_cpu_compiled()
+    assert 0 < compiled <= 4
+    for tq, tk, hkv in ((830, 830, 2), (450, 1200, 1)):  # new lengths: symbolic, no compile
+        run(tq, tk, hkv)
+    assert attention._flex_cpu_compiled() == compiled

@@ -14,19 +14,23 @@ Backends (chosen through :mod:`swax.ops.registry`, op name ``"swa"``):
   Time and memory O(T·(W + bq)), never a T×T tensor. Full causal attention (``W >= Tk``) goes to
   PyTorch's fused ``scaled_dot_product_attention`` (memory-efficient on CPU and GPU).
 - ``blockwise_fwd`` (CPU, no gradient needed: inference, prefill, evaluation; the CPU default
-  there on one thread, and for windows below 512 on more): the same blocks, forward only. Small
-  query blocks (16–64 rows, so that little of each key window is masked away), key windows as
-  ``unfold`` views of the keys (no copy), one ``bmm`` per group of blocks that fits in about
-  1 MiB of scores, the band mask added in place and the softmax done in place; only the first
-  blocks (whose windows reach left of key 0) and a last partial block use small padded copies.
+  there for windows below 512, and for any window where compiled flex is not taken): the same
+  blocks, forward only. Small query blocks (16–64 rows, so that little of each key window is
+  masked away), key windows as ``unfold`` views of the keys (no copy), one ``bmm`` per group of
+  blocks that fits in about 1 MiB of scores, the band mask added in place and the softmax done in
+  place; only the first blocks (whose windows reach left of key 0) and a last partial block use
+  small padded copies.
 - ``flash`` (CUDA, fp16/bf16, ``flash_attn`` installed): ``flash_attn_func`` with ``window_size``.
 - ``flex``: ``torch.nn.attention.flex_attention``, compiled, with a sliding-window block mask
-  (built from the window's block structure, never a T×T mask). CUDA (``"auto"`` takes it there);
-  and the CPU when asked for by name, for float32 inputs without gradient (its CPU backward does
-  not exist), inductor's CPU template present, outside ``torch.compile`` and within the
-  recompile budget — there it is the fastest for long windows (benchmarks/README.md), but each
-  shape's first call compiles (seconds), so ``"auto"`` does not take it on the CPU. If compiling
-  fails it logs a warning and the call, and every later one, uses the automatic choice.
+  (built from the window's block structure, never a T×T mask). CUDA (``"auto"`` takes it there),
+  and the CPU for float32 inputs without gradient (its CPU backward does not exist), inductor's
+  CPU template present, outside ``torch.compile`` and within the recompile budget. On the CPU
+  ``"auto"`` takes it for windows of 512 or more in calls of at least 2048 × 2048 query-key
+  pairs: there its fused kernel is faster than ``blockwise_fwd`` on one and on two threads, and
+  below it is slower (benchmarks/README.md). Its first CPU call compiles (seconds; a second
+  length compiles once more, after which lengths are symbolic and nothing recompiles), logged
+  once; ``backend="blockwise_fwd"`` / ``attn_backend: blockwise_fwd`` avoids it. If compiling
+  fails it logs a warning and the call, and every later one, uses the next backend.
 - ``reference``: naive masked softmax over the full Tq×Tk score matrix — a readable reference for
   small inputs only.
 """
@@ -420,9 +424,21 @@ def _flex_cpu_template() -> str | None:
 
 
 def _flex_cpu_budget() -> int:
-    """Shapes compiled before torch._dynamo's recompile limit would send flex to eager mode."""
+    """Kernels compiled before torch._dynamo's recompile limit would send flex to eager mode
+    (which builds T×T scores)."""
     cfg = torch._dynamo.config
     return max(1, getattr(cfg, "recompile_limit", getattr(cfg, "cache_size_limit", 8)) - 1)
+
+
+def _flex_cpu_compiled() -> int:
+    """Kernels compiled so far for swax's CPU flex frame; where torch does not say, the number
+    of shapes run (an upper bound: lengths after the second are symbolic)."""
+    try:
+        from torch._dynamo.eval_frame import _debug_get_cache_entry_list
+
+        return len(_debug_get_cache_entry_list(_flex_call_cpu.__code__))
+    except Exception:  # noqa: BLE001 - a private torch helper: count shapes instead
+        return len(_FLEX_CPU_STATE["shapes"])
 
 
 def _flex_cpu_usable(q, k, v, window):
@@ -437,32 +453,33 @@ def _flex_cpu_usable(q, k, v, window):
     reason = _flex_cpu_template()
     if reason:
         return reason
-    shapes = _FLEX_CPU_STATE["shapes"]
-    if _flex_shape_key(q, k, v, window) not in shapes and len(shapes) >= _flex_cpu_budget():
-        return f"{len(shapes)} shapes compiled already (torch._dynamo's recompile limit)"
+    if _flex_shape_key(q, k, v, window) not in _FLEX_CPU_STATE["shapes"]:
+        compiled = _flex_cpu_compiled()
+        if compiled >= _flex_cpu_budget():
+            return f"{compiled} kernels compiled already (torch._dynamo's recompile limit)"
     return None
 
 
+CPU_FLEX_MIN_WINDOW = 512
+"""From this window on, ``"auto"`` takes compiled flex on the CPU (forward, no gradient): its
+fused kernel is faster there than ``blockwise_fwd``, on one thread and on two; below it,
+``blockwise_fwd`` is faster (benchmarks/README.md)."""
+
+CPU_FLEX_MIN_PAIRS = 2048 * 2048
+"""... and only for calls of at least this many query × visible-key pairs (a 2048-token prefill
+chunk against a 2048 window): a short prompt should not wait seconds for a compile."""
+
+
 def _flex_prefer(q, k, v, window, doc_ids=None):
-    """Where ``"auto"`` takes flex: on CUDA. On the CPU only when asked for by name
-    (``backend="flex"``, ``attn_backend: flex``): each new shape's first call compiles, which
-    costs seconds, and a prefill or an evaluation meets many shapes."""
+    """Where ``"auto"`` takes flex: on CUDA, and on the CPU for long windows in large calls."""
     if q.device.type != "cpu":
         return None
-    return "the CPU: compiled per shape; ask for it by name (benchmarks/README.md)"
-
-
-_FWD_MIN_PARALLEL_WINDOW = 512
-"""On more than one thread ``"auto"`` leaves windows from this size to ``blockwise``: there
-``blockwise_fwd``'s many small parallel regions were not faster on a loaded two-core machine."""
-
-
-def _fwd_prefer(q, k, v, window, doc_ids=None):
-    """``blockwise_fwd`` for ``"auto"``: on one thread, and for windows below 512 on more."""
-    if torch.get_num_threads() == 1 or window is None:
-        return None
-    if min(window, k.shape[2]) >= _FWD_MIN_PARALLEL_WINDOW:
-        return f"windows of {_FWD_MIN_PARALLEL_WINDOW} or more on several threads"
+    if window is None:
+        return "the CPU, full causal attention: fused SDPA"
+    if window < CPU_FLEX_MIN_WINDOW:
+        return f"the CPU, windows below {CPU_FLEX_MIN_WINDOW}: blockwise_fwd is faster"
+    if q.shape[2] * min(window, k.shape[2]) < CPU_FLEX_MIN_PAIRS:
+        return "the CPU, a small call: not worth a compile"
     return None
 
 
@@ -478,10 +495,20 @@ def _flex_call(q, k, v, block_mask, scale, enable_gqa):
     return flex_attention(q, k, v, block_mask=block_mask, scale=scale, enable_gqa=enable_gqa)
 
 
-@lru_cache(maxsize=1)
-def _compiled_flex():
-    """swax's own compiled frame: torch._dynamo's recompile limit counts compilations per
-    frame, so a caller's own ``torch.compile(flex_attention)`` shapes do not use up swax's."""
+def _flex_call_cpu(q, k, v, block_mask, scale, enable_gqa):
+    """The same call in a frame of its own: the CPU's compiled kernels (dynamic lengths) are
+    counted apart from CUDA's."""
+    return _flex_call(q, k, v, block_mask, scale, enable_gqa)
+
+
+@lru_cache(maxsize=2)
+def _compiled_flex(cpu: bool = False):
+    """swax's own compiled frames: torch._dynamo's recompile limit counts compilations per
+    frame, so a caller's own ``torch.compile(flex_attention)`` shapes do not use up swax's. On
+    the CPU lengths are dynamic: the first length compiles, the second compiles once more with
+    symbolic lengths, and later lengths reuse that kernel (CUDA keeps static shapes)."""
+    if cpu:
+        return torch.compile(_flex_call_cpu, dynamic=True)
     return torch.compile(_flex_call, dynamic=False)
 
 
@@ -580,9 +607,10 @@ def _flex_cpu_call(q, k, v, window, scale, padded):
     if not state["announced"]:
         state["announced"] = True
         log.info("swax: swa on the CPU: compiled flex attention (no gradient, window %d); "
-                 "the first call of each shape compiles", window)  # fmt: skip
+                 "compiling it takes seconds, once or twice per process "
+                 "(backend 'blockwise_fwd' avoids it)", window)  # fmt: skip
     try:
-        out = _compiled_flex()(
+        out = _compiled_flex(cpu=True)(
             qp, kp, vp, block_mask=mask, scale=scale, enable_gqa=q.shape[1] != k.shape[1]
         )
     except Exception as e:  # noqa: BLE001 - any compile failure: fall back, never crash
@@ -619,7 +647,6 @@ register_backend(
     _fwd_usable,
     priority=15,
     doc="forward-only query blocks against unfold-view key windows; CPU, no gradient",
-    prefer=_fwd_prefer,
 )
 register_backend(
     "swa",
