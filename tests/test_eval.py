@@ -687,3 +687,52 @@ def test_eval_niah_records_missing_cells_name_the_file(dumped, tmp_path, capsys,
     (tmp_path / "o").mkdir()
     rc, _, err = run_cli(capsys, *empty, "--out", str(tmp_path / "o2"))
     assert rc == 2 and "no TASK-LENGTH.jsonl" in err[0], err
+
+
+def test_niah_reports_prefill_and_decode_throughput(tmp_path):
+    """results.json and the table carry the model's tokens/s by length; the token counts behind
+    them equal what the model's forward was actually called with (a hook counts the tokens of
+    every call: prefill chunks first, then one-token decode steps)."""
+    tok = ByteTokenizer()
+    torch.manual_seed(0)
+    cfg = SwaxConfig(d_model=32, n_layers=2, n_heads=2, vocab_size=tok.vocab_size, window=16)
+    model = SwaxLM(cfg).eval()
+    calls: list[int] = []
+    model.register_forward_pre_hook(lambda m, args, kw: calls.append(args[0].shape[1]),
+                                    with_kwargs=True)  # fmt: skip
+    inner = SwaxPredictor(model, tok, prefill_chunk=300)
+    inner("a first call warms the model up", 3)  # (its untimed warm-up calls are not counted)
+    want = {}
+
+    def predict(prompt, n):
+        calls.clear()
+        text = inner(prompt, n)
+        P = len(tok.encode(prompt))
+        n_pre = -(-P // 300)
+        assert sum(calls[:n_pre]) == P and set(calls[n_pre:]) <= {1}
+        length = 1024 if P < 1536 else 2048
+        w = want.setdefault(length, [0, 0])
+        w[0] += P
+        w[1] += len(calls) - n_pre
+        return text
+
+    class Spy:  # predicts through ``predict`` and reports the inner predictor's timing
+        def __call__(self, prompt, n):
+            return predict(prompt, n)
+
+        @property
+        def last_timing(self):
+            return inner.last_timing
+
+    res = run_niah(Spy(), tok, ["niah_single_1"], [1024, 2048], samples=2, out_dir=tmp_path,
+                   progress=False)  # fmt: skip
+    data = json.loads((tmp_path / "results.json").read_text())["throughput"]
+    assert set(data) == {"1024", "2048"}
+    for length, (pre, dec) in want.items():
+        t = data[str(length)]
+        assert (t["prefill_tokens"], t["decode_tokens"]) == (pre, dec)
+        assert t["prefill_s"] > 0 and t["decode_s"] > 0
+        assert t["prefill_tokens_per_s"] == pytest.approx(pre / t["prefill_s"], rel=1e-3)
+    table = format_table(res, ["niah_single_1"], [1024, 2048])
+    assert "prefill tok/s" in table.splitlines()[-2] and "decode tok/s" in table.splitlines()[-1]
+    assert len(table.splitlines()[-2].split()) == 2 + 2  # the label's two words, two lengths

@@ -8,7 +8,9 @@ For every task and length, RULER-format records are generated in the model's own
 
 Outputs in the results folder:
 
-- ``results.json``: settings, scores by task and length, per-depth scores, timings, peak memory;
+- ``results.json``: settings, scores by task and length, per-depth scores, timings, peak memory,
+  and the model's throughput by length (prompt tokens prefilled per second, tokens decoded per
+  second; when the predictor reports them, as :class:`SwaxPredictor` does);
 - ``summary-{length}.csv``: RULER's summary layout (rows Tasks / Score / Nulls) for each length;
 - ``summary.csv``: one row per task and length (task, length, score, nulls, samples);
 - ``pred/{task}-{length}.jsonl``: every prediction with its references, depth and score;
@@ -94,8 +96,40 @@ def peak_rss_gib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
 
 
+@dataclass
+class Timing:
+    """One prediction's work: prompt tokens and the seconds of their (chunked) prefill; decode
+    steps (each feeds one generated token back: the first generated token comes from the
+    prefill's logits, the last is not fed) and the seconds from the prefill's end to the last
+    token."""
+
+    prefill_tokens: int = 0
+    prefill_s: float = 0.0
+    decode_tokens: int = 0
+    decode_s: float = 0.0
+
+    def __iadd__(self, other: Timing) -> Timing:
+        self.prefill_tokens += other.prefill_tokens
+        self.prefill_s += other.prefill_s
+        self.decode_tokens += other.decode_tokens
+        self.decode_s += other.decode_s
+        return self
+
+    def as_dict(self) -> dict:
+        rate = lambda n, s: n / s if s > 0 else None  # noqa: E731
+        return {
+            "prefill_tokens": self.prefill_tokens,
+            "prefill_s": self.prefill_s,
+            "prefill_tokens_per_s": rate(self.prefill_tokens, self.prefill_s),
+            "decode_tokens": self.decode_tokens,
+            "decode_s": self.decode_s,
+            "decode_tokens_per_s": rate(self.decode_tokens, self.decode_s),
+        }
+
+
 class SwaxPredictor:
-    """Greedy continuation of a prompt with a SwaxLM: chunked prefill, then step decode."""
+    """Greedy continuation of a prompt with a SwaxLM: chunked prefill, then step decode.
+    After each call ``last_timing`` holds that call's :class:`Timing`."""
 
     def __init__(self, model, tokenizer, window=DEFAULT_WINDOW, prefill_chunk: int = PREFILL_CHUNK):
         """``window``: keys each query sees, None for full attention, DEFAULT_WINDOW (the
@@ -103,10 +137,22 @@ class SwaxPredictor:
         self.model, self.tok = model, tokenizer
         self.window = model.config.window if window is DEFAULT_WINDOW else window
         self.prefill_chunk = prefill_chunk
+        self.last_timing: Timing | None = None
+        self._warm = False
 
     def __call__(self, prompt: str, max_new_tokens: int) -> str:
-
         ids = torch.tensor([self.tok.encode(prompt)], dtype=torch.long)
+        if not self._warm:  # first-call costs (allocations, lazy set-up) stay out of the timing
+            self._warm = True
+            generate(self.model, ids[:, : self.prefill_chunk], max_new_tokens=2,
+                     window=self.window, prefill_chunk_size=self.prefill_chunk)  # fmt: skip
+        marks: dict[str, float] = {}
+
+        def prefilled(done: int, total: int) -> None:
+            if done >= total:
+                marks["prefilled"] = time.perf_counter()
+
+        t0 = time.perf_counter()
         out = generate(
             self.model,
             ids,
@@ -114,6 +160,13 @@ class SwaxPredictor:
             window=self.window,
             eos_token_id=self.tok.eot_id,
             prefill_chunk_size=self.prefill_chunk,
+            progress=prefilled,
+        )
+        t1 = time.perf_counter()
+        t_pre = marks.get("prefilled", t1)
+        # the first new token comes from the prefill's logits: the decode steps feed the rest
+        self.last_timing = Timing(
+            ids.shape[1], t_pre - t0, out.shape[1] - ids.shape[1] - 1, t1 - t_pre
         )
         return self.tok.decode(out[0, ids.shape[1] :].tolist())
 
@@ -124,6 +177,9 @@ class NiahResult:
     nulls: dict[str, dict[int, int]] = field(default_factory=dict)
     by_depth: dict[str, dict[int, dict[int, list[float]]]] = field(default_factory=dict)
     samples: int = 0
+    timing: dict[int, Timing] = field(default_factory=dict)
+    """By length, over all tasks: the predictor's prefill and decode work (empty when the
+    predictor does not report it)."""
 
     def average(self, length: int) -> float:
         vals = [s[length] for s in self.scores.values() if length in s]
@@ -205,14 +261,17 @@ def _all_records(
     return records
 
 
-def _predict_cell(predict, records: list[dict], by_depth: dict, on_sample) -> list[dict]:
+def _predict_cell(predict, records: list[dict], by_depth: dict, on_sample, timing) -> list[dict]:
     """Predict and score every record of one task and length; one row per record (what
-    ``pred/{task}-{length}.jsonl`` holds). Scores are also filed by needle depth."""
+    ``pred/{task}-{length}.jsonl`` holds). Scores are also filed by needle depth, and the
+    predictor's ``last_timing`` (if it has one) is added to ``timing``."""
 
     rows = []
     for rec in records:
         prompt = rec["input"] + rec.get("answer_prefix", "")
         pred = postprocess_pred(predict(prompt, int(rec.get("tokens_to_generate", 128))))
+        if getattr(predict, "last_timing", None) is not None:
+            timing += predict.last_timing
         score = string_match_all([pred], [rec["outputs"]])
         rows.append(
             {
@@ -275,7 +334,10 @@ def run_niah(
             bar.set_postfix_str(f"{task} @ {length:,}")
             ts = time.perf_counter()
             by_depth: dict[int, list[float]] = {}
-            rows = _predict_cell(predict, all_records[task, length], by_depth, bar.update)
+            cell_timing = result.timing.setdefault(length, Timing())
+            rows = _predict_cell(
+                predict, all_records[task, length], by_depth, bar.update, cell_timing
+            )
             if by_depth:
                 result.by_depth.setdefault(task, {})[length] = by_depth
             timings[f"{task}-{length}"] = time.perf_counter() - ts
@@ -289,6 +351,7 @@ def run_niah(
                     for r in rows:
                         fh.write(json.dumps(r) + "\n")
     bar.close()
+    result.timing = {n: t for n, t in result.timing.items() if t.prefill_tokens}
     if out:
         settings = {
             **(settings or {}),
@@ -311,6 +374,7 @@ def _write_outputs(out: Path, r: NiahResult, tasks, lengths, settings: dict) -> 
         "scores": {t: {str(n): s for n, s in v.items()} for t, v in r.scores.items()},
         "average": {str(n): r.average(n) for n in lengths},
         "nulls": {t: {str(n): s for n, s in v.items()} for t, v in r.nulls.items()},
+        "throughput": {str(n): t.as_dict() for n, t in r.timing.items()},
         "by_depth": {
             t: {
                 str(n): {str(b * 100 // DEPTH_BINS): sum(x) / len(x) for b, x in sorted(d.items())}
@@ -340,14 +404,27 @@ def format_table(r: NiahResult, tasks, lengths) -> str:
     head = ["task", *[_fmt_len(n) for n in lengths]]
     rows = [[t, *[f"{r.scores[t][n]:.1f}" for n in lengths]] for t in tasks]
     rows.append(["average", *[f"{r.average(n):.1f}" for n in lengths]])
+    extra = []
+    if r.timing:  # the model's speed, below the accuracy table
+        for key, label in (("prefill", "prefill tok/s"), ("decode", "decode tok/s")):
+            rates = [r.timing[n].as_dict()[f"{key}_tokens_per_s"] if n in r.timing else None
+                     for n in lengths]  # fmt: skip
+            extra.append([label, *["-" if x is None else _fmt_rate(x) for x in rates]])
+    rows += extra
     widths = [max(len(x[i]) for x in [head, *rows]) for i in range(len(head))]
     lines = [
         "  ".join(c.ljust(widths[0]) if i == 0 else c.rjust(widths[i]) for i, c in enumerate(row))
         for row in [head, *rows]
     ]
     lines.insert(1, "-" * len(lines[0]))
-    lines.insert(len(lines) - 1, "-" * len(lines[0]))
+    lines.insert(len(lines) - 1 - len(extra), "-" * len(lines[0]))
+    if extra:
+        lines.insert(len(lines) - len(extra), "-" * len(lines[0]))
     return "\n".join(lines)
+
+
+def _fmt_rate(x: float) -> str:
+    return f"{x / 1000:.1f}k" if x >= 1000 else f"{x:.1f}"
 
 
 def _fmt_len(n: int) -> str:
