@@ -419,3 +419,35 @@ def test_cpu_flex_dispatch_matches_naive(monkeypatch):
     for tq, tk, hkv in ((830, 830, 2), (450, 1200, 1)):  # new lengths: symbolic, no compile
         run(tq, tk, hkv)
     assert attention._flex_cpu_compiled() == compiled
+
+
+@pytest.mark.slow
+def test_long_window_prefill_through_cpu_flex_matches_float64_model():
+    """A model with W=2048 prefilled in chunks of 2048 (the chunks after the first attend to a
+    cache) takes compiled flex under "auto" on the CPU; its last logits are as close to the same
+    model run in float64 with the naive reference attention as the float32 blockwise_fwd path
+    is (twice that error, plus float32's floor, bounds it)."""
+    from helpers import FLOOR, rel_err
+
+    from swax import SwaxConfig, SwaxLM
+    from swax.generate import prefill
+    from swax.ops import attention
+    from swax.ops.registry import forced_backends
+
+    reason = _flex_compiles_here()
+    if reason:
+        pytest.skip(f"flex attention does not compile on this CPU: {reason}")
+    torch.manual_seed(0)
+    cfg = SwaxConfig(d_model=32, n_layers=2, n_heads=2, vocab_size=64, window=2048)
+    model = SwaxLM(cfg).eval()
+    ids = torch.randint(0, 64, (1, 6144))
+    before = len(attention._FLEX_CPU_STATE["shapes"])
+    with torch.no_grad():
+        auto, _ = prefill(model, ids, chunk_size=2048)
+        assert len(attention._FLEX_CPU_STATE["shapes"]) > before, "flex was not taken"
+        with forced_backends(swa="blockwise_fwd"):
+            peer, _ = prefill(model, ids, chunk_size=2048)
+        with forced_backends(swa="reference"):
+            exact = model.double()(ids, window=2048)[:, -1]
+    err_peer = rel_err(peer.double(), exact)
+    assert rel_err(auto.double(), exact) <= 2 * err_peer + FLOOR

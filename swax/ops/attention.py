@@ -606,9 +606,10 @@ def _flex_cpu_call(q, k, v, window, scale, padded):
     state = _FLEX_CPU_STATE
     if not state["announced"]:
         state["announced"] = True
-        log.info("swax: swa on the CPU: compiled flex attention (no gradient, window %d); "
-                 "compiling it takes seconds, once or twice per process "
-                 "(backend 'blockwise_fwd' avoids it)", window)  # fmt: skip
+        # a warning, so that it is seen: the compile is a pause of seconds with no other output
+        log.warning("swax: swa on the CPU: compiling flex attention (no gradient, window %d); "
+                    "this takes seconds, once or twice per process (attn_backend / backend "
+                    "'blockwise_fwd' avoids it)", window)  # fmt: skip
     try:
         out = _compiled_flex(cpu=True)(
             qp, kp, vp, block_mask=mask, scale=scale, enable_gqa=q.shape[1] != k.shape[1]
