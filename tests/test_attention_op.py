@@ -250,6 +250,19 @@ def test_blockwise_fwd_matches_naive_float32(tq, tk, window, hq, hkv):
     assert_within_noise([o], floors, refs, [f"blockwise_fwd Tq={tq} Tk={tk} W={window}"])
 
 
+def test_blockwise_fwd_edge_blocks_in_batch_slices(monkeypatch):
+    """The first blocks (windows reaching left of key 0) and a last partial block go through one
+    product over all heads; with a budget of one batch row per slice the result is the same."""
+    from swax.ops import attention
+
+    monkeypatch.setattr(attention, "_FWD_EDGE_BYTES", 1)
+    q, k, v = (t.detach() for t in _inputs(3, 4, 2, 301, 301, 16, 12, torch.float32, seed=4))
+    with torch.no_grad():
+        o = sliding_window_attention(q, k, v, 70, backend="blockwise_fwd")
+    floors, refs = _floors(q, k, v, 70)
+    assert_within_noise([o], floors, refs, ["edges one batch row at a time"])
+
+
 def test_blockwise_fwd_noncontiguous_and_bfloat16():
     """Inputs as the attention layer makes them ((B, T, H, D) transposed) and bfloat16 ones."""
     g = torch.Generator().manual_seed(5)

@@ -19,7 +19,7 @@ Backends (chosen through :mod:`swax.ops.registry`, op name ``"swa"``):
   masked away), key windows as ``unfold`` views of the keys (no copy), one ``bmm`` per group of
   blocks that fits in about 1 MiB of scores, the band mask added in place and the softmax done in
   place; only the first blocks (whose windows reach left of key 0) and a last partial block use
-  small padded copies.
+  small padded copies, all heads in one batched product.
 - ``flash`` (CUDA, fp16/bf16, ``flash_attn`` installed): ``flash_attn_func`` with ``window_size``.
 - ``flex``: ``torch.nn.attention.flex_attention``, compiled, with a sliding-window block mask
   (built from the window's block structure, never a T×T mask). CUDA (``"auto"`` takes it there),
@@ -313,26 +313,58 @@ def _fwd_core(qb, kk, vv, window, bias, out):
         torch.bmm(s, v_w[j0:j1], out=out[j0:j1])
 
 
-def _fwd_padded(qh, kh, vh, a, z, off, window, bq):
-    """Queries a … z-1 of one head through :func:`_fwd_core` on padded copies of their keys
-    (the first blocks, whose windows reach left of key 0, and a last partial block)."""
-    D, Dv = qh.shape[-1], vh.shape[-1]
+@lru_cache(maxsize=64)
+def _edge_bias(n: int, bq: int, window: int, lp: int) -> torch.Tensor:
+    """The band bias of ``n`` blocks whose padded key windows start ``lp`` zero rows early:
+    (bq, L), or (n, bq, L) with those rows masked too."""
+    bias = _band_bias(bq, window)
+    if not lp:
+        return bias
+    L = bq + window - 1
+    col = torch.arange(L)[None, :] + torch.arange(n)[:, None] * bq  # padded key column
+    return bias.expand(n, bq, L).masked_fill((col < lp)[:, None, :], -math.inf)
+
+
+_FWD_EDGE_BYTES = 8 << 20  # scores of one edge product over several batch rows, at most
+
+
+def _fwd_padded(qs, kf, vf, a, z, off, window, bq, out):
+    """Queries a … z-1 of every head at once (the first blocks, whose windows reach left of
+    key 0, and a last partial block), on padded copies of their keys; writes ``out``'s rows
+    a … z-1. One batched product per group of blocks over all heads (broadcast over the query
+    heads of a key/value head), so that these few blocks cost a handful of calls, not a handful
+    per head; batch rows in slices of at most 8 MiB of scores per block."""
+    B, Hq = qs.shape[:2]
+    step = max(1, _FWD_EDGE_BYTES // (Hq * bq * (bq + window - 1) * 4))
+    for b0 in range(0, B, step):
+        sl = slice(b0, b0 + step)
+        _fwd_padded_rows(qs[sl], kf[sl], vf[sl], a, z, off, window, bq, out[sl])
+
+
+def _fwd_padded_rows(qs, kf, vf, a, z, off, window, bq, out):
+    B, Hq, _, D = qs.shape
+    Hkv, Dv = kf.shape[1], vf.shape[-1]
+    G, L = Hq // Hkv, bq + window - 1
     n = -(-(z - a) // bq)
     k0 = a + off - window + 1  # key of the first window's first column
     lp = max(0, -k0)
     need = n * bq + window - 1
-    kk, vv = (x[max(0, k0) : k0 + need] for x in (kh, vh))
-    rp = need - lp - kk.shape[0]
+    kk, vv = (x[:, :, max(0, k0) : k0 + need] for x in (kf, vf))
+    rp = need - lp - kk.shape[2]
     kk, vv = (F.pad(x, (0, 0, lp, rp)) for x in (kk, vv))
-    qb = F.pad(qh[a:z], (0, 0, 0, n * bq - (z - a))).view(n, bq, D)
-    bias = _band_bias(bq, window)
-    if lp:
-        L = bq + window - 1
-        col = torch.arange(L)[None, :] + torch.arange(n)[:, None] * bq  # padded key column
-        bias = bias.expand(n, bq, L).masked_fill((col < lp)[:, None, :], -math.inf)
-    out = qb.new_empty(n, bq, Dv)
-    _fwd_core(qb, kk, vv, window, bias, out)
-    return out.view(n * bq, Dv)[: z - a]
+    k_t = kk.unfold(2, L, bq)[:, :, None]  # (B, Hkv, 1, n, D, L)
+    v_w = vv.unfold(2, L, bq).transpose(-1, -2)[:, :, None]  # (B, Hkv, 1, n, L, Dv)
+    qb = F.pad(qs[:, :, a:z], (0, 0, 0, n * bq - (z - a))).view(B, Hkv, G, n, bq, D)
+    bias = _edge_bias(n, bq, window, lp)
+    g = max(1, min(n, _FWD_SCORE_BYTES // (B * Hq * bq * L * 4)))
+    o = qb.new_empty(B, Hkv, G, n, bq, Dv)
+    for j0 in range(0, n, g):
+        j1 = min(n, j0 + g)
+        s = torch.matmul(qb[:, :, :, j0:j1], k_t[:, :, :, j0:j1])  # (B, Hkv, G, g, bq, L)
+        s.add_(bias if bias.dim() == 2 else bias[j0:j1])
+        torch.ops.aten._softmax.out(s, -1, False, out=s)
+        o[:, :, :, j0:j1] = torch.matmul(s, v_w[:, :, :, j0:j1])
+    out[:, :, a:z] = o.view(B, Hq, n * bq, Dv)[:, :, : z - a]
 
 
 def _blockwise_fwd(q, k, v, window, scale):
@@ -348,18 +380,19 @@ def _blockwise_fwd(q, k, v, window, scale):
     out = torch.empty(B, Hq, Tq, Dv)
     nbf = Tq // bq  # whole blocks
     j_edge = min(nbf, max(0, -(-(window - 1 - off) // bq)))  # windows reaching left of key 0
-    bias = _band_bias(bq, window)
-    for b in range(B):
-        for h in range(Hq):
-            qh, kh, vh, oh = qs[b, h], kf[b, h // G], vf[b, h // G], out[b, h]
-            a, z = j_edge * bq, nbf * bq
-            if z > a:  # the keys themselves, as views
-                k0 = a + off - window + 1
-                kk, vv = kh[k0 : z + off], vh[k0 : z + off]
-                _fwd_core(qh[a:z].view(-1, bq, D), kk, vv, window, bias, oh[a:z].view(-1, bq, Dv))
-            for a, z in ((0, j_edge * bq), (nbf * bq, Tq)):
-                if z > a:
-                    oh[a:z] = _fwd_padded(qh, kh, vh, a, z, off, window, bq)
+    a, z = j_edge * bq, nbf * bq
+    if z > a:  # the other whole blocks, head by head: the keys themselves, as views
+        bias = _band_bias(bq, window)
+        k0 = a + off - window + 1
+        for b in range(B):
+            for h in range(Hq):
+                kh, vh, oh = kf[b, h // G, k0 : z + off], vf[b, h // G, k0 : z + off], out[b, h]
+                _fwd_core(
+                    qs[b, h, a:z].view(-1, bq, D), kh, vh, window, bias, oh[a:z].view(-1, bq, Dv)
+                )
+    for a, z in ((0, j_edge * bq), (nbf * bq, Tq)):
+        if z > a:
+            _fwd_padded(qs, kf, vf, a, z, off, window, bq, out)
     return out.to(q.dtype)
 
 
