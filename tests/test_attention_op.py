@@ -299,6 +299,7 @@ def test_cpu_dispatch_by_gradient_window_and_length(monkeypatch):
 
     monkeypatch.setattr(attention, "_FLEX_CPU_STATE", {"failed": None, "shapes": set(),
                                                       "announced": False})  # fmt: skip
+    monkeypatch.delenv("SWAX_CPU_FLEX", raising=False)
 
     def pick(tq, window, grad=False, no_grad=False, name=None, dtype=torch.float32, **kw):
         q, k, v = (torch.zeros(1, 2, tq, 8, dtype=dtype, requires_grad=grad) for _ in range(3))
@@ -326,6 +327,13 @@ def test_cpu_dispatch_by_gradient_window_and_length(monkeypatch):
     assert pick(1024, 128, doc_ids=torch.zeros(1, 1024, dtype=torch.long)) == "blockwise"
     assert pick(4096, 2048, grad=True) == "blockwise"
     assert pick(1024, 128, name="flex") == flex  # by name: any window and size
+    for off in ("0", "off", " False "):
+        monkeypatch.setenv("SWAX_CPU_FLEX", off)
+        assert pick(4096, 2048) == "blockwise_fwd"
+        assert pick(4096, 2048, name="flex") == flex  # by name it is still taken
+    monkeypatch.setenv("SWAX_CPU_FLEX", "1")
+    assert pick(4096, 2048) == flex
+    monkeypatch.delenv("SWAX_CPU_FLEX")
     assert pick(4096, 2048, grad=True, name="flex") == "blockwise"  # no CPU backward: fallback
     failed = {"failed": "compiling it failed (test)", "shapes": set(), "announced": True}
     monkeypatch.setattr(attention, "_FLEX_CPU_STATE", failed)
@@ -346,6 +354,7 @@ def test_cpu_flex_compile_budget(monkeypatch):
     flex (which would otherwise run eagerly, with T×T scores); a shape run before stays."""
     from swax.ops import attention
 
+    monkeypatch.delenv("SWAX_CPU_FLEX", raising=False)
     budget = attention._flex_cpu_budget()
     state = {"failed": None, "shapes": set(), "announced": True}
     monkeypatch.setattr(attention, "_FLEX_CPU_STATE", state)
@@ -435,7 +444,7 @@ def test_cpu_flex_dispatch_matches_naive(monkeypatch):
 
 
 @pytest.mark.slow
-def test_long_window_prefill_through_cpu_flex_matches_float64_model():
+def test_long_window_prefill_through_cpu_flex_matches_float64_model(monkeypatch):
     """A model with W=2048 prefilled in chunks of 2048 (the chunks after the first attend to a
     cache) takes compiled flex under "auto" on the CPU; its last logits are as close to the same
     model run in float64 with the naive reference attention as the float32 blockwise_fwd path
@@ -450,6 +459,7 @@ def test_long_window_prefill_through_cpu_flex_matches_float64_model():
     reason = _flex_compiles_here()
     if reason:
         pytest.skip(f"flex attention does not compile on this CPU: {reason}")
+    monkeypatch.delenv("SWAX_CPU_FLEX", raising=False)
     torch.manual_seed(0)
     cfg = SwaxConfig(d_model=32, n_layers=2, n_heads=2, vocab_size=64, window=2048)
     model = SwaxLM(cfg).eval()

@@ -29,8 +29,8 @@ Backends (chosen through :mod:`swax.ops.registry`, op name ``"swa"``):
   pairs: there its fused kernel is faster than ``blockwise_fwd`` on one and on two threads, and
   below it is slower (benchmarks/README.md). Its first CPU call compiles (seconds; a second
   length compiles once more, after which lengths are symbolic and nothing recompiles), logged
-  once; ``backend="blockwise_fwd"`` / ``attn_backend: blockwise_fwd`` avoids it. If compiling
-  fails it logs a warning and the call, and every later one, uses the next backend.
+  once; ``SWAX_CPU_FLEX=0`` in the environment (or naming ``blockwise_fwd``) avoids it. If
+  compiling fails it logs a warning and the call, and every later one, uses the next backend.
 - ``reference``: naive masked softmax over the full Tq×Tk score matrix — a readable reference for
   small inputs only.
 """
@@ -38,6 +38,7 @@ Backends (chosen through :mod:`swax.ops.registry`, op name ``"swa"``):
 from __future__ import annotations
 
 import math
+import os
 from functools import lru_cache
 
 import torch
@@ -503,10 +504,22 @@ CPU_FLEX_MIN_PAIRS = 2048 * 2048
 chunk against a 2048 window): a short prompt should not wait seconds for a compile."""
 
 
+CPU_FLEX_ENV = "SWAX_CPU_FLEX"
+"""Set to 0 (or false / off / no) and ``"auto"`` never takes compiled flex on the CPU: no
+compile pause, at the speed of ``blockwise_fwd``; asking for flex by name still works."""
+
+
+def _cpu_flex_off() -> bool:
+    return os.environ.get(CPU_FLEX_ENV, "").strip().lower() in ("0", "false", "off", "no")
+
+
 def _flex_prefer(q, k, v, window, doc_ids=None):
-    """Where ``"auto"`` takes flex: on CUDA, and on the CPU for long windows in large calls."""
+    """Where ``"auto"`` takes flex: on CUDA, and on the CPU for long windows in large calls
+    (unless ``SWAX_CPU_FLEX=0``)."""
     if q.device.type != "cpu":
         return None
+    if _cpu_flex_off():
+        return f"the CPU: turned off by {CPU_FLEX_ENV}"
     if window is None:
         return "the CPU, full causal attention: fused SDPA"
     if window < CPU_FLEX_MIN_WINDOW:
@@ -641,8 +654,8 @@ def _flex_cpu_call(q, k, v, window, scale, padded):
         state["announced"] = True
         # a warning, so that it is seen: the compile is a pause of seconds with no other output
         log.warning("swax: swa on the CPU: compiling flex attention (no gradient, window %d); "
-                    "this takes seconds, once or twice per process (attn_backend / backend "
-                    "'blockwise_fwd' avoids it)", window)  # fmt: skip
+                    "this takes seconds, once or twice per process (%s=0 avoids it)",
+                    window, CPU_FLEX_ENV)  # fmt: skip
     try:
         out = _compiled_flex(cpu=True)(
             qp, kp, vp, block_mask=mask, scale=scale, enable_gqa=q.shape[1] != k.shape[1]
