@@ -315,15 +315,11 @@ def _fwd_core(qb, kk, vv, window, bias, out):
 
 
 @lru_cache(maxsize=64)
-def _edge_bias(n: int, bq: int, window: int, lp: int) -> torch.Tensor:
-    """The band bias of ``n`` blocks whose padded key windows start ``lp`` zero rows early:
-    (bq, L), or (n, bq, L) with those rows masked too."""
-    bias = _band_bias(bq, window)
-    if not lp:
-        return bias
-    L = bq + window - 1
-    col = torch.arange(L)[None, :] + torch.arange(n)[:, None] * bq  # padded key column
-    return bias.expand(n, bq, L).masked_fill((col < lp)[:, None, :], -math.inf)
+def _pad_bias(n: int, bq: int, lp: int) -> torch.Tensor:
+    """(n, 1, lp) float32: -inf where column c of block j's padded key window is one of the
+    ``lp`` zero rows before key 0 (c + j·bq < lp), else 0; the same for every row of a block."""
+    col = torch.arange(lp)[None, :] + torch.arange(n)[:, None] * bq
+    return torch.zeros(n, 1, lp).masked_fill_((col < lp)[:, None, :], -math.inf)
 
 
 _FWD_EDGE_BYTES = 8 << 20  # scores of one edge product over several batch rows, at most
@@ -356,13 +352,15 @@ def _fwd_padded_rows(qs, kf, vf, a, z, off, window, bq, out):
     k_t = kk.unfold(2, L, bq)[:, :, None]  # (B, Hkv, 1, n, D, L)
     v_w = vv.unfold(2, L, bq).transpose(-1, -2)[:, :, None]  # (B, Hkv, 1, n, L, Dv)
     qb = F.pad(qs[:, :, a:z], (0, 0, 0, n * bq - (z - a))).view(B, Hkv, G, n, bq, D)
-    bias = _edge_bias(n, bq, window, lp)
+    bias, pad = _band_bias(bq, window), _pad_bias(n, bq, lp) if lp else None
     g = max(1, min(n, _FWD_SCORE_BYTES // (B * Hq * bq * L * 4)))
     o = qb.new_empty(B, Hkv, G, n, bq, Dv)
     for j0 in range(0, n, g):
         j1 = min(n, j0 + g)
         s = torch.matmul(qb[:, :, :, j0:j1], k_t[:, :, :, j0:j1])  # (B, Hkv, G, g, bq, L)
-        s.add_(bias if bias.dim() == 2 else bias[j0:j1])
+        s.add_(bias)
+        if pad is not None:  # the zero rows before key 0: only the first lp columns
+            s[..., :lp].add_(pad[j0:j1])
         torch.ops.aten._softmax.out(s, -1, False, out=s)
         o[:, :, :, j0:j1] = torch.matmul(s, v_w[:, :, :, j0:j1])
     out[:, :, a:z] = o.view(B, Hq, n * bq, Dv)[:, :, : z - a]
