@@ -299,7 +299,7 @@ def _band_bias(bq: int, window: int) -> torch.Tensor:
 def _fwd_core(qb, kk, vv, window, bias, out):
     """Query blocks ``qb`` (n, bq, D), already scaled, against keys ``kk`` / values ``vv``
     (n·bq + W - 1, D) whose window for block j starts at row j·bq; writes ``out`` (n, bq, Dv).
-    ``bias``: (bq, L) or (n, bq, L)."""
+    ``bias``: the band's (bq, L)."""
     n, bq, _ = qb.shape
     L = bq + window - 1
     k_t = kk.unfold(0, L, bq)  # (n, D, L): block j's keys, transposed, a view
@@ -309,7 +309,7 @@ def _fwd_core(qb, kk, vv, window, bias, out):
     for j0 in range(0, n, g):
         j1 = min(n, j0 + g)
         s = torch.bmm(qb[j0:j1], k_t[j0:j1], out=buf[: j1 - j0])
-        s.add_(bias if bias.dim() == 2 else bias[j0:j1])
+        s.add_(bias)
         torch.ops.aten._softmax.out(s, -1, False, out=s)  # in place, row by row
         torch.bmm(s, v_w[j0:j1], out=out[j0:j1])
 

@@ -115,8 +115,9 @@ def select_backend(op: str, name: str | None, *args, **kwargs) -> Backend:
             )
         return chosen
     for backend in sorted(table.values(), key=lambda b: -b.priority):
-        if backend.usable(*args, **kwargs) is None and (
-            backend.prefer is None or backend.prefer(*args, **kwargs) is None
-        ):
+        # ``prefer`` first: it is the cheap test that turns most calls away (a decode step asks
+        # for every token and layer), ``usable`` may inspect compile caches
+        preferred = backend.prefer is None or backend.prefer(*args, **kwargs) is None
+        if preferred and backend.usable(*args, **kwargs) is None:
             return backend
     raise RuntimeError(f"no usable {op} backend among {list_backends(op)}")
