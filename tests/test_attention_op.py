@@ -239,9 +239,20 @@ FWD_CASES = CASES + [
 ]
 
 
+@pytest.fixture(params=["one stream", "per head"])
+def fwd_path(request, monkeypatch):
+    """blockwise_fwd's two layouts, each for every case whatever its rule would take: all heads
+    in one key stream (small calls) and head by head with padded edge blocks."""
+    from swax.ops import attention
+
+    flat = request.param == "one stream"
+    monkeypatch.setattr(attention, "_flat_fits", lambda *a: flat)
+    return request.param
+
+
 @pytest.mark.parametrize("tq,tk,window", FWD_CASES)
 @pytest.mark.parametrize("hq,hkv", [(4, 4), (4, 1)])
-def test_blockwise_fwd_matches_naive_float32(tq, tk, window, hq, hkv):
+def test_blockwise_fwd_matches_naive_float32(tq, tk, window, hq, hkv, fwd_path):
     q, k, v = (t.detach() for t in _inputs(2, hq, hkv, tq, tk, 16, 12, torch.float32, seed=tq))
     with torch.no_grad():
         assert select_backend("swa", "blockwise_fwd", q, k, v, window).name == "blockwise_fwd"
@@ -256,6 +267,7 @@ def test_blockwise_fwd_edge_blocks_in_batch_slices(monkeypatch):
     from swax.ops import attention
 
     monkeypatch.setattr(attention, "_FWD_EDGE_BYTES", 1)
+    monkeypatch.setattr(attention, "_flat_fits", lambda *a: False)  # the per-head edge path
     q, k, v = (t.detach() for t in _inputs(3, 4, 2, 301, 301, 16, 12, torch.float32, seed=4))
     with torch.no_grad():
         o = sliding_window_attention(q, k, v, 70, backend="blockwise_fwd")
@@ -263,7 +275,7 @@ def test_blockwise_fwd_edge_blocks_in_batch_slices(monkeypatch):
     assert_within_noise([o], floors, refs, ["edges one batch row at a time"])
 
 
-def test_blockwise_fwd_noncontiguous_and_bfloat16():
+def test_blockwise_fwd_noncontiguous_and_bfloat16(fwd_path):
     """Inputs as the attention layer makes them ((B, T, H, D) transposed) and bfloat16 ones."""
     g = torch.Generator().manual_seed(5)
     q, k, v = (torch.randn(2, 300, 4, 16, generator=g).transpose(1, 2) for _ in range(3))
@@ -292,9 +304,9 @@ def _flex_compiles_here() -> str | None:
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the CPU dispatch")
 def test_cpu_dispatch_by_gradient_window_and_length(monkeypatch):
     """auto on the CPU: the autograd path when a gradient is needed (or for doc_ids, or inside
-    torch.compile); otherwise compiled flex for windows from 512 in calls of 2048 × 2048 pairs
-    or more, where it is usable, and the forward-only kernel for the rest — on any number of
-    threads."""
+    torch.compile); otherwise compiled flex for windows from 512 in calls of 256 queries or
+    more, where it is usable and not turned off, and the forward-only kernel for the rest — on
+    any number of threads."""
     from swax.ops import attention
 
     monkeypatch.setattr(attention, "_FLEX_CPU_STATE", {"failed": None, "shapes": set(),
@@ -307,18 +319,17 @@ def test_cpu_dispatch_by_gradient_window_and_length(monkeypatch):
             return select_backend("swa", name, q, k, v, window, **kw).name
 
     flex = "flex" if attention._flex_cpu_template() is None else "blockwise_fwd"
-    assert attention.CPU_FLEX_MIN_WINDOW == 512 and attention.CPU_FLEX_MIN_PAIRS == 2048**2
+    assert attention.CPU_FLEX_MIN_WINDOW == 512 and attention.CPU_FLEX_MIN_QUERIES == 256
     for threads in (1, 2):
         monkeypatch.setattr(torch, "get_num_threads", lambda n=threads: n)
         assert pick(1024, 128) == "blockwise_fwd"
         assert pick(65536, 256) == "blockwise_fwd"  # below 512: whatever the length
         assert pick(4096, 2048) == flex
-        assert pick(4096, 1024) == flex  # 4096 × 1024 pairs: the least that goes to flex
-        assert pick(4095, 1024) == "blockwise_fwd"  # one query fewer
-        assert pick(4096, 512) == "blockwise_fwd"  # 2M pairs
-        assert pick(8192, 512) == flex
-        assert pick(1500, 2048) == "blockwise_fwd"  # the window covers the keys: 1500² pairs
-        assert pick(2048, 4096) == flex  # 2048 × 2048: a causal band in flex
+        assert pick(256, 512) == flex  # the least that goes to flex: 256 queries, W = 512
+        assert pick(255, 512) == "blockwise_fwd"  # one query fewer
+        assert pick(4096, 511) == "blockwise_fwd"  # a window one short
+        assert pick(1024, 2048) == flex  # the window covers the keys: a causal band in flex
+        assert pick(1, 2048) == "blockwise_fwd"  # a decode step
         assert pick(4096, None) == "blockwise_fwd"  # full causal: fused SDPA inside
         assert pick(4096, 2048, dtype=torch.bfloat16) == "blockwise_fwd"  # flex: float32 only
     assert pick(1024, 128, grad=True) == "blockwise"
@@ -333,7 +344,18 @@ def test_cpu_dispatch_by_gradient_window_and_length(monkeypatch):
         assert pick(4096, 2048, name="flex") == flex  # by name it is still taken
     monkeypatch.setenv("SWAX_CPU_FLEX", "1")
     assert pick(4096, 2048) == flex
-    monkeypatch.delenv("SWAX_CPU_FLEX")
+    with attention.cpu_flex_default(False):  # as in swax generate: off unless the env says 1
+        assert pick(4096, 2048) == flex
+        monkeypatch.delenv("SWAX_CPU_FLEX")
+        assert pick(4096, 2048) == "blockwise_fwd"
+        assert pick(4096, 2048, name="flex") == flex
+        with attention.cpu_flex_default(True):
+            assert pick(4096, 2048) == flex
+        assert pick(4096, 2048) == "blockwise_fwd"
+        monkeypatch.setenv("SWAX_CPU_FLEX", "off")
+        assert pick(4096, 2048) == "blockwise_fwd"
+        monkeypatch.delenv("SWAX_CPU_FLEX")
+    assert pick(4096, 2048) == flex
     assert pick(4096, 2048, grad=True, name="flex") == "blockwise"  # no CPU backward: fallback
     failed = {"failed": "compiling it failed (test)", "shapes": set(), "announced": True}
     monkeypatch.setattr(attention, "_FLEX_CPU_STATE", failed)
@@ -474,3 +496,18 @@ def test_long_window_prefill_through_cpu_flex_matches_float64_model(monkeypatch)
             exact = model.double()(ids, window=2048)[:, -1]
     err_peer = rel_err(peer.double(), exact)
     assert rel_err(auto.double(), exact) <= 2 * err_peer + FLOOR
+
+
+def test_blockwise_fwd_layout_rule():
+    """Which calls take the one-stream layout: a few thousand query rows over all heads, a
+    window whose lead rounds up by at most a quarter block, and at least as many real slots
+    as padding ones (by hand: W=128 has blocks of 16 and a lead of 8 blocks)."""
+    from swax.ops.attention import _FWD_FLAT_ROWS, _flat_fits, _fwd_block
+
+    assert _fwd_block(128) == 16 and _fwd_block(511) == 63
+    assert _flat_fits(4, 1024, 128, 16)
+    assert _flat_fits(4, _FWD_FLAT_ROWS // 4 - 128, 128, 16)
+    assert not _flat_fits(4, _FWD_FLAT_ROWS // 4 - 127, 128, 16)  # one row too many
+    assert _flat_fits(4, 113, 128, 16) and not _flat_fits(4, 112, 128, 16)  # 8 slots vs 8 / 7
+    assert not _flat_fits(4, 1024, 511, 63)  # lead 567 for W - 1 = 510: 57 rows more
+    assert _flat_fits(4, 1024, 97, 16) and not _flat_fits(4, 1024, 100, 16)  # 96 → 96, 99 → 112

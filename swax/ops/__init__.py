@@ -3,7 +3,7 @@
 Tensors are (batch, heads, time, dim); gates (batch, heads, time); states float32.
 """
 
-from .attention import sliding_window_attention
+from .attention import cpu_flex_default, sliding_window_attention
 from .gated_delta import gated_delta_rule, gated_delta_step
 from .mlstm import mlstm, mlstm_step
 from .registry import available_backends, list_backends, register_backend, select_backend
@@ -11,6 +11,7 @@ from .rope import apply_rope, rope_cos_sin
 
 __all__ = [
     "sliding_window_attention",
+    "cpu_flex_default",
     "mlstm",
     "mlstm_step",
     "gated_delta_rule",

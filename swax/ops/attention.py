@@ -19,18 +19,22 @@ Backends (chosen through :mod:`swax.ops.registry`, op name ``"swa"``):
   masked away), key windows as ``unfold`` views of the keys (no copy), one ``bmm`` per group of
   blocks that fits in about 1 MiB of scores, the band mask added in place and the softmax done in
   place; only the first blocks (whose windows reach left of key 0) and a last partial block use
-  small padded copies, all heads in one batched product.
+  small padded copies, all heads in one batched product. Calls of up to 32k query rows over all
+  heads (where the number of calls sets the time) copy the keys of all heads into one
+  zero-padded stream instead, so that a few products cover every block of every head.
 - ``flash`` (CUDA, fp16/bf16, ``flash_attn`` installed): ``flash_attn_func`` with ``window_size``.
 - ``flex``: ``torch.nn.attention.flex_attention``, compiled, with a sliding-window block mask
   (built from the window's block structure, never a T×T mask). CUDA (``"auto"`` takes it there),
   and the CPU for float32 inputs without gradient (its CPU backward does not exist), inductor's
   CPU template present, outside ``torch.compile`` and within the recompile budget. On the CPU
-  ``"auto"`` takes it for windows of 512 or more in calls of at least 2048 × 2048 query-key
-  pairs: there its fused kernel is faster than ``blockwise_fwd`` on one and on two threads, and
-  below it is slower (benchmarks/README.md). Its first CPU call compiles (seconds; a second
-  length compiles once more, after which lengths are symbolic and nothing recompiles), logged
-  once; ``SWAX_CPU_FLEX=0`` in the environment (or naming ``blockwise_fwd``) avoids it. If
-  compiling fails it logs a warning and the call, and every later one, uses the next backend.
+  ``"auto"`` takes it for windows of 512 or more in calls of 256 queries or more: there its
+  fused kernel is faster than ``blockwise_fwd`` (and than fused SDPA where the window covers
+  the keys) on one and on two threads, and elsewhere it is slower (benchmarks/README.md). Its
+  first CPU call compiles (seconds; a second length compiles once more, after which lengths are
+  symbolic and nothing recompiles), announced by a warning; ``SWAX_CPU_FLEX=0`` in the
+  environment, :func:`cpu_flex_default` ``(False)`` (``swax generate`` runs in it) or naming
+  ``blockwise_fwd`` avoids it. If compiling fails it logs a warning and the call, and every
+  later one, uses the next backend.
 - ``reference``: naive masked softmax over the full Tq×Tk score matrix — a readable reference for
   small inputs only.
 """
@@ -39,6 +43,7 @@ from __future__ import annotations
 
 import math
 import os
+from contextlib import contextmanager
 from functools import lru_cache
 
 import torch
@@ -315,11 +320,12 @@ def _fwd_core(qb, kk, vv, window, bias, out):
 
 
 @lru_cache(maxsize=64)
-def _pad_bias(n: int, bq: int, lp: int) -> torch.Tensor:
-    """(n, 1, lp) float32: -inf where column c of block j's padded key window is one of the
-    ``lp`` zero rows before key 0 (c + j·bq < lp), else 0; the same for every row of a block."""
-    col = torch.arange(lp)[None, :] + torch.arange(n)[:, None] * bq
-    return torch.zeros(n, 1, lp).masked_fill_((col < lp)[:, None, :], -math.inf)
+def _pad_bias(n: int, bq: int, lp: int, width: int | None = None) -> torch.Tensor:
+    """(n, 1, width) float32 (width ``lp`` by default): -inf where column c of block j's
+    padded key window is one of the ``lp`` zero rows before key 0 (c + j·bq < lp), else 0; the
+    same for every row of a block."""
+    col = torch.arange(width or lp)[None, :] + torch.arange(n)[:, None] * bq
+    return torch.zeros(n, 1, width or lp).masked_fill_((col < lp)[:, None, :], -math.inf)
 
 
 _FWD_EDGE_BYTES = 8 << 20  # scores of one edge product over several batch rows, at most
@@ -366,6 +372,84 @@ def _fwd_padded_rows(qs, kf, vf, a, z, off, window, bq, out):
     out[:, :, a:z] = o.view(B, Hq, n * bq, Dv)[:, :, : z - a]
 
 
+_FWD_FLAT_ROWS = 1 << 15  # query rows (all heads) up to which the one-stream path is taken
+
+
+def _flat_fits(rows: int, tq: int, window: int, bq: int) -> bool:
+    """Whether :func:`_fwd_flat` suits a call: a few thousand queries over all heads (beyond,
+    its copies of the keys cost more than its fewer calls save), its key windows at most a
+    quarter block longer than the band's (``lead`` rounds W - 1 up to whole blocks), and the
+    slots it computes for nothing (``lead / bq`` per head) at most as many as the real ones."""
+    nlead = -(-(window - 1) // bq)
+    return (
+        rows * (tq + window) <= _FWD_FLAT_ROWS
+        and 4 * (nlead * bq - (window - 1)) <= bq
+        and nlead <= -(-tq // bq)
+    )
+
+
+@lru_cache(maxsize=64)
+def _flat_band(bq: int, window: int, lead: int, groups: int) -> torch.Tensor:
+    """(G·bq, L) float32 for :func:`_fwd_flat`: 0 where row r of a block (query at stream row
+    ``lead + r`` of its window) sees column c (``0 <= lead + r - c <= W - 1``), else -inf; the
+    same rows again for each of the G query heads of a key/value head."""
+    L = lead + bq
+    d = lead + torch.arange(bq)[:, None] - torch.arange(L)[None, :]
+    band = torch.zeros(bq, L).masked_fill_((d < 0) | (d > window - 1), -math.inf)
+    return band.repeat(groups, 1)
+
+
+def _fwd_flat(q, k, v, window, scale):
+    """:func:`_blockwise_fwd` for calls of a few thousand queries, where the number of calls,
+    not the arithmetic, sets the time: the keys of all heads laid end to end in one zero-padded
+    stream, so that every query block of every head — the first ones included — has its window
+    at a multiple of ``bq`` in it, and a few products over all of them do the work.
+
+    Per key/value head the stream is ``lead = ⌈(W-1)/bq⌉·bq`` rows before query 0's key, then
+    the keys; block j of a head (its queries in the rows ``lead + j·bq …``) sees the ``lead + bq``
+    rows from ``j·bq``. Rows before key 0 are zeros, masked by column in the blocks that reach
+    them; the windows of the last ``lead / bq`` slots of a head run into the next head's stream
+    and are computed for nothing (their queries are zeros)."""
+    B, Hq, Tq, D = q.shape
+    Hkv, Tk, Dv = k.shape[1], k.shape[2], v.shape[-1]
+    G, off, bq = Hq // Hkv, Tk - Tq, _fwd_block(window)
+    nlead = -(-(window - 1) // bq)
+    lead, nb = nlead * bq, -(-Tq // bq)
+    slots, L, NH = nlead + nb, lead + bq, B * Hkv
+    zero = max(0, lead - off)  # zero rows before key 0 in each head's stream
+    ks = k.new_zeros(NH * slots * bq + L, D, dtype=torch.float32)
+    vs = v.new_zeros(NH * slots * bq + L, Dv, dtype=torch.float32)
+    body = slice(zero, lead + Tq)
+    ks[: NH * slots * bq].view(B, Hkv, slots * bq, D)[:, :, body] = k[:, :, max(0, off - lead) :]
+    vs[: NH * slots * bq].view(B, Hkv, slots * bq, Dv)[:, :, body] = v[:, :, max(0, off - lead) :]
+    qs = q.new_zeros(B, Hkv, slots, G, bq, D, dtype=torch.float32)
+    qv = F.pad(q, (0, 0, 0, nb * bq - Tq)).reshape(B, Hkv, G, nb, bq, D).transpose(2, 3)
+    torch.mul(qv, scale, out=qs[:, :, :nb])
+    qb = qs.view(NH * slots, G * bq, D)
+    k_t = ks.unfold(0, L, bq)  # (windows, D, L): slot i's keys, transposed, a view
+    v_w = vs.unfold(0, L, bq).transpose(1, 2)  # (windows, L, Dv)
+    band = _flat_band(bq, window, lead, G)
+    npad = -(-zero // bq)  # slots of a head whose windows reach the zeros
+    pad = _pad_bias(npad, bq, zero, L) if npad else None
+    o = q.new_empty(B, Hkv, slots, G, bq, Dv, dtype=torch.float32)
+    of = o.view(NH * slots, G * bq, Dv)
+    N = NH * slots
+    g = max(1, min(N, _FWD_SCORE_BYTES // (G * bq * L * 4)))
+    buf = torch.empty(g, G * bq, L)
+    for a in range(0, N, g):
+        z = min(N, a + g)
+        s = torch.bmm(qb[a:z], k_t[a:z], out=buf[: z - a])
+        s.add_(band)
+        for h in range(a // slots, (z - 1) // slots + 1) if pad is not None else ():
+            p0, p1 = max(a, h * slots), min(z, h * slots + npad)
+            if p1 > p0:  # this head's first slots: mask the zeros before key 0
+                s[p0 - a : p1 - a].add_(pad[p0 - h * slots : p1 - h * slots])
+        torch.ops.aten._softmax.out(s, -1, False, out=s)
+        torch.bmm(s, v_w[a:z], out=of[a:z])
+    out = o[:, :, :nb].transpose(2, 3).reshape(B, Hq, nb * bq, Dv)[:, :, :Tq]
+    return out.to(q.dtype)
+
+
 def _blockwise_fwd(q, k, v, window, scale):
     """Forward of :func:`_blockwise` without autograd (the same math, other blocks)."""
     Tk = k.shape[2]
@@ -374,6 +458,8 @@ def _blockwise_fwd(q, k, v, window, scale):
     B, Hq, Tq, D = q.shape
     G, Dv, off = Hq // k.shape[1], v.shape[-1], Tk - Tq
     bq = _fwd_block(window)
+    if _flat_fits(B * Hq, Tq, window, bq):
+        return _fwd_flat(q, k, v, window, scale)
     qs = q.float() * scale
     kf, vf = k.float(), v.float()
     out = torch.empty(B, Hq, Tq, Dv)
@@ -494,36 +580,56 @@ def _flex_cpu_usable(q, k, v, window):
 
 CPU_FLEX_MIN_WINDOW = 512
 """From this window on, ``"auto"`` takes compiled flex on the CPU (forward, no gradient): its
-fused kernel is faster there than ``blockwise_fwd``, on one thread and on two; below it,
-``blockwise_fwd`` is faster (benchmarks/README.md)."""
+fused kernel is faster there than ``blockwise_fwd`` (and than fused SDPA where the window covers
+the keys), on one thread and on two; below it, ``blockwise_fwd`` is faster
+(benchmarks/README.md)."""
 
-CPU_FLEX_MIN_PAIRS = 2048 * 2048
-"""... and only for calls of at least this many query × visible-key pairs (a 2048-token prefill
-chunk against a 2048 window): a short prompt should not wait seconds for a compile."""
+CPU_FLEX_MIN_QUERIES = 256
+"""... in calls of at least this many queries: with fewer (a 128-query block padded to flex's
+block size, a decode step) ``blockwise_fwd`` is faster or as fast."""
 
 
 CPU_FLEX_ENV = "SWAX_CPU_FLEX"
 """Set to 0 (or false / off / no) and ``"auto"`` never takes compiled flex on the CPU: no
-compile pause, at the speed of ``blockwise_fwd``; asking for flex by name still works."""
+compile pause, at the speed of ``blockwise_fwd``; set to 1 (true / on / yes) and it does where
+it is faster, also inside :func:`cpu_flex_default` ``(False)`` (as in ``swax generate``).
+Asking for flex by name works either way."""
+
+_CPU_FLEX_DEFAULT = [True]
+
+
+@contextmanager
+def cpu_flex_default(allowed: bool):
+    """Within the block, whether ``"auto"`` may compile flex on the CPU when ``SWAX_CPU_FLEX``
+    does not say. A one-shot job that runs little attention (``swax generate``: one prompt)
+    turns it off: the compile (3–9 s, once per process) costs more than it saves there."""
+    _CPU_FLEX_DEFAULT.append(bool(allowed))
+    try:
+        yield
+    finally:
+        _CPU_FLEX_DEFAULT.pop()
 
 
 def _cpu_flex_off() -> bool:
-    return os.environ.get(CPU_FLEX_ENV, "").strip().lower() in ("0", "false", "off", "no")
+    env = os.environ.get(CPU_FLEX_ENV, "").strip().lower()
+    if env in ("0", "false", "off", "no"):
+        return True
+    return not (env in ("1", "true", "on", "yes") or _CPU_FLEX_DEFAULT[-1])
 
 
 def _flex_prefer(q, k, v, window, doc_ids=None):
-    """Where ``"auto"`` takes flex: on CUDA, and on the CPU for long windows in large calls
-    (unless ``SWAX_CPU_FLEX=0``)."""
+    """Where ``"auto"`` takes flex: on CUDA, and on the CPU for long windows in calls of 256
+    queries or more (unless turned off, see :data:`CPU_FLEX_ENV`)."""
     if q.device.type != "cpu":
         return None
-    if _cpu_flex_off():
-        return f"the CPU: turned off by {CPU_FLEX_ENV}"
     if window is None:
         return "the CPU, full causal attention: fused SDPA"
     if window < CPU_FLEX_MIN_WINDOW:
         return f"the CPU, windows below {CPU_FLEX_MIN_WINDOW}: blockwise_fwd is faster"
-    if q.shape[2] * min(window, k.shape[2]) < CPU_FLEX_MIN_PAIRS:
-        return "the CPU, a small call: not worth a compile"
+    if q.shape[2] < CPU_FLEX_MIN_QUERIES:
+        return f"the CPU, fewer than {CPU_FLEX_MIN_QUERIES} queries: blockwise_fwd is faster"
+    if _cpu_flex_off():
+        return f"the CPU: turned off ({CPU_FLEX_ENV} or cpu_flex_default)"
     return None
 
 
