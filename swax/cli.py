@@ -68,6 +68,7 @@ from .export import export_hf, export_onnx
 from .generate import generate, prefill, truncate_at_stop
 from .loading import load_model_and_tokenizer
 from .model import SwaxLM
+from .ops import cpu_flex_default
 from .paths import check_output_dir, check_writable_dir
 from .runplot import plot_run
 from .signals import Stopped, StopSignals
@@ -176,22 +177,24 @@ def cmd_generate(cfg: C.GenerateConfig) -> int:
     t0 = time.perf_counter()
     prefill_done = []  # seconds at the end of the prefill
 
-    out = generate(
-        model,
-        ids,
-        max_new_tokens=cfg.max_new_tokens,
-        window=window,
-        temperature=cfg.temperature,
-        top_k=cfg.top_k,
-        top_p=cfg.top_p,
-        seed=cfg.seed,
-        eos_token_id=tok.eot_id,
-        stop_strings=cfg.stop,
-        decode=tok.decode,
-        prefill_chunk_size=cfg.prefill_chunk,
-        on_token=on_token,
-        progress=lambda done, total: prefill_done.append(time.perf_counter() - t0),
-    )
+    # one prompt: a flex compile on the CPU (3-9 s) would cost more than it saves
+    with cpu_flex_default(False):
+        out = generate(
+            model,
+            ids,
+            max_new_tokens=cfg.max_new_tokens,
+            window=window,
+            temperature=cfg.temperature,
+            top_k=cfg.top_k,
+            top_p=cfg.top_p,
+            seed=cfg.seed,
+            eos_token_id=tok.eot_id,
+            stop_strings=cfg.stop,
+            decode=tok.decode,
+            prefill_chunk_size=cfg.prefill_chunk,
+            on_token=on_token,
+            progress=lambda done, total: prefill_done.append(time.perf_counter() - t0),
+        )
     elapsed = time.perf_counter() - t0
     new = out[0, ids.shape[1] :].tolist()
     if stream:

@@ -443,3 +443,40 @@ def test_negative_lengths_name_the_option(capsys, command):
 def test_code_timeout_must_be_positive(capsys, value):
     r = run_inprocess(capsys, "eval", "tasks", "--preset", "tiny", "--code-timeout", value)
     assert_one_line_error(r, "code", value)
+
+
+def test_generate_keeps_cpu_flex_off_unless_asked(tmp_path, capsys, monkeypatch):
+    """`swax generate` runs one prompt: on the CPU it does not compile flex (seconds, more than
+    it saves there) for a long-window model where "auto" would, unless SWAX_CPU_FLEX=1 says so;
+    the same prefill from Python does take it."""
+    from swax.generate import prefill
+    from swax.ops import attention
+
+    torch.manual_seed(0)
+    d = tmp_path / "w512"
+    model = SwaxLM(SwaxConfig(d_model=32, n_layers=2, n_heads=2, window=512))
+    model.save_pretrained(d)
+    calls = []
+
+    def recorder(q, k, v, window, scale, padded):  # stands in for the compiled kernel
+        calls.append(q.shape[2])
+        return attention._blockwise_fwd(q, k, v, window, scale)
+
+    monkeypatch.setattr(attention, "_flex_cpu_call", recorder)
+    monkeypatch.setattr(attention, "_flex_cpu_template", lambda: None)
+    monkeypatch.setattr(attention, "_FLEX_CPU_STATE", {"failed": None, "shapes": set(),
+                                                      "announced": True})  # fmt: skip
+    monkeypatch.delenv("SWAX_CPU_FLEX", raising=False)
+    args = ["generate", "--model", str(d), "--prompt", "x" * 300, "--max-new-tokens", "2",
+            "--no-stream"]  # fmt: skip
+    r = run_inprocess(capsys, *args)
+    assert r.returncode == 0, r.stderr
+    assert "300 prompt tokens" in r.stderr and calls == []
+    with torch.no_grad():
+        prefill(model, torch.zeros(1, 300, dtype=torch.long))
+    assert calls == [300]  # one SWA layer, one chunk: auto takes flex outside the command
+    calls.clear()
+    monkeypatch.setenv("SWAX_CPU_FLEX", "1")
+    r = run_inprocess(capsys, *args)
+    assert r.returncode == 0, r.stderr
+    assert calls == [300]
