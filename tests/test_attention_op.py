@@ -437,7 +437,8 @@ def test_flex_band_blocks_match_dense_mask(tq, tk, window):
 
 def test_cpu_flex_dispatch_matches_naive(monkeypatch):
     """Compiled flex on the CPU, asked for by name, for a long window without gradient: its
-    output equals the float64 reference within float32 noise (padded lengths, GQA, a cache)."""
+    output equals the float64 reference within float32 noise (padded lengths, GQA, a cache),
+    and neither new lengths nor another memory layout compile again."""
     from swax.ops import attention
 
     reason = _flex_compiles_here()
@@ -462,6 +463,14 @@ def test_cpu_flex_dispatch_matches_naive(monkeypatch):
     assert 0 < compiled <= 4
     for tq, tk, hkv in ((830, 830, 2), (450, 1200, 1)):  # new lengths: symbolic, no compile
         run(tq, tk, hkv)
+    assert attention._flex_cpu_compiled() == compiled
+    # the attention layer's (B, T, H, D) views, transposed (896: no padding copies them)
+    g = torch.Generator().manual_seed(3)
+    q, k, v = (torch.randn(1, 896, 2, 16, generator=g).transpose(1, 2) for _ in range(3))
+    with torch.no_grad():
+        o = sliding_window_attention(q, k, v, 512, backend="flex")
+    floors, refs = _floors(q, k, v, 512)
+    assert_within_noise([o], floors, refs, ["flex on the CPU, transposed inputs"])
     assert attention._flex_cpu_compiled() == compiled
 
 

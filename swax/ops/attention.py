@@ -741,7 +741,9 @@ def _flex(q, k, v, window, scale, doc_ids=None):
     mask = _flex_block_mask(Tq, keep, window, str(q.device))
     qp = F.pad(q, (0, 0, 0, tq_p - Tq)) if tq_p > Tq else q
     kp, vp = (F.pad(x, (0, 0, 0, tk_p - keep)) if tk_p > keep else x for x in (kk, vv))
-    if cpu:
+    if cpu:  # one memory layout (a layer's transposed views, a cache's contiguous keys, padded
+        # queries), or dynamo compiles again for each layout on top of the two for the lengths
+        qp, kp, vp = (x.contiguous() for x in (qp, kp, vp))
         return _flex_cpu_call(q, k, v, window, scale, (qp, kp, vp, mask))
     out = _compiled_flex()(
         qp, kp, vp, block_mask=mask, scale=scale, enable_gqa=q.shape[1] != k.shape[1]
