@@ -581,8 +581,10 @@ def _flex_cpu_usable(q, k, v, window):
 CPU_FLEX_MIN_WINDOW = 512
 """From this window on, ``"auto"`` takes compiled flex on the CPU (forward, no gradient): its
 fused kernel is faster there than ``blockwise_fwd`` (and than fused SDPA where the window covers
-the keys), on one thread and on two; below it, ``blockwise_fwd`` is faster
-(benchmarks/README.md)."""
+the keys), on one thread and on two; below it ``blockwise_fwd`` is faster in long calls (W=128:
+1.04-1.29x flex from T=1024, benchmarks/README.md). Flex is faster in some short ones below 512
+too (W=256 at T=1024: 0.87x / 0.78x on one / two threads; batches of 16 256-token sequences
+at W=128: 0.69x / 0.63x); they stay on ``blockwise_fwd`` until a rule for them is measured."""
 
 CPU_FLEX_MIN_QUERIES = 256
 """... in calls of at least this many queries: with fewer (a 128-query block padded to flex's
