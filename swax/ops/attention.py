@@ -380,11 +380,11 @@ def _flat_fits(rows: int, tq: int, window: int, bq: int) -> bool:
     its copies of the keys cost more than its fewer calls save), its key windows at most a
     quarter block longer than the band's (``lead`` rounds W - 1 up to whole blocks), and the
     slots it computes for nothing (``lead / bq`` per head) at most as many as the real ones."""
-    nlead = -(-(window - 1) // bq)
+    lead = _round_up(window - 1, bq)
     return (
         rows * (tq + window) <= _FWD_FLAT_ROWS
-        and 4 * (nlead * bq - (window - 1)) <= bq
-        and nlead <= -(-tq // bq)
+        and 4 * (lead - (window - 1)) <= bq
+        and lead <= _round_up(tq, bq)
     )
 
 
@@ -413,9 +413,8 @@ def _fwd_flat(q, k, v, window, scale):
     B, Hq, Tq, D = q.shape
     Hkv, Tk, Dv = k.shape[1], k.shape[2], v.shape[-1]
     G, off, bq = Hq // Hkv, Tk - Tq, _fwd_block(window)
-    nlead = -(-(window - 1) // bq)
-    lead, nb = nlead * bq, -(-Tq // bq)
-    slots, L, NH = nlead + nb, lead + bq, B * Hkv
+    lead, nb = _round_up(window - 1, bq), -(-Tq // bq)
+    slots, L, NH = lead // bq + nb, lead + bq, B * Hkv
     zero = max(0, lead - off)  # zero rows before key 0 in each head's stream
     ks = k.new_zeros(NH * slots * bq + L, D, dtype=torch.float32)
     vs = v.new_zeros(NH * slots * bq + L, Dv, dtype=torch.float32)
@@ -583,8 +582,8 @@ CPU_FLEX_MIN_WINDOW = 512
 fused kernel is faster there than ``blockwise_fwd`` (and than fused SDPA where the window covers
 the keys), on one thread and on two; below it ``blockwise_fwd`` is faster in long calls (W=128:
 1.04-1.29x flex from T=1024, benchmarks/README.md). Flex is faster in some short ones below 512
-too (W=256 at T=1024: 0.87x / 0.78x on one / two threads; batches of 16 256-token sequences
-at W=128: 0.69x / 0.63x); they stay on ``blockwise_fwd`` until a rule for them is measured."""
+too (W=256 at T=1024: 0.83x / 0.71x on one / two threads; batches of 16 256-token sequences
+at W=128: 0.68x / 0.60x); they stay on ``blockwise_fwd`` until a rule for them is measured."""
 
 CPU_FLEX_MIN_QUERIES = 256
 """... in calls of at least this many queries: with fewer (a 128-query block padded to flex's
