@@ -245,10 +245,21 @@ def test_far_share_draws_that_share_of_distances_beyond_far_from():
     assert [draw_distance(a, plain, 99) for _ in range(20)] == [
         int(b.integers(8, 100)) for _ in range(20)
     ]
-    with pytest.raises(ConfigError, match="far_share needs data.synthetic.far_from"):
-        SyntheticConfig(task="mqar", far_share=0.1)
-    with pytest.raises(ConfigError, match="far_from"):
-        SyntheticConfig(task="mqar", min_distance=8, far_share=0.1, far_from=4)
+    with pytest.raises(SwaxError, match="far_share needs far_from"):
+        draw_distance(rng, SyntheticConfig(task="mqar", far_share=0.1), 99)
+    with pytest.raises(SwaxError, match="far_from=4"):
+        draw_distance(
+            rng, SyntheticConfig(task="mqar", min_distance=8, far_share=0.1, far_from=4), 99
+        )
+
+
+def test_far_from_defaults_to_the_long_window():
+    from swax.train.config import load_train_config
+
+    tc = load_train_config(None, ["window.long=48", "data.synthetic.far_share=0.1"])
+    assert tc.data.synthetic.far_from == 48
+    tc = load_train_config(None, ["window.long=48", "data.synthetic.far_from=20"])
+    assert tc.data.synthetic.far_from == 20
 
 
 def test_answer_weight_weights_the_answers_in_the_training_loss():

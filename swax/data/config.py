@@ -44,14 +44,23 @@ class SyntheticConfig:
     """Most tokens between the queried needle and the question; None = as far as the sequence
     allows. The distance is drawn uniformly in [min_distance, max_distance]."""
     far_share: float | None = bounded(None, "[0, 1]")
-    """Share of episodes whose distance lies beyond ``far_from`` (drawn uniformly in
-    (far_from, max_distance]); the others are drawn uniformly in [min_distance, far_from].
-    None = one uniform draw over [min_distance, max_distance]. The regime study sets far_from
-    to the long window, so far_share is the share of training answers that only a recurrent
-    memory can reach with that window."""
-    far_from: int | None = bounded(None, "[0, inf)")
-    """The distance that splits near from far episodes (needed with far_share; unused
-    without it)."""
+    """Share of episodes whose every answer lies beyond window ``far_from`` (the question
+    does not attend to the value under that window); the others have every answer inside it.
+    Each kind is uniform over the distances that give it (swax.data.episode.draw_distance).
+    None = one draw over [min_distance, max_distance] (``distance_law``). With far_from the
+    long window, far_share is the share of training answers that only a recurrent memory can
+    reach."""
+    far_from: int | None = bounded(None, "[1, inf)")
+    """The window that splits near from far episodes: an answer is inside window W when the
+    position that predicts it attends to the value under sliding_window_attention's mask
+    (it sees W tokens, itself included). None = the run's long window (window.long)."""
+    distance_law: Literal["uniform", "power"] = "uniform"
+    """Distances when far_share is None: uniform in [min_distance, max_distance], or a
+    heavy, text-like tail: P(d) ∝ (d - min_distance + 1)^-distance_power (Zoology's MQAR
+    draws its gaps from such a power law)."""
+    distance_power: float = bounded(1.0, "(0, inf)")
+    """Exponent of distance_law: power (1.0: about as many answers in [8, 16) as in
+    [64, 128))."""
     answer_weight: float = bounded(1.0, "(0, inf)")
     """Weight of each answer token in the training loss, relative to a text token's 1 (the
     loss is the weighted mean over target tokens). Above 1 it strengthens the retrieval signal
@@ -90,15 +99,10 @@ class SyntheticConfig:
             raise ConfigError(
                 "data.synthetic.supervise_filler needs task: mqar and answers_only: true"
             )
-        if self.far_share is not None and self.far_from is None:
+        if self.distance_law not in ("uniform", "power"):
             raise ConfigError(
-                "data.synthetic.far_share needs data.synthetic.far_from, the distance beyond "
-                f"which an episode is far (got far_share={self.far_share!r})"
-            )
-        if self.far_from is not None and self.far_from < self.min_distance:
-            raise ConfigError(
-                f"data.synthetic.far_from: expected >= min_distance ({self.min_distance}), "
-                f"got {self.far_from!r}"
+                "data.synthetic.distance_law: expected 'uniform' or 'power', got "
+                f"{self.distance_law!r}"
             )
         if self.max_distance is not None and self.max_distance < self.min_distance:
             raise ConfigError(

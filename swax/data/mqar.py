@@ -60,8 +60,11 @@ def make_mqar_episode(
     length: int,
     cfg: SyntheticConfig,
     haystack: np.ndarray | None = None,
+    reach_range: tuple[int, int] | None = None,
 ) -> Episode:
-    """One MQAR episode of exactly ``length`` tokens (see the module docstring)."""
+    """One MQAR episode of exactly ``length`` tokens (see the module docstring);
+    ``reach_range``: the first answer's reach drawn in it (see
+    :func:`~swax.data.episode.draw_distance`)."""
     n, q = cfg.num_needles, cfg.num_queries
     keys_ids, value_ids, noise_ids = mqar_ids(cfg)
     if n > len(keys_ids):
@@ -81,7 +84,10 @@ def make_mqar_episode(
             f"episode length {length} too short: {n} MQAR pairs, {q} queries and "
             f"min_distance={cfg.min_distance} need {mqar_overhead(cfg)} tokens"
         )
-    distance = draw_distance(rng, cfg, max_d)
+    # query j (at context + 2j) reads the value of pair asked[j] (at start + 2 asked[j] + 1):
+    # its reach is distance + 2n + 2j - 2 asked[j]
+    extras = [2 * n + 2 * j - 2 * int(a) for j, a in enumerate(asked)]
+    distance = draw_distance(rng, cfg, max_d, (min(extras), max(extras)), reach_range)
     start = context - distance - 2 * n  # first token of the pair block
 
     tokens = np.empty(length, dtype=np.int64)
@@ -115,4 +121,5 @@ def make_mqar_episode(
         depth=start / max(context - 2 * n, 1),
         keys=[int(keys[j]) for j in order],
         values=[int(values[j]) for j in order],
+        reaches=[distance + e for e in extras],
     )

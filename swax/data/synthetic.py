@@ -35,7 +35,7 @@ import numpy as np
 
 from ..errors import SwaxError
 from .config import SyntheticConfig
-from .episode import Episode, draw_distance
+from .episode import Episode, draw_distance, reach
 from .mqar import make_mqar_episode, mqar_overhead
 
 SPLITS = ("train", "eval")
@@ -226,6 +226,7 @@ def make_episode(
     length: int,
     cfg: SyntheticConfig | None = None,
     split: str = "train",
+    reach_range: tuple[int, int] | None = None,
 ) -> Episode:
     """One retrieval episode of exactly ``length`` tokens (see the module docstring), as an
     :class:`~swax.data.episode.Episode`; with ``cfg.task == "mqar"`` an MQAR episode
@@ -233,13 +234,17 @@ def make_episode(
 
     With ``cfg.num_queries = q`` the first q needles are queried one after the other at the end
     (question, answer, question, answer, ...); the distance rule applies to the first.
-    Deterministic given the state of ``rng``.
+    Deterministic given the state of ``rng``. ``reach_range``: the first answer's reach (the
+    window it needs) drawn in that range (:func:`~swax.data.episode.draw_distance`).
+
+    The near/far rule (``far_share``) holds for every answer of an MQAR episode; here it holds
+    for the first (the other queried needles sit at random places).
     """
     cfg = cfg or SyntheticConfig()
     if not isinstance(rng, np.random.Generator):
         rng = np.random.default_rng(rng)
     if cfg.task == "mqar":  # key-value pairs of dedicated ids (swax.data.mqar); no key split
-        return make_mqar_episode(rng, length, cfg, haystack_tokens)
+        return make_mqar_episode(rng, length, cfg, haystack_tokens, reach_range)
     hay_src = np.asarray(haystack_tokens)
     if hay_src.ndim != 1 or len(hay_src) == 0:
         raise SwaxError("synthetic episodes need a non-empty 1-D haystack of tokens")
@@ -264,7 +269,11 @@ def make_episode(
             f"episode length {length} too short: {cfg.num_needles} needle(s), the "
             f"question and min_distance={cfg.min_distance} need {need} tokens"
         )
-    distance = draw_distance(rng, cfg, max_d)
+    # the first answer's first token is read at the question's last token; its value starts
+    # `lead` tokens into the needle: reach = distance + n0 - lead + len(question)
+    lead = _value_lead(tokenizer, keys[0], values[0], compact)
+    extra = n0 - lead + len(qa[0][0])
+    distance = draw_distance(rng, cfg, max_d, (extra, extra), reach_range)
     needle_start = context - distance - n0
     where, room = _place_distractors(rng, needles, needle_start, distance)
     hay = _haystack(rng, hay_src, room[0] + room[1], tokenizer.eot_id, _newline_id(tokenizer))
@@ -294,7 +303,19 @@ def make_episode(
         depth=needle_start / max(context - n0, 1),
         keys=keys,
         values=values,
+        reaches=[
+            reach(a0 - 1, positions[j] + _value_lead(tokenizer, keys[j], values[j], compact))
+            for j, (a0, _) in enumerate(answer_spans)
+        ],
     )
+
+
+def _value_lead(tokenizer, key: str, value: str, compact: bool) -> int:
+    """Tokens of a needle before its value's first token (the needle's text up to the value,
+    tokenized alone: exact for byte-level tokenizers, and for BPE where the value starts a new
+    token, as digits after ": " or ":" do in GPT-2's)."""
+    text = needle_text(key, value, compact)
+    return len(tokenizer.encode(text[: text.rindex(value)]))
 
 
 def _place_distractors(rng, needles, needle_start: int, distance: int):

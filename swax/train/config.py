@@ -96,6 +96,13 @@ class LogConfig:
     """Batches (of batch_size sequences) of the validation stream per evaluation."""
     tensorboard: bool = True
     """Also write TensorBoard events when the tensorboard package is installed."""
+    laziness_every: int = bounded(0, "[0, inf)")
+    """The laziness monitor (swax.train.monitor): every N steps and at the end, recall of
+    data.synthetic's episodes by distance bucket (inside the long window, beyond it, beyond
+    the training length) and with the recurrent state reset, logged as lazy/... metrics and
+    drawn by swax plot-run; 0 = off."""
+    laziness_samples: int = bounded(32, "[1, inf)")
+    """Episodes per distance bucket of the laziness monitor."""
     wandb: Literal["off", "offline", "online"] = "off"
     """Also log the metrics to Weights & Biases (needs ``pip install wandb``): offline writes
     the run under run_dir/wandb with no network (``wandb sync`` uploads it later); online
@@ -168,6 +175,9 @@ class TrainConfig:
     """Allow starting a fresh run in a run_dir that already holds checkpoints (deletes them)."""
 
     def __post_init__(self) -> None:
+        syn = self.data.synthetic
+        if syn.far_share is not None and syn.far_from is None:  # near/far of the long window
+            syn.far_from = self.window.long
         self.validate()
 
     def model_config(self) -> SwaxConfig:
