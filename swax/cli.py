@@ -42,6 +42,7 @@ from .data.prepare import prepare_shards
 from .data.shards import no_validation_reason, verify_shards
 from .data.sources import iter_documents, kjv_documents
 from .errors import ConfigError, SwaxError, is_disk_full
+from .eval.buckets import bucket_table, distance_buckets, recall_by_bucket, verdict
 from .eval.compare import RESULT_FILES as COMPARE_RESULT_FILES
 from .eval.compare import compare
 from .eval.niah import (
@@ -58,7 +59,14 @@ from .eval.niah import (
 from .eval.niah import format_table as niah_table
 from .eval.ppl import RESULT_FILES as PPL_RESULT_FILES
 from .eval.ppl import bucketize, position_losses, write_ppl
-from .eval.recall import RECALL_FILES, recall_by_window, recall_table, training_setup, write_recall
+from .eval.recall import (
+    RECALL_FILES,
+    recall_by_window,
+    recall_table,
+    run_bucket_edges,
+    training_setup,
+    write_recall,
+)
 from .eval.ruler import TASKS
 from .eval.tasks import RESULT_FILES as TASK_RESULT_FILES
 from .eval.tasks import TaskEvalSettings, evaluate_tasks, write_results
@@ -289,6 +297,7 @@ def cmd_eval_recall(cfg: C.RecallConfig) -> int:
     training window (the window study's metric) -> OUT/recall.json and a table."""
 
     trained, run_windows, seq_len = training_setup(cfg.model) if cfg.model else (None, {}, None)
+    edges = _bucket_edges(cfg)
     lengths = []
     for item in [x.strip() for x in cfg.lengths.split(",") if x.strip()]:
         if item.lower().endswith("x"):
@@ -326,8 +335,49 @@ def cmd_eval_recall(cfg: C.RecallConfig) -> int:
     print(f"recall (%) of {label}, {episodes.num_needles} pair(s), {cfg.samples} episodes per "
           f"length (chance {chance:.2g}%); windows {windows}:")  # fmt: skip
     print(recall_table(results, lengths, seq_len))
+    if edges and cfg.bucket_samples:
+        short, long, T = edges
+        buckets = distance_buckets(short, long, T)
+        print(
+            f"recall by distance: {len(buckets)} buckets × {cfg.bucket_samples} episodes × 3 "
+            "(own window, window cut, recurrent reset) ...",
+            file=sys.stderr,
+            flush=True,
+        )
+        rows = recall_by_bucket(
+            model, tok, val.tokens, episodes, buckets, cfg.bucket_samples, window,
+            probe_window=short, seed=cfg.seed, batch_size=cfg.batch_size,
+        )  # fmt: skip
+        lazy = verdict(rows, chance, T)
+        results = {**results, "buckets": rows, "laziness": lazy,
+                   "bucket_windows": {"short": short, "long": long, "seq_len": T}}  # fmt: skip
+        path = write_recall(out, results, meta)
+        print(f"\nrecall by distance (reach: the window the answer needs; W_short {short}, "
+              f"W_long {long}, T {T}; window_cut: window {short}; reset: recurrent state "
+              "emptied before the question):")  # fmt: skip
+        print(bucket_table(rows))
+        print(
+            f"inside W_long {lazy['inside_long']:.1f}%, beyond it within T "
+            f"{lazy['beyond_long']:.1f}%, beyond T {lazy['beyond_T']:.1f}%: {lazy['kind']}"
+        )
     print(f"results: {path}")
     return 0
+
+
+def _bucket_edges(cfg: C.RecallConfig) -> tuple[int, int, int] | None:
+    """(W_short, W_long, T) of the distance buckets: --buckets, else the run's own."""
+    if cfg.buckets:
+        try:
+            edges = tuple(int(x) for x in cfg.buckets.split(","))
+        except ValueError:
+            edges = ()
+        if len(edges) != 3 or not 1 <= edges[0] <= edges[1] <= edges[2]:
+            raise SwaxError(
+                f"--buckets: expected SHORT,LONG,T with 1 <= SHORT <= LONG <= T, got "
+                f"{cfg.buckets!r}"
+            )
+        return edges
+    return run_bucket_edges(cfg.model) if cfg.model else None
 
 
 def cmd_demo(args: C.DemoConfig) -> int:

@@ -282,6 +282,14 @@ class RecallConfig(EvalConfig):
     """Fewest tokens between the pairs and the first question (default: the run's, else 8)."""
     batch_size: int = option(16, bounds="[1, inf)")
     """Episodes evaluated at once."""
+    bucket_samples: int = option(64, bounds="[0, inf)")
+    """Episodes per distance bucket (<= W_short, (W_short, W_long], (W_long, T], (T, 4T],
+    (4T, 16T]), each also with the window cut to W_short and the recurrent state reset;
+    needs the run's windows and training length (a swax train run folder, or --buckets);
+    0 = no buckets."""
+    buckets: str | None = None
+    """The bucket edges SHORT,LONG,T (e.g. 8,32,256) for a model without a run folder, or to
+    read a run by other windows than its own."""
 
 
 # ---------------------------------------------------------------- swax export (hf, onnx)

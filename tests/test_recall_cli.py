@@ -27,7 +27,8 @@ def run(tmp_path_factory):
 def test_eval_recall_reads_the_run_and_writes_the_study_format(run, tmp_path, capsys):
     out = tmp_path / "res"
     args = ["eval", "recall", "--model", str(run / "model"), "--lengths", "1x,2x",
-            "--samples", "6", "--out", str(out), "--threads", "1"]  # fmt: skip
+            "--samples", "6", "--out", str(out), "--threads", "1",
+            "--bucket-samples", "4"]  # fmt: skip
     assert main(args) == 0
     res = json.loads((out / "recall.json").read_text())
     assert res["windows"] == {"long": 32, "train": 8} and res["seq_len"] == 64
@@ -47,6 +48,23 @@ def test_eval_recall_reads_the_run_and_writes_the_study_format(run, tmp_path, ca
             assert got[str(n)]["acc"] == ref[n]["acc"] and got[str(n)]["n"] == 12
     text = capsys.readouterr().out
     assert "64 (1x)" in text and "128 (2x)" in text and "train" in text
+    # recall by distance bucket: the run's windows (fixed 8, long 32) and length 64
+    assert res["bucket_windows"] == {"short": 8, "long": 32, "seq_len": 64}
+    rows = res["buckets"]
+    assert [(r["lo"], r["hi"]) for r in rows] == [(0, 8), (8, 32), (32, 64), (64, 256), (256, 1024)]
+    assert [r["length"] for r in rows] == [64, 64, 64, 256, 1024]
+    for r in rows:  # 4 episodes of 2 answers: the first always in the bucket, the second maybe
+        assert 4 <= r["n"] <= 8 and set(r["probes"]) == {"window_cut", "reset"}
+    assert res["laziness"]["kind"] in ("lazy", "memory", "partial", "none")
+    assert "(W_long, T]" in text and "inside W_long" in text
+
+
+def test_eval_recall_bucket_edges_are_checked(run, tmp_path, capsys):
+    args = ["eval", "recall", "--model", str(run / "model"), "--lengths", "1x",
+            "--samples", "2", "--out", str(tmp_path / "o"), "--buckets", "32,8,64"]  # fmt: skip
+    assert main(args) == 2
+    err = capsys.readouterr().err.strip()
+    assert "--buckets: expected SHORT,LONG,T" in err and "'32,8,64'" in err and "\n" not in err
 
 
 def test_eval_recall_errors_are_one_line(run, tmp_path, capsys):

@@ -106,6 +106,8 @@ def episode_accuracy(
     progress: bool = True,
     batch_size: int = 16,
     reset_recurrent: bool = False,
+    reach_range: tuple[int, int] | None = None,
+    keep_answers: bool = False,
 ) -> dict[int, dict]:
     """Accuracy (0–100) of exact answers for each length, with counts by needle depth and by
     distance between needle and question.
@@ -114,7 +116,10 @@ def episode_accuracy(
     swax). ``reset_recurrent``: empty the recurrent layers' state right before the first
     question, so that only attention can carry the needle to it (see the module docstring).
     Episode ``s`` of length ``n`` is drawn with ``np.random.default_rng([seed, n, s])``, so every
-    model sees the same episodes.
+    model sees the same episodes. ``reach_range`` (lo, hi): the first answer of every episode
+    needs a window in [lo, hi] to be seen by attention (see
+    :func:`swax.data.episode.draw_distance`). ``keep_answers``: the result also lists every
+    answer as ``[reach, correct, nll]`` under ``"answers"`` (the distance buckets read it).
 
     Returns {length: {"acc", "n", "nll" (mean nats per answer token), "by_depth": {bin:
     [correct, total]}, "by_distance": {upper bound: [correct, total]}}}.
@@ -134,7 +139,13 @@ def episode_accuracy(
     for length in lengths:
         eps = [
             make_episode(
-                np.random.default_rng([seed, length, s]), tokenizer, hay, length, cfg, split=split
+                np.random.default_rng([seed, length, s]),
+                tokenizer,
+                hay,
+                length,
+                cfg,
+                split=split,
+                reach_range=reach_range,
             )
             for s in range(samples)
         ]
@@ -144,6 +155,8 @@ def episode_accuracy(
             tally.add_group(model, group, window, chunk, device, reset_recurrent)
             bar.update(len(group))
         results[length] = tally.result()
+        if not keep_answers:
+            del results[length]["answers"]
     bar.close()
     return results
 
@@ -156,6 +169,7 @@ class _Tally:
         self.nll_sum, self.nll_n = 0.0, 0
         self.by_depth: dict[int, list[int]] = defaultdict(lambda: [0, 0])
         self.by_dist: dict[int, list[int]] = defaultdict(lambda: [0, 0])
+        self.answers: list[list] = []  # [reach, correct, nll] per answer
 
     def add_group(self, model, group: list[dict], window, chunk, device, reset: bool) -> None:
         # episodes of one length share their answer positions only for MQAR; read the union
@@ -178,8 +192,10 @@ class _Tally:
             for j, (a0, a1) in enumerate(ep.answer_spans):
                 cols = [col[p - 1] for p in range(a0, a1)]
                 ok = all(int(top[r, c]) == ep.tokens[p] for c, p in zip(cols, range(a0, a1)))
-                self.nll_sum -= float(logp[r, cols].sum())
+                nll = -float(logp[r, cols].sum())
+                self.nll_sum += nll
                 self.nll_n += a1 - a0
+                self.answers.append([ep.reaches[j], bool(ok), nll / (a1 - a0)])
                 needle = ep.needle_positions[j]
                 depth = min(DEPTH_BINS - 1, int(DEPTH_BINS * needle / max(context, 1)))
                 dist = ep.question_spans[j][0] - needle
@@ -197,4 +213,5 @@ class _Tally:
             "nll": self.nll_sum / max(self.nll_n, 1),
             "by_depth": dict(self.by_depth),
             "by_distance": dict(sorted(self.by_dist.items())),
+            "answers": self.answers,
         }

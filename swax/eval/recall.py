@@ -69,6 +69,18 @@ def training_setup(model_dir: str | Path) -> tuple[SyntheticConfig | None, dict,
     return (syn if syn.fraction > 0 else None), windows, tcfg.seq_len
 
 
+def run_bucket_edges(model_dir: str | Path) -> tuple[int, int, int] | None:
+    """(window.short, window.long, seq_len) of the ``swax train`` run around ``model_dir``,
+    the edges of its distance buckets (swax.eval.buckets); None without a run folder."""
+    run_yaml = Path(model_dir).resolve().parent / "config.yaml"
+    if not run_yaml.is_file():
+        return None
+    tcfg = load_train_config(str(run_yaml), [])
+    w = tcfg.window
+    own = (w.fixed or w.long) if w.kind == "fixed" else w.short
+    return min(w.short, own, w.long), w.long, tcfg.seq_len
+
+
 def write_recall(out: Path, results: dict, meta: dict) -> Path:
     """``recall.json`` in ``out``: the results and what they were computed with."""
     out.mkdir(parents=True, exist_ok=True)
