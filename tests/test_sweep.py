@@ -2,6 +2,7 @@
 
 import json
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -13,6 +14,7 @@ from swax.errors import ConfigError
 from swax.sweep import (
     aggregate,
     all_jobs,
+    archive_path,
     emergence,
     load_sweep,
     mean_spread,
@@ -235,6 +237,32 @@ def test_a_finished_run_is_neither_retrained_nor_reevaluated(tmp_path):
     log = (rd / "metrics.jsonl").read_text().splitlines()
     steps = [json.loads(ln)["step"] for ln in log if '"step"' in ln]
     assert steps.count(1) == 1  # step 1 was not trained a second time
+
+
+def test_the_archive_keeps_each_finished_run_and_the_sweep_resumes_from_it(tmp_path):
+    """A run's committed result (archive/NAME/seedS.json) is written once it is evaluated;
+    with the run folders gone (another machine, a fresh clone) the sweep trains nothing and
+    returns the archived results. The bucket stage evaluates recall by distance."""
+    data = _tiny_sweep(
+        tmp_path, {"m": {"data": {"synthetic": {"task": "mqar", "min_distance": 2}}}}
+    )
+    data["archive"] = "kept"
+    data["eval"]["bucket_samples"] = 2
+    data["eval"]["bucket_far"] = [2]
+    cfg = load_sweep(_write(tmp_path, data))
+    first = run_sweep(cfg, progress=False)["m"][0]
+    kept = tmp_path / "kept" / "m" / "seed0.json"  # relative to the sweep YAML
+    assert archive_path(cfg, "m", 0) == kept and kept.is_file()
+    saved = json.loads(kept.read_text())
+    assert saved["summary"]["steps"] == 2 and saved["summary"]["tokens"] == 2 * 2 * 64
+    rows = first["buckets"]
+    assert [(r["lo"], r["hi"]) for r in rows] == [(0, 8), (8, 64), (64, 128)]
+    assert all(r["n"] == 2 and set(r["probes"]) == {"window_cut", "reset"} for r in rows)
+    assert first["laziness"]["kind"] in ("lazy", "memory", "partial", "none")
+    shutil.rmtree(tmp_path / "out")
+    again = run_sweep(cfg, progress=False)["m"][0]
+    assert not (tmp_path / "out").exists()  # nothing trained or evaluated
+    assert again == saved
 
 
 def test_mean_spread_and_aggregate():

@@ -58,6 +58,11 @@ class EvalSpec:
     """Episodes of the probe."""
     batch_size: int = bounded(16, "[1, inf)")
     """Episodes evaluated at once."""
+    bucket_samples: int = bounded(0, "[0, inf)")
+    """Recall by distance bucket (swax.eval.buckets): episodes per bucket, each bucket also
+    with the window-cut and recurrent-reset probes; 0 = not evaluated."""
+    bucket_far: list[int] = bounded(bounds="[2, inf)", default_factory=lambda: [4, 16])
+    """Upper edges of the buckets beyond the training length, as multiples of it."""
 
     def __post_init__(self) -> None:
         check_fields(self, prefix="eval.")
@@ -118,6 +123,11 @@ class SweepConfig:
     `threads`); 2 on a 2-core machine with threads=1."""
     notes: str = ""
     """Free text quoted in the report (what else was tried, caveats)."""
+    archive: str = ""
+    """Folder (relative to the sweep YAML) where each finished and evaluated run leaves
+    ``NAME/seedSEED.json`` (its eval.json and training summary: small, meant to be
+    committed). A run whose archive file exists is neither trained nor evaluated again, so a
+    study resumes from committed results on any machine; "" = no archive."""
     quick: dict[str, Any] = field(default_factory=dict)
     """Overrides applied with --quick: `base` (merged into base), `seeds`, `runs` (a list of
     variant names to keep), `eval` (merged into eval), `grid` (merged into grid; null drops
@@ -144,6 +154,8 @@ def load_sweep(path: str | Path, quick: bool = False) -> SweepConfig:
     cfg = from_dict(SweepConfig, load_yaml_mapping(path, "sweep config"))
     if quick and cfg.quick:
         _apply_quick(cfg, cfg.quick)
+    if cfg.archive:
+        cfg.archive = str(Path(path).resolve().parent / cfg.archive)
     check_fields(cfg)  # again: --quick may have changed values
     if not cfg.seeds:
         raise ConfigError("seeds must name at least one seed, got []")
@@ -179,7 +191,7 @@ def _apply_quick(cfg: SweepConfig, q: dict) -> None:
             if g is None
             else from_dict(GridSpec, _merge(to_dict(cfg.grid) if cfg.grid else {}, g))
         )
-    for key in ("out_dir", "jobs"):
+    for key in ("out_dir", "jobs", "archive"):
         if key in q:
             setattr(cfg, key, q[key])
 
@@ -248,6 +260,13 @@ def run_dir(cfg: SweepConfig, name: str, seed: int) -> Path:
     """The folder of run ``name`` (a grid point equal to a sweep run uses that run's folder)."""
     name = cfg.aliases.get(name, name)
     return Path(cfg.out_dir) / "runs" / f"{name}-s{seed}"
+
+
+def archive_path(cfg: SweepConfig, name: str, seed: int) -> Path | None:
+    """Where run ``name`` seed ``seed`` leaves its committed result (None: no archive)."""
+    if not cfg.archive:
+        return None
+    return Path(cfg.archive) / cfg.aliases.get(name, name) / f"seed{seed}.json"
 
 
 def run_overrides(cfg: SweepConfig, name: str) -> dict:

@@ -17,6 +17,7 @@ from safetensors.torch import load_file
 
 from ..data import DataConfig, build_datasets, load_model_tokenizer
 from ..errors import ConfigError
+from ..eval.buckets import chance_of, distance_buckets, recall_by_bucket, verdict
 from ..eval.episodes import episode_accuracy
 from ..eval.ppl import bucketize, position_losses
 from ..eval.recall import recall_by_window
@@ -24,7 +25,15 @@ from ..model import SwaxLM
 from ..threads import applied_threads, set_threads
 from ..train import train
 from ..train.checkpoint import latest_checkpoint, list_checkpoints
-from .config import EvalSpec, SweepConfig, episode_config, grid_seeds, run_dir, train_config
+from .config import (
+    EvalSpec,
+    SweepConfig,
+    archive_path,
+    episode_config,
+    grid_seeds,
+    run_dir,
+    train_config,
+)
 
 
 def _train_one(cfg: SweepConfig, name: str, seed: int) -> dict:
@@ -39,7 +48,7 @@ def _train_one(cfg: SweepConfig, name: str, seed: int) -> dict:
     return train(tcfg)
 
 
-STAGES = ("recall", "text_loss", "ppl", "curve", "probe")
+STAGES = ("recall", "text_loss", "ppl", "curve", "probe", "buckets")
 """Evaluation stages, each cached in the run's eval.json once done (a cache from an older
 version of the sweep is completed with the missing stages, not redone)."""
 
@@ -109,6 +118,7 @@ def _wanted(ev: EvalSpec, stage: str) -> bool:
         "ppl": ev.ppl_samples > 0 and bool(ev.ppl_multiples),
         "curve": bool(ev.curve_multiples),
         "probe": ev.probe_multiple > 0,
+        "buckets": ev.bucket_samples > 0,
     }[stage]
 
 
@@ -119,6 +129,7 @@ def _done(out: dict, stage: str) -> bool:
         "ppl": ["ppl", "ppl_done"],
         "curve": ["curve"],
         "probe": ["probe"],
+        "buckets": ["buckets"],
     }[stage]
     return any(k in out for k in keys)
 
@@ -223,6 +234,19 @@ class _EvalContext:
             out[label] = {"acc": r["acc"], "nll": r["nll"], "n": r["n"]}
         return {"probe": out, "probe_window": cut}
 
+    def buckets(self) -> dict:
+        """Recall by distance bucket of the run's windows (swax.eval.buckets), with the run's
+        own window, the window cut to probe_window (default window.short) and the recurrent
+        reset; the laziness verdict."""
+        w, T = self.tcfg.window, self.tcfg.seq_len
+        buckets = distance_buckets(w.short, w.long, T, tuple(self.ev.bucket_far))
+        rows = recall_by_bucket(
+            self.model, self.tok, self.val, self.ep_cfg, buckets, self.ev.bucket_samples,
+            self.deploy_window, probe_window=self.ev.probe_window or w.short, seed=self.ev.seed,
+            batch_size=self.ev.batch_size, progress=self.progress,
+        )  # fmt: skip
+        return {"buckets": rows, "laziness": verdict(rows, chance_of(self.ep_cfg), T)}
+
 
 def _checkpoint_model(config, ckpt: Path):
     """The model weights of a training checkpoint (safetensors), in a fresh SwaxLM."""
@@ -261,14 +285,33 @@ def _job(
 ) -> tuple[str, int, dict]:
     """Train (unless done) and evaluate one run; the unit of work of a parallel sweep."""
     set_threads(threads or 0)
+    kept = archive_path(cfg, name, seed)
+    if kept is not None and kept.is_file():
+        return name, seed, json.loads(kept.read_text())
     try:
-        _train_one(cfg, name, seed)
-        return name, seed, evaluate_run(cfg, name, seed)
+        summary = _train_one(cfg, name, seed)
+        out = evaluate_run(cfg, name, seed)
+        if kept is not None:
+            _archive(kept, out, summary)
+        return name, seed, out
     except KeyboardInterrupt as e:  # stopped by a signal (its checkpoint saved): a worker
         if not worker:  # process ends here, so that it starts no other run of the sweep
             raise
         print(f"swax sweep: {name} seed {seed}: {e or 'interrupted'}", file=sys.stderr, flush=True)
         os._exit(getattr(e, "exit_code", 130))
+
+
+SUMMARY_KEYS = ("initial_val_loss", "final_val_loss", "tokens", "tok_s", "elapsed", "steps")
+
+
+def _archive(path: Path, out: dict, summary: dict) -> None:
+    """Write a run's committed result: its evaluation and the summary's headline numbers
+    (atomically: a partial file is never taken for a finished run)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    keep = {k: summary[k] for k in SUMMARY_KEYS if k in summary}
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps({**out, "summary": keep}, indent=1, allow_nan=True))
+    tmp.replace(path)
 
 
 def run_sweep(
