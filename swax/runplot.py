@@ -81,17 +81,53 @@ def draw_run(ax, ax_lr, records: list[dict], title: str | None = None) -> None:
     ax_lr.grid(alpha=0.3)
 
 
+LAZY_SERIES = (
+    ("lazy/inside_long", "inside the long window"),
+    ("lazy/beyond_long", "beyond it, within T"),
+    ("lazy/reset_beyond_long", "beyond it, recurrent state reset"),
+    ("lazy/beyond_T", "beyond T"),
+)
+"""The laziness monitor's metrics (swax.train.monitor) that plot-run draws, with their legend."""
+
+
+def draw_laziness(ax, records: list[dict]) -> bool:
+    """Recall by distance (the laziness monitor's lazy/... metrics) against the step on ``ax``;
+    False when the run has none."""
+    drawn = False
+    for key, label in LAZY_SERIES:
+        pts = [(r["step"], r[key]) for r in records if r.get(key) is not None]
+        if pts:
+            s, v = zip(*pts)
+            ax.plot(s, v, "o-", ms=3, label=label)
+            drawn = True
+    if drawn:
+        ax.set_ylim(-3, 103)
+        ax.set_ylabel("recall (%)")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8, title="laziness monitor", title_fontsize=8)
+    return drawn
+
+
 def plot_run(run_dir: str | Path, out: str | Path | None = None) -> Path:
     """Draw the run's losses by step (see :func:`draw_run`) to ``out`` (default
-    ``RUN/loss.png``); returns the PNG's path."""
+    ``RUN/loss.png``), with the laziness monitor's recall by distance under them when the run
+    logged it (``log.laziness_every``); returns the PNG's path."""
 
     records = read_metrics(run_dir)
     out = Path(out) if out else Path(run_dir) / "loss.png"
     plt = pyplot()
-    fig, (ax, ax_lr) = plt.subplots(
-        2, 1, figsize=(8, 6), sharex=True, gridspec_kw={"height_ratios": [3, 1]}
+    lazy = any("lazy/inside_long" in r for r in records)
+    fig, axes = plt.subplots(
+        3 if lazy else 2,
+        1,
+        figsize=(8, 8.5 if lazy else 6),
+        sharex=True,
+        gridspec_kw={"height_ratios": [3, 2, 1] if lazy else [3, 1]},
     )
+    ax, ax_lr = axes[0], axes[-1]
     try:
+        if lazy:
+            draw_laziness(axes[1], records)
         draw_run(ax, ax_lr, records, f"swax run {Path(run_dir).name}")
         fig.tight_layout()
         fig.savefig(out, dpi=120)

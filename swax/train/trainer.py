@@ -38,6 +38,7 @@ from ..paths import writing
 from . import distributed as D
 from .checkpoint import latest_checkpoint, list_checkpoints, load_latest_checkpoint, save_checkpoint
 from .config import TrainConfig, save_train_config
+from .monitor import LazinessMonitor
 from .runctl import RunLock, StopSignals, TrainingStopped, remove_stale_files
 from .schedules import FixedWindow, StochasticWindow, lr_at
 
@@ -294,6 +295,8 @@ class RunState:
     """Time and tokens at the last throughput line."""
     stop: StopSignals | None = None
     """SIGINT / SIGTERM received by this process (set by :func:`train`)."""
+    monitor: LazinessMonitor | None = None
+    """The laziness monitor (log.laziness_every), built at its first use."""
 
     @property
     def tokens_per_step(self) -> int:
@@ -685,12 +688,27 @@ def run_steps(run: RunState, on_step_end: Callable[[int, dict], None] | None = N
         if cfg.log.val_every and done % cfg.log.val_every == 0 and done < cfg.steps:
             record["val_loss"] = evaluate(run)
             logger.message(f"step {done}: validation loss {record['val_loss']:.4f}")
+        if cfg.log.laziness_every and (done % cfg.log.laziness_every == 0 or done == cfg.steps):
+            record.update(_laziness(run, done))
         logger.write(record)
         if cfg.checkpoint.every and done % cfg.checkpoint.every == 0 and done < cfg.steps:
             run.save(done)
             saved = done
         if on_step_end is not None:
             on_step_end(done, record)
+
+
+def _laziness(run: RunState, done: int) -> dict:
+    """The laziness monitor's metrics at the long window, and one line saying what it saw."""
+    if run.monitor is None:
+        run.monitor = LazinessMonitor(run.cfg, run.loader.tokens, run.tok)
+    out = run.monitor(run.raw_model, run.sched.long)
+    run.logger.message(
+        f"step {done}: recall inside the long window {out['lazy/inside_long']:.0f}%, beyond it "
+        f"{out['lazy/beyond_long']:.0f}% ({out['lazy/reset_beyond_long']:.0f}% with the "
+        f"recurrent state reset), beyond T {out['lazy/beyond_T']:.0f}%: {out['lazy/kind']}"
+    )
+    return out
 
 
 def _stop_requested(run: RunState) -> bool:
