@@ -322,3 +322,28 @@ def test_supervise_filler_trains_on_text_but_not_on_pairs_or_query_keys():
                 assert t == full[token_pos]
     with pytest.raises(ConfigError, match="supervise_filler needs task: mqar"):
         SyntheticConfig(task="mqar", supervise_filler=True)
+
+
+def test_distractors_make_the_answer_a_lookup_by_key():
+    """With value tokens scattered in the filler the queried value is not the only value in
+    the context: the token after the key's first occurrence answers every query (a binding
+    retriever), the last value seen before the query answers few (no binding)."""
+    cfg = SyntheticConfig(task="mqar", num_needles=1, num_queries=1, min_distance=8,
+                          mqar_distractors=0.25)  # fmt: skip
+    keys, values, noise = (set(r.tolist()) for r in mqar_ids(cfg))
+    rng = np.random.default_rng(0)
+    n, bound, last_value, share = 400, 0, 0, []
+    for _ in range(n):
+        ep = make_mqar_episode(rng, 128, cfg)
+        toks = ep.tokens
+        q, (a0, _) = ep.question_spans[0][0], ep.answer_spans[0]
+        fill = [t for i, t in enumerate(toks[:q]) if not ep.needle_span[0] <= i < ep.needle_span[1]]
+        share.append(sum(t in values for t in fill) / len(fill))
+        assert set(fill) <= values | noise  # keys only in the pair block and the query
+        bound += toks[toks.index(toks[q]) + 1] == toks[a0]
+        last_value += [t for t in toks[:q] if t in values][-1] == toks[a0]
+    assert bound == n
+    # the last value before the query is a distractor unless the distance holds none of them
+    # (or one equal to the answer): far from every episode
+    assert last_value < n / 4
+    assert abs(np.mean(share) - 0.25) < 0.02  # binomial over ~100 filler tokens × 400 episodes

@@ -75,6 +75,11 @@ class SyntheticConfig:
     """mqar: number of distinct key tokens (at least num_needles)."""
     mqar_values: int = bounded(16, "[1, inf)")
     """mqar: number of distinct value tokens (chance of a guess: 1 / mqar_values)."""
+    mqar_distractors: float = bounded(0.0, "[0, 1)")
+    """mqar: share of the filler tokens replaced by value tokens (drawn uniformly from the
+    value range). With distractors the answer is no longer the only value in the context:
+    it must be looked up by its key (the token after the key's first occurrence), which is
+    the binding that attention does and a memory of "the odd token" does not."""
     mqar_noise: int = bounded(16, "[0, inf)")
     """mqar: number of filler tokens drawn uniformly between and around the pairs; 0 = the
     filler is a slice of the corpus text."""

@@ -7,7 +7,9 @@ whose keys are queried again later. An episode of exactly ``length`` tokens::
 
 - keys, values and filler tokens come from three dedicated, disjoint ranges of token ids
   (``SyntheticConfig.mqar_first_id`` onwards: ``mqar_keys`` keys, then ``mqar_values`` values,
-  then ``mqar_noise`` filler tokens), so every token's role is unambiguous; with
+  then ``mqar_noise`` filler tokens), so every token's role is unambiguous (with
+  ``mqar_distractors`` a share of the filler is value tokens, so that the answer is not the only
+  value in the context and must be looked up by its key); with
   ``mqar_noise = 0`` the filler is a slice of the corpus text instead (keys and values then
   use ids the text does not contain: byte ids 128 and up are not in ASCII text);
 - N = ``num_needles`` distinct keys, each with a value drawn uniformly (values may repeat);
@@ -99,6 +101,10 @@ def make_mqar_episode(
             raise SwaxError("MQAR episodes with text filler (mqar_noise=0) need a haystack")
         at = int(rng.integers(len(haystack)))
         fill = np.take(np.asarray(haystack), np.arange(at, at + filler), mode="wrap")
+    if cfg.mqar_distractors > 0:  # value tokens in the filler: the answer needs its key
+        fill = np.array(fill, dtype=np.int64)
+        hit = rng.random(filler) < cfg.mqar_distractors
+        fill[hit] = rng.choice(value_ids, size=int(hit.sum()))
     tokens[:start] = fill[:start]
     tokens[start : start + 2 * n : 2] = keys
     tokens[start + 1 : start + 2 * n : 2] = values

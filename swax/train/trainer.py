@@ -703,10 +703,14 @@ def _laziness(run: RunState, done: int) -> dict:
     if run.monitor is None:
         run.monitor = LazinessMonitor(run.cfg, run.loader.tokens, run.tok)
     out = run.monitor(run.raw_model, run.sched.long)
+
+    def pct(key):
+        return "–" if out[key] != out[key] else f"{out[key]:.0f}%"  # NaN: an empty bucket
+
     run.logger.message(
-        f"step {done}: recall inside the long window {out['lazy/inside_long']:.0f}%, beyond it "
-        f"{out['lazy/beyond_long']:.0f}% ({out['lazy/reset_beyond_long']:.0f}% with the "
-        f"recurrent state reset), beyond T {out['lazy/beyond_T']:.0f}%: {out['lazy/kind']}"
+        f"step {done}: recall inside the long window {pct('lazy/inside_long')}, beyond it "
+        f"{pct('lazy/beyond_long')} ({pct('lazy/reset_beyond_long')} with the recurrent state "
+        f"reset), beyond T {pct('lazy/beyond_T')}: {out['lazy/kind']}"
     )
     return out
 
