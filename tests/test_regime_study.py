@@ -129,3 +129,94 @@ def test_quick_study_writes_a_report_from_the_runs(tmp_path):
     # a second invocation retrains and re-evaluates nothing
     r2 = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=900)
     assert r2.returncode == 0 and "swax train:" not in r2.stdout + r2.stderr
+
+
+# ------------------------------------------------------------------------------ laziness map
+
+
+def _laziness_module():
+    spec = importlib.util.spec_from_file_location("laziness_report", HERE / "laziness.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_laziness_map_is_the_issues_grid():
+    cfg = load_sweep(HERE / "laziness.yaml")
+    T = cfg.base["seq_len"]
+    axes = cfg.grid.axes
+    assert sorted(w * 16 // T for w in axes["window.fixed+window.long"]) == [1, 2, 4]
+    assert axes["data.synthetic.far_share"] == [0.0, 0.005, 0.01, 0.02, 0.05, 0.1, None]
+    assert len(cfg.grid.seeds) >= 3 and cfg.archive and cfg.eval.bucket_samples >= 64
+    lz = _laziness_module()
+    assert lz.columns(cfg) == ["0%", "0.5%", "1%", "2%", "5%", "10%", "uniform", "power"]
+    for name, point in cfg.grid_points.items():
+        tc = _resolved(cfg, name)
+        w = point["window.fixed+window.long"]
+        # the far threshold is the long window, which is the training window
+        assert tc.window.fixed == tc.window.long == w
+        if point["data.synthetic.far_share"] is not None:
+            assert tc.data.synthetic.far_from == w
+        assert tc.optim.schedule == "wsd"  # no decay before learning starts
+
+
+def test_rho_star_reads_where_half_the_seeds_stay_lazy():
+    lz = _laziness_module()
+    # lazy shares 1, 1, 1/3 at 0, 1 %, 2 %: half is crossed at 1 % + 0.5 / (2/3) × 1 % = 1.75 %
+    assert lz.rho_star([(0.0, 1.0), (0.01, 1.0), (0.02, 1 / 3)]).startswith("1.75% (between 1%")
+    assert lz.rho_star([(0.0, 1 / 3), (0.01, 0.0)]).startswith("≤ 0%")
+    assert lz.rho_star([(0.0, 1.0), (0.1, 2 / 3)]).startswith("> 10%")
+    assert lz.rho_star([]) == "–"
+
+
+def _fake_run(kind_inside, beyond, seed, T=256, W=32):
+    """An archived run in the sweep's format, with recall inside W and beyond it given."""
+
+    def row(lo, hi, inside, acc):
+        k = round(acc * 64 / 100)
+        tally = {"correct": k, "n": 64, "acc": 100 * k / 64}
+        return {"lo": lo, "hi": hi, "inside_long": inside, **tally,
+                "probes": {"window_cut": dict(tally), "reset": dict(tally)}}  # fmt: skip
+
+    rows = [row(0, 8, True, kind_inside), row(8, W, True, kind_inside), row(W, T, False, beyond)]
+    from swax.eval.buckets import verdict
+
+    return {"seq_len": T, "buckets": rows, "laziness": verdict(rows, 6.25, T), "seed": seed,
+            "text_val_loss": 1.6, "summary": {"elapsed": 240.0, "tokens": 10240000}}  # fmt: skip
+
+
+def test_laziness_report_is_built_from_the_archive(tmp_path):
+    lz = _laziness_module()
+    cfg = load_sweep(HERE / "laziness.yaml")
+    cfg.archive = str(tmp_path / "kept")
+    runs = {  # W = 32: lazy at 0 % on both seeds, memory at 10 % on one of two
+        ("grid-w32-far0.0-lawuniform", 0): (100, 5),
+        ("grid-w32-far0.0-lawuniform", 1): (100, 3),
+        ("grid-w32-far0.1-lawuniform", 0): (100, 5),
+        ("grid-w32-far0.1-lawuniform", 1): (100, 80),
+    }
+    for (name, seed), (inside, beyond) in runs.items():
+        p = tmp_path / "kept" / name / f"seed{seed}.json"
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text(json.dumps(_fake_run(inside, beyond, seed)))
+    cells = lz.load_cells(cfg)
+    assert [r["kind"] for r in cells[(32, "0%")]] == ["lazy", "lazy"]
+    assert sorted(r["kind"] for r in cells[(32, "10%")]) == ["lazy", "memory"]
+    text = lz.write_report(cfg, cells, tmp_path, "cmd").read_text()
+    assert "4 of 72 planned" in text
+    # lazy shares 1 at 0 % and 1/2 at 10 %: half is reached at 10 %
+    assert "| 32 (T/8) | 2/2 | – | – | – | – | 1/2 | – | – | 10% (between 0% and 10%) |" in text
+    assert "| 32 | 10% | 1 | 100 | 80 |" in text
+    assert (tmp_path / "laziness_share.png").stat().st_size > 1000
+
+
+@pytest.mark.slow
+def test_quick_laziness_map_runs_and_reports(tmp_path):
+    cmd = [sys.executable, str(HERE / "laziness.py"), "--quick", "--run", "--report-dir",
+           str(tmp_path / "r")]  # fmt: skip
+    r = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    text = (tmp_path / "r" / "LAZINESS.md").read_text()
+    assert "2 of 2 planned" in text and "| 32 | 0% | 0 |" in text
+    kept = list((tmp_path / "runs" / "laziness_quick" / "archive").rglob("seed0.json"))
+    assert len(kept) == 2

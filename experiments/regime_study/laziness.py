@@ -1,0 +1,262 @@
+"""The laziness map: train the missing cells, then write LAZINESS.md from the committed results.
+
+    python experiments/regime_study/laziness.py             # the report from results/laziness
+    python experiments/regime_study/laziness.py --run       # train/evaluate missing runs first
+    python experiments/regime_study/laziness.py --quick --run --report-dir DIR   # CI smoke test
+
+Each cell of ``laziness.yaml`` is SWAX trained with a fixed window W (the row) on episodes of
+which a share rho has its answer beyond W (every other answer inside W, "inside" as the
+attention mask defines it). Every finished run leaves ``results/laziness/NAME/seedS.json``
+(committed); this script reads them and nothing else, so the report is rebuilt from committed
+files, and a cell with fewer seeds than the config asks is reported with the seeds it has.
+
+A run is read by distance bucket (swax.eval.buckets): recall inside W, beyond W within the
+training length T, beyond T, with the window cut to W_short and the recurrent state reset. It is
+**lazy** when it recalls >= 90 % inside W and within 10 points of chance beyond it. rho*(W/T) is
+the far share at which half the seeds stay lazy (linear between the two measured shares that
+straddle one half).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parents[1]
+sys.path.insert(0, str(ROOT))
+
+from swax.eval.plots import pyplot  # noqa: E402
+from swax.sweep import archive_path, grid_seeds, load_sweep, run_sweep  # noqa: E402
+
+WINDOW_AXIS = "window.fixed+window.long"
+SHARE_AXIS = "data.synthetic.far_share"
+LAW_AXIS = "data.synthetic.distance_law"
+REPORT = "LAZINESS.md"
+
+
+def column(point: dict) -> str:
+    """The map's column of a grid point: the far share in %, uniform or power."""
+    share = point[SHARE_AXIS]
+    if share is None:
+        return point.get(LAW_AXIS, "uniform")
+    return f"{100 * share:g}%"
+
+
+def columns(cfg) -> list[str]:
+    out = []
+    for point in cfg.grid_points.values():
+        c = column(point)
+        if c not in out:
+            out.append(c)
+    return sorted(out, key=lambda c: (not c.endswith("%"), float(c[:-1]) if c[-1] == "%" else 0))
+
+
+def load_cells(cfg) -> dict[tuple[int, str], list[dict]]:
+    """{(W, column): [one record per archived seed]}: the seed, the verdict's numbers, the
+    probes beyond W within T, the text loss and the run's training time."""
+    cells: dict[tuple[int, str], list[dict]] = {}
+    for name, point in cfg.grid_points.items():
+        key = (point[WINDOW_AXIS], column(point))
+        for seed in grid_seeds(cfg):
+            path = archive_path(cfg, name, seed)
+            if path is None or not path.is_file():
+                continue
+            cells.setdefault(key, []).append(record(json.loads(path.read_text()), seed))
+    return cells
+
+
+def record(ev: dict, seed: int) -> dict:
+    T = ev["seq_len"]
+    rows = ev["buckets"]
+    mid = [r for r in rows if not r["inside_long"] and r["hi"] <= T]
+    inner = [r for r in rows if r["inside_long"] and r["lo"] > 0]  # (W_short, W]
+
+    def pooled(sel, probe=None):
+        src = [r["probes"][probe] if probe else r for r in sel]
+        n = sum(r["n"] for r in src)
+        return 100 * sum(r["correct"] for r in src) / n if n else math.nan
+
+    lz = ev["laziness"]
+    return {
+        "seed": seed,
+        "inside": lz["inside_long"],
+        "beyond": lz["beyond_long"],
+        "beyond_T": lz["beyond_T"],
+        "cut_inner": pooled(inner, "window_cut"),
+        "reset_beyond": pooled(mid, "reset"),
+        "kind": lz["kind"],
+        "chance": lz["chance"],
+        "n_beyond": sum(r["n"] for r in mid),
+        "text": ev.get("text_val_loss", math.nan),
+        "minutes": (ev.get("summary", {}).get("elapsed") or math.nan) / 60,
+        "tokens": ev.get("summary", {}).get("tokens"),
+    }
+
+
+def lazy_share(recs: list[dict]) -> float:
+    return sum(r["kind"] == "lazy" for r in recs) / len(recs) if recs else math.nan
+
+
+def rho_star(shares: list[tuple[float, float]]) -> str:
+    """rho* from (far share, lazy share of the seeds) in increasing far share: where the lazy
+    share crosses one half, linear between the two shares around it."""
+    if not shares:
+        return "–"
+    (r0, f0), rest = shares[0], shares[1:]
+    if f0 <= 0.5:
+        return f"≤ {100 * r0:g}% (half the seeds or fewer lazy already at {100 * r0:g}%)"
+    for r1, f1 in rest:
+        if f1 <= 0.5:
+            x = r0 + (f0 - 0.5) / (f0 - f1) * (r1 - r0)
+            return f"{100 * x:.3g}% (between {100 * r0:g}% and {100 * r1:g}%)"
+        r0, f0 = r1, f1
+    return f"> {100 * r0:g}% (more than half the seeds lazy at every measured share)"
+
+
+def fmt(x: float, digits: int = 0) -> str:
+    return "–" if x != x else f"{x:.{digits}f}"
+
+
+def _table(head: list[str], rows: list[list[str]]) -> list[str]:
+    out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    return out + ["| " + " | ".join(r) + " |" for r in rows]
+
+
+def figure(cfg, cells, out: Path, seq_len: int) -> str:
+    plt = pyplot()
+    cols = columns(cfg)
+    fig, ax = plt.subplots(figsize=(7.5, 3.8))
+    for w in sorted(cfg.grid.axes[WINDOW_AXIS]):
+        xs = [i for i, c in enumerate(cols) if (w, c) in cells]
+        ys = [100 * lazy_share(cells[(w, cols[i])]) for i in xs]
+        if xs:
+            ax.plot(xs, ys, "o-", label=f"W = {w} (T/{seq_len // w})")
+    ax.axhline(50, color="0.6", lw=0.8, ls="--")
+    ax.set_xticks(range(len(cols)), cols)
+    ax.set_ylim(-5, 105)
+    ax.set_xlabel("training answers beyond the long window W")
+    ax.set_ylabel("seeds that end lazy (%)")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    name = "laziness_share.png"
+    fig.savefig(out / name, dpi=110)
+    plt.close(fig)
+    return name
+
+
+def write_report(cfg, cells, out: Path, command: str) -> Path:
+    any_rec = next(iter(cells.values()))[0] if cells else None
+    seq_len = cfg.base["seq_len"]
+    cols = columns(cfg)
+    rows_w = sorted(cfg.grid.axes[WINDOW_AXIS])
+    done = sum(len(v) for v in cells.values())
+    planned = len(cfg.grid_points) * len(grid_seeds(cfg))
+    lines = [
+        "# The laziness map",
+        "",
+        f"Generated by `{command}` from the committed per-run results in "
+        f"`{os.path.relpath(cfg.archive, HERE)}`; nothing below is "
+        "typed by hand. The design and every attempt are in [NOTES.md](NOTES.md).",
+        "",
+        f"- runs: {done} of {planned} planned ({len(cfg.grid_points)} cells × seeds "
+        f"{grid_seeds(cfg)}); cells with fewer seeds show the seeds they have;",
+        f"- model: SWAX (SX, 2 layers, d_model {cfg.base['model']['d_model']}), training "
+        f"length T = {seq_len}, {cfg.base['steps']} steps × {cfg.base['batch_size']} sequences "
+        f"({cfg.base['steps'] * cfg.base['batch_size'] * seq_len / 1e6:.1f}M tokens), "
+        f"lr {cfg.base['optim']['lr']:g} {cfg.base['optim']['schedule']};",
+        "- data: 10% KJV text (every byte a target), 90% one-pair recall episodes (keys, values "
+        "and filler from 16 ids each; only the answer is a target);",
+        "- the window W of a row is the run's fixed training window and its long window; the "
+        "column is the share of training episodes whose answer lies **beyond W** (the question "
+        "does not attend to the value under the attention mask); every other answer lies "
+        "inside W. `uniform`: distances uniform over what the sequence allows; `power`: "
+        "P(d) ∝ (d − 1)^−1, a heavy tail like text's;",
+        "- read at the run's window W, by distance bucket with 64 episodes each (reach = the "
+        "window an answer needs): inside W = (0, W], beyond W = (W, T], beyond T = (T, 16T]; "
+        "`cut` is recall in (W_short, W] with the window cut to W_short = 8 (attention cannot "
+        "see the value), `reset` recall in (W, T] with the recurrent state emptied before the "
+        "question (attention alone);",
+        "- **lazy**: ≥ 90% inside W and at most 10 points above chance (6.25%) beyond it. "
+        "**memory**: ≥ 50% beyond W. **none**: < 50% inside W. Else **partial**.",
+        "",
+        "## Share of seeds that end lazy",
+        "",
+    ]
+    head = ["long window W"] + cols + ["ρ* (half the seeds lazy)"]
+    body = []
+    for w in rows_w:
+        row = [f"{w} (T/{seq_len // w})"]
+        for c in cols:
+            recs = cells.get((w, c), [])
+            row.append(f"{sum(r['kind'] == 'lazy' for r in recs)}/{len(recs)}" if recs else "–")
+        numeric = [
+            (float(c[:-1]) / 100, lazy_share(cells[(w, c)]))
+            for c in cols
+            if c.endswith("%") and (w, c) in cells
+        ]
+        row.append(rho_star(numeric))
+        body.append(row)
+    lines += _table(head, body) + [""]
+    if cells:
+        lines += [f"![share of lazy seeds]({figure(cfg, cells, out, seq_len)})", ""]
+    lines += [
+        "## Every run",
+        "",
+        "Recall (%) per seed. `n beyond` is the number of answers in (W, T].",
+        "",
+    ]
+    head = ["W", "far", "seed", "inside W", "beyond W", "beyond T", "cut", "reset",
+            "n beyond", "verdict", "text loss", "train min"]  # fmt: skip
+    body = []
+    for w in rows_w:
+        for c in cols:
+            for r in sorted(cells.get((w, c), []), key=lambda r: r["seed"]):
+                body.append(
+                    [str(w), c, str(r["seed"]), fmt(r["inside"]), fmt(r["beyond"]),
+                     fmt(r["beyond_T"]), fmt(r["cut_inner"]), fmt(r["reset_beyond"]),
+                     str(r["n_beyond"]), r["kind"], fmt(r["text"], 3), fmt(r["minutes"], 1)]
+                )  # fmt: skip
+    lines += _table(head, body) + [""]
+    if any_rec is None:
+        lines += ["No run has finished yet.", ""]
+    lines += ["## Config", "", "```yaml", (HERE / "laziness.yaml").read_text().rstrip(), "```", ""]
+    path = out / REPORT
+    path.write_text("\n".join(lines))
+    return path
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--run", action="store_true", help="train and evaluate the missing runs")
+    ap.add_argument("--quick", action="store_true", help="the reduced map (CI smoke test)")
+    ap.add_argument("--jobs", type=int, default=None, help="runs at a time (default: config's)")
+    ap.add_argument("--report-dir", default=None, help="where LAZINESS.md goes (default: here)")
+    args = ap.parse_args(argv)
+    cfg = load_sweep(HERE / "laziness.yaml", quick=args.quick)
+    if args.quick and not cfg.archive:  # the smoke test keeps its results with its runs
+        cfg.archive = str(Path(cfg.out_dir).resolve() / "archive")
+    if args.run:
+        if args.jobs:
+            cfg.jobs = args.jobs
+        run_sweep(cfg)
+    out = Path(args.report_dir) if args.report_dir else HERE
+    out.mkdir(parents=True, exist_ok=True)
+    command = "python experiments/regime_study/laziness.py" + (" --quick" if args.quick else "")
+    print(f"report: {write_report(cfg, load_cells(cfg), out, command)}")
+    return 0
+
+
+if __name__ == "__main__":
+    from swax.errors import SwaxError
+
+    try:
+        sys.exit(main())
+    except SwaxError as e:
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(2)
