@@ -220,3 +220,95 @@ def test_quick_laziness_map_runs_and_reports(tmp_path):
     assert "2 of 2 planned" in text and "| 32 | 0% | 0 |" in text
     kept = list((tmp_path / "runs" / "laziness_quick" / "archive").rglob("seed0.json"))
     assert len(kept) == 2
+
+
+# ------------------------------------------------------------------------------ the claims
+
+
+def _claims_module():
+    sys.path.insert(0, str(HERE))
+    spec = importlib.util.spec_from_file_location("claims_report", HERE / "claims.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_claims_study_is_in_the_papers_regime():
+    cfg = load_sweep(HERE / "claims.yaml")
+    assert len(cfg.seeds) >= 4
+    for family, roles in {"SX": cfg.roles, **cfg.families}.items():
+        short, long_, stoch = (_resolved(cfg, roles[r]) for r in ("short", "long", "stochastic"))
+        T = short.seq_len
+        assert short.window.fixed * 32 == T and long_.window.fixed * 8 == T
+        assert (stoch.window.short, stoch.window.long) == (short.window.fixed, long_.window.fixed)
+        assert {c.model["layer_pattern"] for c in (short, long_, stoch)} == {family}
+        for c in (short, long_, stoch):  # one far share, beyond the long window, for all roles
+            assert c.data.synthetic.far_from == long_.window.fixed
+            assert c.data.synthetic.far_share == cfg.base["data"]["synthetic"]["far_share"]
+            assert c.optim.schedule == "wsd"
+        near = _resolved(cfg, f"{family.lower()}-long-near").data.synthetic
+        uniform = _resolved(cfg, f"{family.lower()}-long-uniform").data.synthetic
+        assert near.far_share == 0.0 and uniform.far_share is None
+    assert cfg.eval.text_samples >= 256 and cfg.eval.bucket_samples >= 64
+
+
+def _rec(beyond, inside=100.0, beyond_t=None, text=1.6, seed=0):
+    from swax.eval.buckets import LAZY_INSIDE, LAZY_MARGIN
+
+    lazy = inside >= LAZY_INSIDE and beyond <= 6.25 + LAZY_MARGIN
+    kind = "lazy" if lazy else "memory" if beyond >= 50 else "partial"
+    return {"seed": seed, "inside": inside, "beyond": beyond, "kind": kind, "text": text,
+            "beyond_T": beyond if beyond_t is None else beyond_t}  # fmt: skip
+
+
+ROLES = {"short": "s", "long": "l", "stochastic": "st"}
+
+
+def test_claims_hold_when_the_numbers_say_so():
+    cl = _claims_module()
+    runs = {  # short: memory, long: lazy, stochastic: memory; text: short costs 0.05 ± ~0.003
+        "s": [_rec(90, text=1.65 + 0.005 * i, seed=i) for i in range(4)],
+        "l": [_rec(5, text=1.60 + 0.005 * i, seed=i) for i in range(4)],
+        "st": [_rec(85, text=1.61 + 0.005 * i, seed=i) for i in range(4)],
+    }
+    verdicts = [v for _, v, _ in cl.judge("SX", ROLES, runs)]
+    assert verdicts == ["held", "held", "held"]
+
+
+def test_claims_fail_when_the_numbers_say_so():
+    cl = _claims_module()
+    base = {
+        "s": [_rec(90, text=1.65 + 0.005 * i, seed=i) for i in range(4)],
+        "l": [_rec(5, text=1.60 + 0.005 * i, seed=i) for i in range(4)],
+        "st": [_rec(85, text=1.61 + 0.005 * i, seed=i) for i in range(4)],
+    }
+
+    def verdicts(**change):
+        return [v for _, v, _ in cl.judge("SX", ROLES, {**base, **change})]
+
+    # the long window not lazy in most seeds: claim 2 fails (and claim 1's margin too)
+    assert verdicts(l=[_rec(80, seed=i) for i in range(4)])[:2] == ["did not hold"] * 2
+    # the short window did not learn on most seeds
+    assert verdicts(s=[_rec(b, seed=i) for i, b in enumerate((90, 10, 5, 8))])[0] == "did not hold"
+    # recall beyond T lost: claim 1 fails
+    assert verdicts(s=[_rec(90, beyond_t=10, seed=i) for i in range(4)])[0] == "did not hold"
+    # stochastic quality as bad as the short window's: claim 3 fails
+    worse = [_rec(85, text=1.65 + 0.005 * i, seed=i) for i in range(4)]
+    assert verdicts(st=worse)[2] == "did not hold"
+    # no measurable cost of the short window: the quality half cannot be shown
+    same = [_rec(90, text=1.60 + 0.005 * i, seed=i) for i in range(4)]
+    _, v, ev = cl.judge("SX", ROLES, {**base, "s": same})[2]
+    assert v == "did not hold" and "cannot be shown" in ev
+    # runs missing: not yet run
+    assert [v for _, v, _ in cl.judge("SX", ROLES, {"s": base["s"]})] == ["not yet run"] * 3
+
+
+@pytest.mark.slow
+def test_quick_claims_study_runs_and_reports(tmp_path):
+    cmd = [sys.executable, str(HERE / "claims.py"), "--quick", "--run", "--report-dir",
+           str(tmp_path / "r")]  # fmt: skip
+    r = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    text = (tmp_path / "r" / "CLAIMS.md").read_text()
+    assert "5 of 5 planned" in text and "## Controls" in text
+    assert text.count("| sx-") == 5  # one row per run
