@@ -150,6 +150,53 @@ def figure(cfg, cells, out: Path, seq_len: int) -> str:
     return name
 
 
+def share_table(cfg, cells) -> list[str]:
+    """Lazy seeds / archived seeds per cell, and rho* per row (markdown lines)."""
+    seq_len = cfg.base["seq_len"]
+    cols = columns(cfg)
+    head = ["long window W"] + cols + ["ρ* (half the seeds lazy)"]
+    body = []
+    for w in sorted(cfg.grid.axes[WINDOW_AXIS]):
+        row = [f"{w} (T/{seq_len // w})"]
+        for c in cols:
+            recs = cells.get((w, c), [])
+            row.append(f"{sum(r['kind'] == 'lazy' for r in recs)}/{len(recs)}" if recs else "–")
+        numeric = [
+            (float(c[:-1]) / 100, lazy_share(cells[(w, c)]))
+            for c in cols
+            if c.endswith("%") and (w, c) in cells
+        ]
+        row.append(rho_star(numeric))
+        body.append(row)
+    return _table(head, body)
+
+
+README_BEGIN = "<!-- laziness-map:begin (written by experiments/regime_study/laziness.py) -->"
+README_END = "<!-- laziness-map:end -->"
+
+
+def readme_block(cfg, cells) -> str:
+    done = sum(len(v) for v in cells.values())
+    planned = len(cfg.grid_points) * len(grid_seeds(cfg))
+    lines = [
+        f"Laziness map, {done} of {planned} runs so far: seeds that end lazy / seeds run, per "
+        "long window (row) and share of training answers beyond it (column).",
+        "",
+        *share_table(cfg, cells),
+    ]
+    return "\n".join(lines)
+
+
+def update_readme(readme: Path, block: str) -> bool:
+    text = readme.read_text() if readme.is_file() else ""
+    if README_BEGIN not in text or README_END not in text:
+        return False
+    head, rest = text.split(README_BEGIN, 1)
+    _, tail = rest.split(README_END, 1)
+    readme.write_text(f"{head}{README_BEGIN}\n{block}\n{README_END}{tail}")
+    return True
+
+
 def write_report(cfg, cells, out: Path, command: str) -> Path:
     any_rec = next(iter(cells.values()))[0] if cells else None
     seq_len = cfg.base["seq_len"]
@@ -188,21 +235,7 @@ def write_report(cfg, cells, out: Path, command: str) -> Path:
         "## Share of seeds that end lazy",
         "",
     ]
-    head = ["long window W"] + cols + ["ρ* (half the seeds lazy)"]
-    body = []
-    for w in rows_w:
-        row = [f"{w} (T/{seq_len // w})"]
-        for c in cols:
-            recs = cells.get((w, c), [])
-            row.append(f"{sum(r['kind'] == 'lazy' for r in recs)}/{len(recs)}" if recs else "–")
-        numeric = [
-            (float(c[:-1]) / 100, lazy_share(cells[(w, c)]))
-            for c in cols
-            if c.endswith("%") and (w, c) in cells
-        ]
-        row.append(rho_star(numeric))
-        body.append(row)
-    lines += _table(head, body) + [""]
+    lines += share_table(cfg, cells) + [""]
     if cells:
         lines += [f"![share of lazy seeds]({figure(cfg, cells, out, seq_len)})", ""]
     lines += [
@@ -248,7 +281,11 @@ def main(argv=None) -> int:
     out = Path(args.report_dir) if args.report_dir else HERE
     out.mkdir(parents=True, exist_ok=True)
     command = "python experiments/regime_study/laziness.py" + (" --quick" if args.quick else "")
-    print(f"report: {write_report(cfg, load_cells(cfg), out, command)}")
+    cells = load_cells(cfg)
+    print(f"report: {write_report(cfg, cells, out, command)}")
+    if not args.quick and args.report_dir is None:
+        if update_readme(ROOT / "README.md", readme_block(cfg, cells)):
+            print("README.md: laziness map updated")
     return 0
 
 
