@@ -82,8 +82,9 @@ def draw_distance(
     episode's layout: a value sits inside its needle, the question has some length): the
     generator's geometry, so that the draw can speak of windows.
 
-    - ``reach_range`` (lo, hi): the first answer's reach uniform in [lo, hi] (clipped to what
-      the episode allows); the evaluation's distance buckets use it.
+    - ``reach_range`` (lo, hi): the nearest answer's reach (with one query: the answer's)
+      uniform in [lo, hi] (clipped to what the episode allows); the evaluation's distance
+      buckets use it.
     - ``cfg.far_share`` None: uniform in [cfg.min_distance, max_distance] (``distance_law:
       power``: P(d) ∝ (d - min_distance + 1)^-distance_power there, a heavy tail as Zoology's).
     - ``cfg.far_share`` set: with that probability a **far** episode, every answer beyond window

@@ -65,7 +65,7 @@ def make_mqar_episode(
     reach_range: tuple[int, int] | None = None,
 ) -> Episode:
     """One MQAR episode of exactly ``length`` tokens (see the module docstring);
-    ``reach_range``: the first answer's reach drawn in it (see
+    ``reach_range``: the nearest answer's reach drawn in it (see
     :func:`~swax.data.episode.draw_distance`)."""
     n, q = cfg.num_needles, cfg.num_queries
     keys_ids, value_ids, noise_ids = mqar_ids(cfg)

@@ -8,7 +8,7 @@ of reach
 
     <= W_short,  (W_short, W_long],  (W_long, T],  (T, 4T],  (4T, 16T]
 
-Each bucket draws its own episodes with the first answer's reach uniform in the bucket, at the
+Each bucket draws its own episodes with the nearest answer's reach uniform in the bucket, at the
 training length T for buckets up to T and at the bucket's upper edge beyond it, so every bucket
 has its count n (and a Wilson interval on its recall). Two probes per bucket tell which memory
 carries the answers: the sliding window **cut** to W_short (attention cannot see a value beyond

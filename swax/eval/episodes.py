@@ -116,7 +116,7 @@ def episode_accuracy(
     swax). ``reset_recurrent``: empty the recurrent layers' state right before the first
     question, so that only attention can carry the needle to it (see the module docstring).
     Episode ``s`` of length ``n`` is drawn with ``np.random.default_rng([seed, n, s])``, so every
-    model sees the same episodes. ``reach_range`` (lo, hi): the first answer of every episode
+    model sees the same episodes. ``reach_range`` (lo, hi): the nearest answer of every episode
     needs a window in [lo, hi] to be seen by attention (see
     :func:`swax.data.episode.draw_distance`). ``keep_answers``: the result also lists every
     answer as ``[reach, correct, nll]`` under ``"answers"`` (the distance buckets read it).
