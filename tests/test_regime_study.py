@@ -17,11 +17,18 @@ ROOT = Path(__file__).resolve().parents[1]
 HERE = ROOT / "experiments" / "regime_study"
 
 
-def _report_module():
-    spec = importlib.util.spec_from_file_location("regime_report", HERE / "run.py")
+def _script(name: str):
+    """experiments/regime_study/NAME.py as a module (its folder importable, as when run)."""
+    if str(HERE) not in sys.path:
+        sys.path.insert(0, str(HERE))
+    spec = importlib.util.spec_from_file_location(f"regime_{name}", HERE / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def _report_module():
+    return _script("run")
 
 
 def _resolved(cfg, name):
@@ -135,10 +142,7 @@ def test_quick_study_writes_a_report_from_the_runs(tmp_path):
 
 
 def _laziness_module():
-    spec = importlib.util.spec_from_file_location("laziness_report", HERE / "laziness.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return _script("laziness")
 
 
 def test_the_laziness_map_is_the_issues_grid():
@@ -226,11 +230,7 @@ def test_quick_laziness_map_runs_and_reports(tmp_path):
 
 
 def _claims_module():
-    sys.path.insert(0, str(HERE))
-    spec = importlib.util.spec_from_file_location("claims_report", HERE / "claims.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return _script("claims")
 
 
 def test_the_claims_study_is_in_the_papers_regime():

@@ -28,7 +28,6 @@ not.
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import statistics
@@ -41,8 +40,9 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(HERE))
 
 from laziness import fmt, record  # noqa: E402
+from studycli import prepare, run  # noqa: E402
 
-from swax.sweep import archive_path, load_sweep, run_sweep  # noqa: E402
+from swax.sweep import archive_path  # noqa: E402
 
 REPORT = "CLAIMS.md"
 MEMORY = {"SX": "mLSTM", "SD": "Gated DeltaNet"}
@@ -201,32 +201,10 @@ def write_report(cfg, runs, out: Path, command: str) -> Path:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--run", action="store_true", help="train and evaluate the missing runs")
-    ap.add_argument("--quick", action="store_true", help="the reduced study (CI smoke test)")
-    ap.add_argument("--jobs", type=int, default=None, help="runs at a time (default: config's)")
-    ap.add_argument("--only", default=None, help="comma list of runs to train")
-    ap.add_argument("--report-dir", default=None, help="where CLAIMS.md goes (default: here)")
-    args = ap.parse_args(argv)
-    cfg = load_sweep(HERE / "claims.yaml", quick=args.quick)
-    if args.quick and not cfg.archive:
-        cfg.archive = str(Path(cfg.out_dir).resolve() / "archive")
-    if args.run:
-        if args.jobs:
-            cfg.jobs = args.jobs
-        run_sweep(cfg, only=args.only.split(",") if args.only else None)
-    out = Path(args.report_dir) if args.report_dir else HERE
-    out.mkdir(parents=True, exist_ok=True)
-    command = "python experiments/regime_study/claims.py" + (" --quick" if args.quick else "")
+    cfg, _, out, command = prepare(Path(__file__).name, __doc__, "claims.yaml", REPORT, argv)
     print(f"report: {write_report(cfg, load_runs(cfg), out, command)}")
     return 0
 
 
 if __name__ == "__main__":
-    from swax.errors import SwaxError
-
-    try:
-        sys.exit(main())
-    except SwaxError as e:
-        print(f"error: {e}", file=sys.stderr)
-        sys.exit(2)
+    run(main)

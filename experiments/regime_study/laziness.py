@@ -19,7 +19,6 @@ straddle one half).
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import os
@@ -29,9 +28,12 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(HERE))
+
+from studycli import prepare, run  # noqa: E402
 
 from swax.eval.plots import pyplot  # noqa: E402
-from swax.sweep import archive_path, grid_seeds, load_sweep, run_sweep  # noqa: E402
+from swax.sweep import archive_path, grid_seeds  # noqa: E402
 
 WINDOW_AXIS = "window.fixed+window.long"
 SHARE_AXIS = "data.synthetic.far_share"
@@ -284,22 +286,7 @@ def write_report(cfg, cells, out: Path, command: str) -> Path:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--run", action="store_true", help="train and evaluate the missing runs")
-    ap.add_argument("--quick", action="store_true", help="the reduced map (CI smoke test)")
-    ap.add_argument("--jobs", type=int, default=None, help="runs at a time (default: config's)")
-    ap.add_argument("--report-dir", default=None, help="where LAZINESS.md goes (default: here)")
-    args = ap.parse_args(argv)
-    cfg = load_sweep(HERE / "laziness.yaml", quick=args.quick)
-    if args.quick and not cfg.archive:  # the smoke test keeps its results with its runs
-        cfg.archive = str(Path(cfg.out_dir).resolve() / "archive")
-    if args.run:
-        if args.jobs:
-            cfg.jobs = args.jobs
-        run_sweep(cfg)
-    out = Path(args.report_dir) if args.report_dir else HERE
-    out.mkdir(parents=True, exist_ok=True)
-    command = "python experiments/regime_study/laziness.py" + (" --quick" if args.quick else "")
+    cfg, args, out, command = prepare(Path(__file__).name, __doc__, "laziness.yaml", REPORT, argv)
     cells = load_cells(cfg)
     print(f"report: {write_report(cfg, cells, out, command)}")
     if not args.quick and args.report_dir is None:
@@ -309,10 +296,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    from swax.errors import SwaxError
-
-    try:
-        sys.exit(main())
-    except SwaxError as e:
-        print(f"error: {e}", file=sys.stderr)
-        sys.exit(2)
+    run(main)
