@@ -30,7 +30,7 @@ ROOT = HERE.parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(HERE))
 
-from studycli import prepare, run  # noqa: E402
+from studycli import prepare, run, update_readme  # noqa: E402
 
 from swax.eval.plots import pyplot  # noqa: E402
 from swax.sweep import archive_path, grid_seeds  # noqa: E402
@@ -200,16 +200,6 @@ def readme_block(cfg, cells) -> str:
     return "\n".join(lines)
 
 
-def update_readme(readme: Path, block: str) -> bool:
-    text = readme.read_text() if readme.is_file() else ""
-    if README_BEGIN not in text or README_END not in text:
-        return False
-    head, rest = text.split(README_BEGIN, 1)
-    _, tail = rest.split(README_END, 1)
-    readme.write_text(f"{head}{README_BEGIN}\n{block}\n{README_END}{tail}")
-    return True
-
-
 def write_report(cfg, cells, out: Path, command: str) -> Path:
     any_rec = next(iter(cells.values()))[0] if cells else None
     seq_len = cfg.base["seq_len"]
@@ -290,7 +280,7 @@ def main(argv=None) -> int:
     cells = load_cells(cfg)
     print(f"report: {write_report(cfg, cells, out, command)}")
     if not args.quick and args.report_dir is None:
-        if update_readme(ROOT / "README.md", readme_block(cfg, cells)):
+        if update_readme(ROOT / "README.md", README_BEGIN, README_END, readme_block(cfg, cells)):
             print("README.md: laziness map updated")
     return 0
 

@@ -36,6 +36,18 @@ def prepare(script: str, doc: str, config: str, report: str, argv=None):
     return cfg, args, out, command
 
 
+def update_readme(readme: Path, begin: str, end: str, block: str) -> bool:
+    """Replace what stands between the markers ``begin`` and ``end`` in ``readme`` with
+    ``block``; False (nothing written) when the file or a marker is missing."""
+    text = readme.read_text() if readme.is_file() else ""
+    if begin not in text or end not in text:
+        return False
+    head, rest = text.split(begin, 1)
+    _, tail = rest.split(end, 1)
+    readme.write_text(f"{head}{begin}\n{block}\n{end}{tail}")
+    return True
+
+
 def run(main) -> None:
     """Exit with ``main()``'s code; a SwaxError is one line and exit 2."""
     try:
