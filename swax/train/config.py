@@ -99,7 +99,7 @@ class LogConfig:
     laziness_every: int = bounded(0, "[0, inf)")
     """The laziness monitor (swax.train.monitor): every N steps and at the end, recall of
     data.synthetic's episodes by distance bucket (inside the long window, beyond it, beyond
-    the training length) and with the recurrent state reset, logged as lazy/... metrics and
+    the training length) and with the recurrent state reset, logged as the lazy/* metrics and
     drawn by swax plot-run; 0 = off."""
     laziness_samples: int = bounded(32, "[1, inf)")
     """Episodes per distance bucket of the laziness monitor."""
