@@ -122,7 +122,7 @@ def draw_distance(
 
 
 def _draw_law(rng, cfg, lo: int, hi: int) -> int:
-    if getattr(cfg, "distance_law", "uniform") == "uniform" or hi <= lo:
+    if cfg.distance_law == "uniform" or hi <= lo:
         return int(rng.integers(lo, hi + 1))
     x = np.arange(1, hi - lo + 2, dtype=np.float64)
     p = x ** (-cfg.distance_power)
