@@ -164,7 +164,8 @@ def write_report(cfg, runs, out: Path, command: str) -> Path:
         f"{cfg.base['data']['synthetic']['far_share']:.1%} beyond W_long; "
         f"{cfg.base['steps']} steps × {cfg.base['batch_size']} sequences;",
         "- every number is recall (%) by distance bucket at the run's own window (the long one "
-        "after a stochastic schedule), 64 episodes per bucket.",
+        "after a stochastic schedule), 64 episodes per bucket; the text loss is on "
+        f"{cfg.eval.text_samples} held-out sequences of length T, also at the run's own window.",
         "",
         "## Verdicts",
         "",
