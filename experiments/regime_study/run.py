@@ -382,38 +382,6 @@ def write_report(cfg, cfg_path, results, agg, seq_len, mcfg, mresults, out, wall
     return report
 
 
-README_BEGIN = "<!-- regime-study:begin (written by experiments/regime_study/run.py) -->"
-README_END = "<!-- regime-study:end -->"
-
-
-def readme_block(cfg, agg: dict, seq_len: int) -> str:
-    main = [n for n in agg if n in cfg.runs]
-    lengths = sorted({n for name in main for n in agg[name]["episodes_long"]})
-    show = [n for n in lengths if n in (lengths[0], lengths[len(lengths) // 2], lengths[-1])]
-    head = ["run", "pattern", "window"] + [f"recall at {n // seq_len}× ({n})" for n in show]
-    head += ["text loss"]
-    rows = [
-        r + [fmt(agg[n]["text_val_loss"], 3) if "text_val_loss" in agg[n] else "–"]
-        for r, n in zip(ws.recall_rows(agg, main, show, unit="%"), main)
-    ]
-    lines = _table(head, rows) + [""]
-    for claim, verdict, _ in ws.all_claims(cfg, agg, seq_len, "text_val_loss"):
-        lines.append(f"- {claim} **{verdict}**")
-    return "\n".join(lines)
-
-
-def update_readme(readme: Path, block: str) -> bool:
-    if not readme.is_file():
-        return False
-    text = readme.read_text()
-    if README_BEGIN not in text or README_END not in text:
-        return False
-    head, rest = text.split(README_BEGIN, 1)
-    _, tail = rest.split(README_END, 1)
-    readme.write_text(f"{head}{README_BEGIN}\n{block}\n{README_END}{tail}")
-    return True
-
-
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--scale", choices=sorted(SCALES), default="cpu")
@@ -448,9 +416,6 @@ def main(argv=None) -> int:
         time.perf_counter() - t0, args.quick, command, REPORT_NAMES[args.scale],
     )  # fmt: skip
     print(f"report: {report}")
-    if not args.quick and args.report_dir is None and args.scale == "cpu":
-        if update_readme(ROOT / "README.md", readme_block(cfg, agg, seq_len)):
-            print("README.md: regime-study summary updated")
     for name, evs in results.items():
         assert all((run_dir(cfg, name, e["seed"]) / "eval.json").is_file() for e in evs)
     return 0
