@@ -258,7 +258,8 @@ def _rec(beyond, inside=100.0, beyond_t=None, text=1.6, seed=0):
     lazy = inside >= LAZY_INSIDE and beyond <= 6.25 + LAZY_MARGIN
     kind = "lazy" if lazy else "memory" if beyond >= 50 else "partial"
     return {"seed": seed, "inside": inside, "beyond": beyond, "kind": kind, "text": text,
-            "beyond_T": beyond if beyond_t is None else beyond_t}  # fmt: skip
+            "beyond_T": beyond if beyond_t is None else beyond_t, "cut_inner": inside,
+            "reset_beyond": 6.0, "minutes": 15.0}  # fmt: skip
 
 
 ROLES = {"short": "s", "long": "l", "stochastic": "st"}
@@ -312,3 +313,15 @@ def test_quick_claims_study_runs_and_reports(tmp_path):
     text = (tmp_path / "r" / "CLAIMS.md").read_text()
     assert "5 of 5 planned" in text and "## Controls" in text
     assert text.count("| sx-") == 5  # one row per run
+
+
+def test_claims_with_fewer_seeds_than_planned_are_provisional(tmp_path):
+    cl = _claims_module()
+    cfg = load_sweep(HERE / "claims.yaml")
+    one = {"sx-short": [_rec(90)], "sx-long": [_rec(5)], "sx-stoch": [_rec(85)]}
+    text = cl.write_report(cfg, one, tmp_path, "cmd").read_text()
+    assert "— **held (provisional: 1 of 4 seeds)**" in text  # claim 2: the one seed is lazy
+    assert (
+        "(SD). With a long window the model relies on attention (it is lazy).** — **not yet run**"
+        in text
+    )

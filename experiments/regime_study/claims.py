@@ -171,7 +171,10 @@ def write_report(cfg, runs, out: Path, command: str) -> Path:
         "",
     ]
     for family, roles in families.items():
+        have = min(len(runs.get(n, [])) for n in roles.values())
         for claim, verdict, evidence in judge(family, roles, runs):
+            if verdict != "not yet run" and have < len(cfg.seeds):
+                verdict += f" (provisional: {have} of {len(cfg.seeds)} seeds)"
             lines += [f"**{claim}** — **{verdict}**. {evidence}", ""]
     lines += ["## Controls", ""]
     for family in families:
