@@ -101,8 +101,10 @@ class GatedDeltaNetLayer(nn.Module):
             u, new_conv = doc_conv1d(u, self.conv_weight, doc_ids)
         u = F.silu(u)
         q, k, v = u.transpose(1, 2).split([self.qk_dim, self.qk_dim, self.v_dim], dim=-1)
-        q = F.normalize(q.float().view(B, T, H, -1), dim=-1, eps=1e-6).to(x.dtype)
-        k = F.normalize(k.float().view(B, T, H, -1), dim=-1, eps=1e-6).to(x.dtype)
+        # normalised in float32, returned in the projections' dtype: bfloat16 under autocast,
+        # which is what fla's kernel takes (the residual stream x stays float32 there)
+        q = F.normalize(q.float().view(B, T, H, -1), dim=-1, eps=1e-6).to(u.dtype)
+        k = F.normalize(k.float().view(B, T, H, -1), dim=-1, eps=1e-6).to(u.dtype)
         v = v.reshape(B, T, H, -1)
         beta = torch.sigmoid(self.b_proj(x).float())  # (B, T, H)
         g = -self.A_log.float().exp() * F.softplus(self.a_proj(x).float() + self.dt_bias.float())
