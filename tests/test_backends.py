@@ -147,6 +147,154 @@ def test_gpu_backends_fall_back_on_cpu_and_say_so(caplog):
     )
 
 
+def test_record_backends_sees_every_call_and_each_fallback(monkeypatch):
+    """What a gpu test relies on to know that the kernel it names ran: each call's backend,
+    and a named backend that cannot run shows up as the one that ran instead."""
+    from swax.ops.registry import record_backends
+
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    q, k, v, i, f = inputs(20)
+    with record_backends() as calls:
+        mlstm(q, k, v, i, f, backend="autograd")
+        mlstm(q, k, v, i, f, backend="triton")  # no CUDA, no interpreter: falls back
+        sliding_window_attention(q, k, v, 4, backend="reference")
+    assert calls == [("mlstm", "autograd"), ("mlstm", "native"), ("swa", "reference")]
+    with record_backends() as outer, record_backends() as inner:
+        mlstm(q, k, v, i, f, backend="native")
+    assert outer == inner == [("mlstm", "native")]
+
+
+def _toy_op(name_ok: str, fail_first: list, monkeypatch):
+    """A throw-away op with a guarded kernel "k" (raising while ``fail_first`` is non-empty)
+    and a plain backend "plain", in a copy of the registry that the test ends with."""
+    from swax.ops import registry
+    from swax.ops.registry import register_backend
+
+    monkeypatch.setattr(registry, "_REGISTRY", dict(registry._REGISTRY))
+    monkeypatch.setattr(registry, "_FAILED", {})
+
+    def kernel(x, *rest):
+        if fail_first:
+            fail_first.pop()
+            raise RuntimeError("Block pointers have been removed\nsecond line")
+        return x + 1
+
+    op = f"toy_{name_ok}"
+    register_backend(op, "k", kernel, priority=20, guard_first_call=True)
+    register_backend(op, "plain", lambda x, *rest: x + 2, priority=10)
+    return op
+
+
+def test_a_kernel_failing_at_its_first_call_falls_back_once_and_says_why(caplog, monkeypatch):
+    from swax.ops.registry import backend_report, select_backend
+
+    op = _toy_op("fails", [1], monkeypatch)
+    x = torch.zeros(3)
+    with caplog.at_level("WARNING", logger="swax"):
+        first = select_backend(op, None, x).fn(x)
+        second = select_backend(op, None, x)
+    assert first.tolist() == [2.0] * 3  # the plain backend's answer, not an exception
+    assert second.name == "plain"
+    assert caplog.text.count("its first call failed") == 1
+    assert "RuntimeError: second line" in caplog.text
+    row = next(r for r in backend_report() if r["op"] == op and r["name"] == "k")
+    assert row["reason"] and "first call failed" in row["reason"]
+
+
+def test_a_kernel_that_ran_once_is_not_masked_later(monkeypatch):
+    from swax.ops.registry import select_backend
+
+    op = _toy_op("later", [], monkeypatch)
+    x = torch.zeros(3)
+    b = select_backend(op, None, x)
+    assert b.name == "k" and b.fn(x).tolist() == [1.0] * 3
+    # the guard is off after one success: a later error propagates
+    with pytest.raises(TypeError):
+        b.fn("not a tensor")
+
+
+def test_triton_backends_need_cuda_or_the_interpreter(monkeypatch):
+    from swax.ops.triton_env import device_problem, interpreting
+
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    assert not interpreting()
+    assert "TRITON_INTERPRET=1" in device_problem("cpu")
+    assert device_problem("cuda") is None and "mps" in device_problem("mps")
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    assert interpreting() and device_problem("cpu") is None
+
+
+@pytest.mark.parametrize(
+    "doc,expect",
+    [
+        ("Block pointers have been removed. Use a tensor descriptor instead.", "removed"),
+        ("Returns a pointer to a block in a parent tensor.", None),
+        (None, "removed"),  # no make_block_ptr at all
+    ],
+)
+def test_triton_without_block_pointers_is_named_unusable(monkeypatch, doc, expect):
+    """Triton 3.9 keeps tl.make_block_ptr as a stub that raises; mlstm_kernels 2.0.x calls it.
+    A stand-in triton module of each kind: the reason names the installed version."""
+    import types
+
+    from swax.ops import triton_env
+
+    lang = types.ModuleType("triton.language")
+    if doc is not None:
+
+        def make_block_ptr(*a, **k):
+            pass
+
+        make_block_ptr.__doc__ = doc
+        lang.make_block_ptr = make_block_ptr
+    fake = types.ModuleType("triton")
+    fake.__version__ = "9.9.9"
+    fake.language = lang
+    monkeypatch.setitem(sys.modules, "triton", fake)
+    monkeypatch.setitem(sys.modules, "triton.language", lang)
+    triton_env.triton_problem.cache_clear()
+    try:
+        reason = triton_env.triton_problem()
+    finally:
+        triton_env.triton_problem.cache_clear()
+    if expect is None:
+        assert reason is None
+    else:
+        assert "9.9.9" in reason and "make_block_ptr" in reason
+
+
+def test_backend_report_lists_packages_and_reasons(monkeypatch):
+    from swax.ops.registry import backend_report
+
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    rows = {(r["op"], r["name"]): r for r in backend_report("cpu")}
+    assert set(rows) >= {("mlstm", "triton"), ("gated_delta", "fla"), ("swa", "flash")}
+    assert rows[("mlstm", "native")]["reason"] is None
+    assert "CUDA" in rows[("mlstm", "triton")]["reason"]
+    assert set(rows[("mlstm", "triton")]["packages"]) == {"mlstm_kernels", "triton"}
+    assert rows[("swa", "flex")]["packages"]["torch"] == torch.__version__
+
+
+def test_gated_deltanet_hands_the_kernel_its_autocast_dtype(monkeypatch):
+    """Under bfloat16 autocast the residual stream stays float32; q and k must still reach the
+    op in bfloat16 (fla's kernel takes only 16-bit inputs), like v from its projection."""
+    import swax.layers.gated_deltanet as gdn
+
+    seen = []
+
+    def spy(q, k, v, *a, **kw):
+        seen.append((q.dtype, k.dtype, v.dtype))
+        return gated_delta_rule(q, k, v, *a, **kw)
+
+    monkeypatch.setattr(gdn, "gated_delta_rule", spy)
+    layer = gdn.GatedDeltaNetLayer(32, 2)
+    x = torch.randn(1, 20, 32)
+    layer(x)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        layer(x)
+    assert seen == [(torch.float32,) * 3, (torch.bfloat16,) * 3]
+
+
 def test_unknown_backend_is_an_error_naming_the_choices():
     q, k, v, i, f = inputs(5)
     for mode in ("chunk", "parallel"):

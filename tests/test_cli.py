@@ -78,6 +78,12 @@ def test_info():
     r = run("info", "--preset", "tiny", "--seq-len", "1024")
     assert r.returncode == 0, r.stderr
     assert "SXSX" in r.stdout and "parameters" in r.stdout
+    # every backend, usable or why not, with its packages' versions
+    lines = {tuple(ln.split()[:2]): ln for ln in r.stdout.splitlines() if ln.startswith("  ")}
+    assert lines[("mlstm", "native")].split()[2] == "usable"
+    triton = lines[("mlstm", "triton")]
+    assert ("usable" in triton.split()[2]) and "mlstm_kernels" in triton and "triton" in triton
+    assert "flash-attn" in lines[("swa", "flash")]
 
 
 def run_inprocess(capsys, *args):

@@ -72,6 +72,7 @@ import torch.nn.functional as F
 from ._checks import check_choice, check_floating, check_ndim, check_positive_int, check_shape
 from .docs import by_document, check_doc_ids
 from .registry import list_backends, register_backend, select_backend
+from .triton_env import device_problem, unusable_install
 
 __all__ = ["gated_delta_rule", "gated_delta_step"]
 
@@ -342,18 +343,23 @@ def _fla_chunk():
     try:
         from fla.ops.gated_delta_rule import chunk_gated_delta_rule
     except Exception as e:  # noqa: BLE001 - missing package, triton, or a broken install
-        return None, f"flash-linear-attention is not available ({type(e).__name__}: {e})"
+        missing = isinstance(e, ModuleNotFoundError) and e.name in ("fla", "triton")
+        why = f"flash-linear-attention is not available ({type(e).__name__}: {e})"
+        return None, unusable_install("gated_delta 'fla'", why, missing)
     return chunk_gated_delta_rule, None
 
 
+def _fla_environment(device: str | None) -> str | None:
+    return device_problem(device) or _fla_chunk()[1]
+
+
 def _fla_usable(q, k, v, g, beta, initial_state=None):
-    if q.device.type != "cuda":
-        return "needs CUDA"
+    """None when fla's kernel takes these inputs (its environment checked before)."""
     if q.dtype not in (torch.bfloat16, torch.float16):
         return f"fla's chunk kernel needs bfloat16/float16 inputs, got {q.dtype}"
     if q.shape[-1] > 256 or v.shape[-1] > 256:
         return f"fla's chunk kernel needs head dims <= 256, got Dk={q.shape[-1]}, Dv={v.shape[-1]}"
-    return _fla_chunk()[1]
+    return None
 
 
 def _fla(q, k, v, g, beta, initial_state, output_final_state, chunk_size, scale):
@@ -381,6 +387,9 @@ register_backend(
     _fla_usable,
     priority=20,
     doc="fla's chunk_gated_delta_rule (Triton); CUDA, bfloat16/float16",
+    environment=_fla_environment,
+    packages=("flash-linear-attention", "triton"),
+    guard_first_call=True,
 )
 register_backend(
     "gated_delta",

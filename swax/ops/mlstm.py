@@ -79,7 +79,7 @@ import torch.nn.functional as F
 from ._checks import check_choice, check_floating, check_ndim, check_positive_int, check_shape
 from ._mlstm_chunkwise import mlstm_chunkwise
 from .docs import by_document, check_doc_ids
-from .mlstm_triton import triton_backend, triton_usable
+from .mlstm_triton import triton_backend, triton_environment, triton_usable
 from .registry import list_backends, register_backend, select_backend
 
 MODES = ("parallel", "chunk", "recurrent")
@@ -400,6 +400,9 @@ register_backend(
     triton_usable,
     priority=20,
     doc="mlstm_kernels chunkwise--triton_xl_chunk (+ native on the tail); CUDA",
+    environment=triton_environment,
+    packages=("mlstm_kernels", "triton"),
+    guard_first_call=True,
 )
 register_backend(
     "mlstm",

@@ -14,6 +14,8 @@ from functools import lru_cache
 import torch
 import torch.nn.functional as F
 
+from .triton_env import device_problem, triton_problem, unusable_install
+
 
 def _triton_prefix(T: int) -> int:
     """Longest prefix mlstm_kernels' xl_chunk kernel accepts: a multiple of 128 steps, else
@@ -44,18 +46,25 @@ def _triton_kernel():
     try:
         from mlstm_kernels.torch import get_mlstm_kernel
 
-        return get_mlstm_kernel("chunkwise--triton_xl_chunk"), None
+        kernel = get_mlstm_kernel("chunkwise--triton_xl_chunk")
     except Exception as e:  # noqa: BLE001 - not installed, no triton, or a broken install
-        return None, f"mlstm_kernels' triton_xl_chunk is not available ({type(e).__name__}: {e})"
+        missing = isinstance(e, ModuleNotFoundError) and e.name in ("mlstm_kernels", "triton")
+        why = f"mlstm_kernels' triton_xl_chunk is not available ({type(e).__name__}: {e})"
+        return None, unusable_install("mlstm 'triton'", why, missing)
+    problem = triton_problem()
+    if problem is not None:
+        return None, unusable_install("mlstm 'triton'", problem)
+    return kernel, None
+
+
+def triton_environment(device: str | None) -> str | None:
+    """None when the installed packages and the device type let the backend run at all."""
+    return device_problem(device) or _triton_kernel()[1]
 
 
 def triton_usable(q, k, v, i, f, initial_state=None, output_final_state=False):
-    """None when the backend can run on these inputs, else why it cannot."""
-    if q.device.type != "cuda":
-        return "needs CUDA"
-    reason = _triton_kernel()[1]
-    if reason is not None:
-        return reason
+    """None when the backend can run on these inputs (its environment checked before, by the
+    registry), else why it cannot."""
     Dqk, Dv = q.shape[-1], v.shape[-1]
     if Dqk % 16 or Dv % 16:
         return f"needs head dims that are multiples of 16, got Dqk={Dqk}, Dv={Dv}"

@@ -15,6 +15,7 @@ import logging
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from importlib import metadata
 
 log = logging.getLogger("swax")
 
@@ -28,6 +29,9 @@ class Backend:
     ``priority``: higher is preferred by ``"auto"``. ``prefer(*args, **kwargs)``: None where
     ``"auto"`` should take this backend when it is usable (the default: everywhere), else a short
     reason (e.g. "short windows: blockwise_fwd is faster"); a backend named explicitly ignores it.
+    ``environment(device)``: None when the installed packages and the device type let the backend
+    run at all (whatever the inputs), else why not; ``packages``: the distributions it uses, whose
+    versions :func:`backend_report` lists (``swax info``).
     """
 
     op: str
@@ -37,11 +41,41 @@ class Backend:
     priority: int
     doc: str = ""
     prefer: Callable[..., str | None] | None = None
+    environment: Callable[[str], str | None] | None = None
+    packages: tuple[str, ...] = ()
 
 
 _REGISTRY: dict[str, dict[str, Backend]] = {}
 _WARNED: set[tuple[str, str, str]] = set()
 _FORCED: dict[str, str] = {}
+_RECORDERS: list[list[tuple[str, str]]] = []
+
+
+@contextmanager
+def record_backends() -> Iterator[list[tuple[str, str]]]:
+    """Within the block, every backend an op runs is appended to the yielded list as
+    ``(op, name)``, a fallback included: a test that means a kernel can check that it ran,
+    and that nothing else did."""
+    calls: list[tuple[str, str]] = []
+    _RECORDERS.append(calls)
+    try:
+        yield calls
+    finally:
+        _RECORDERS.remove(calls)
+
+
+def _chosen(backend: Backend) -> Backend:
+    for calls in _RECORDERS:
+        calls.append((backend.op, backend.name))
+    return backend
+
+
+def warn_once(op: str, name: str, reason: str, chosen: str) -> None:
+    """The one log line of a fallback from backend ``name`` (per reason)."""
+    key = (op, name, reason)
+    if key not in _WARNED:
+        _WARNED.add(key)
+        log.warning("swax: %s backend %r unavailable (%s); using %r", op, name, reason, chosen)
 
 
 @contextmanager
@@ -68,11 +102,95 @@ def register_backend(
     priority: int = 0,
     doc: str = "",
     prefer: Callable[..., str | None] | None = None,
+    environment: Callable[[str], str | None] | None = None,
+    packages: tuple[str, ...] = (),
+    guard_first_call: bool = False,
 ) -> None:
-    """Register ``fn`` as backend ``name`` of ``op`` (replacing one of the same name)."""
+    """Register ``fn`` as backend ``name`` of ``op`` (replacing one of the same name).
+
+    ``environment`` is also checked first by ``usable`` (on the inputs' device).
+    ``guard_first_call``: a kernel compiled at its first call (Triton) may fail there for a
+    reason no check foresaw (an installed version that lacks something it calls); until one
+    call has succeeded, an exception (not out-of-memory) marks the backend unusable with that
+    reason, logs one line, and the call runs on the automatic choice instead (selected on the
+    call's first five arguments, the tensors every op's ``usable`` takes first)."""
+    usable = usable or (lambda *a, **k: None)
+    if environment is not None:
+        usable = _with_environment(environment, usable)
+    if guard_first_call:
+        fn, usable = _guarded(op, name, fn, usable)
     _REGISTRY.setdefault(op, {})[name] = Backend(
-        op, name, fn, usable or (lambda *a, **k: None), priority, doc, prefer
+        op, name, fn, usable, priority, doc, prefer, environment, tuple(packages)
     )
+
+
+def _with_environment(environment, usable):
+    def check(*args, **kwargs):
+        x = args[0] if args else None
+        device = getattr(getattr(x, "device", None), "type", None)
+        reason = environment(device) if device is not None else None
+        return reason if reason is not None else usable(*args, **kwargs)
+
+    return check
+
+
+_FAILED: dict[tuple[str, str], str] = {}
+
+
+def _guarded(op: str, name: str, fn: Callable, usable: Callable):
+    proven = []
+
+    def call(*args):
+        if proven:
+            return fn(*args)
+        try:
+            out = fn(*args)
+        except Exception as e:  # noqa: BLE001 - whatever a kernel's first compile raises
+            if type(e).__name__ == "OutOfMemoryError":
+                raise
+            first = (str(e).strip().splitlines() or [""])[-1][:200]
+            _FAILED[(op, name)] = f"its first call failed ({type(e).__name__}: {first})"
+            chosen = select_backend(op, "auto", *args[:5])
+            warn_once(op, name, _FAILED[(op, name)], chosen.name)
+            return chosen.fn(*args)
+        proven.append(True)
+        return out
+
+    def check(*args, **kwargs):
+        return _FAILED.get((op, name)) or usable(*args, **kwargs)
+
+    return call, check
+
+
+def package_version(dist: str) -> str | None:
+    """The installed version of distribution ``dist``, None if it is not installed."""
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def backend_report(device: str = "cpu") -> list[dict]:
+    """One row per registered backend, most preferred first within each op: ``op``, ``name``,
+    ``doc``, ``packages`` (distribution -> installed version or None) and ``reason`` (None
+    when the installed packages and ``device``'s type let it run, else why not; a backend may
+    still turn some inputs away, e.g. head dims its kernel does not take)."""
+    rows = []
+    for op in sorted(_REGISTRY):
+        for name in list_backends(op):
+            b = _REGISTRY[op][name]
+            reason = b.environment(device) if b.environment is not None else None
+            reason = reason or _FAILED.get((op, name))
+            rows.append(
+                {
+                    "op": op,
+                    "name": name,
+                    "doc": b.doc,
+                    "packages": {p: package_version(p) for p in b.packages},
+                    "reason": reason,
+                }
+            )
+    return rows
 
 
 def list_backends(op: str) -> list[str]:
@@ -97,7 +215,7 @@ def select_backend(op: str, name: str | None, *args, **kwargs) -> Backend:
     if not table:
         raise ValueError(f"unknown op {op!r}; known ops: {sorted(_REGISTRY)}")
     if op in _FORCED:
-        return table[_FORCED[op]]
+        return _chosen(table[_FORCED[op]])
     if name not in (None, "auto"):
         if name not in table:
             raise ValueError(
@@ -105,19 +223,14 @@ def select_backend(op: str, name: str | None, *args, **kwargs) -> Backend:
             )
         reason = table[name].usable(*args, **kwargs)
         if reason is None:
-            return table[name]
+            return _chosen(table[name])
         chosen = select_backend(op, "auto", *args, **kwargs)
-        key = (op, name, reason)
-        if key not in _WARNED:
-            _WARNED.add(key)
-            log.warning(
-                "swax: %s backend %r unavailable (%s); using %r", op, name, reason, chosen.name
-            )
+        warn_once(op, name, reason, chosen.name)
         return chosen
     for backend in sorted(table.values(), key=lambda b: -b.priority):
         # ``prefer`` first: it is the cheap test that turns most calls away (a decode step asks
         # for every token and layer), ``usable`` may inspect compile caches
         preferred = backend.prefer is None or backend.prefer(*args, **kwargs) is None
         if preferred and backend.usable(*args, **kwargs) is None:
-            return backend
+            return _chosen(backend)
     raise RuntimeError(f"no usable {op} backend among {list_backends(op)}")
