@@ -520,3 +520,38 @@ def test_blockwise_fwd_layout_rule():
     assert _flat_fits(4, 113, 128, 16) and not _flat_fits(4, 112, 128, 16)  # 8 slots vs 8 / 7
     assert not _flat_fits(4, 1024, 511, 63)  # lead 567 for W - 1 = 510: 57 rows more
     assert _flat_fits(4, 1024, 97, 16) and not _flat_fits(4, 1024, 100, 16)  # 96 → 96, 99 → 112
+
+
+@pytest.mark.filterwarnings("ignore:flex_attention called without torch.compile")
+@pytest.mark.parametrize(
+    "tq,tk,window,hq,hkv",
+    [
+        (100, 100, 16, 4, 4),  # padded to one block of 128
+        (200, 200, 40, 4, 2),  # two blocks, grouped-query heads
+        (160, 160, 150, 2, 1),  # the band crosses a block boundary, one key/value head
+        (25, 90, 20, 4, 2),  # chunked prefill: queries at the end of a cache, keys dropped
+        (130, 200, 129, 2, 1),  # keys padded beyond the queries' blocks
+    ],
+)
+def test_flex_cuda_branch_matches_naive_with_gradients(tq, tk, window, hq, hkv, monkeypatch):
+    """flex's CUDA branch (dropping the keys no query sees, padding to blocks, the block mask,
+    GQA, the output's slice: swax.ops.attention._flex_banded) around eager flex_attention on
+    the CPU, forward and backward, against the float64 loop (on CUDA it wraps the compiled
+    call, which the gpu tier checks). torch refuses gradients through flex on the CPU by a
+    device check only; its eager path (the math of flex's reference implementation) runs them."""
+    flex = pytest.importorskip("torch.nn.attention.flex_attention")
+    from swax.ops.attention import _flex_banded
+
+    if not hasattr(flex, "_validate_device"):
+        pytest.skip("this torch has no flex device check to lift")
+    monkeypatch.setattr(flex, "_validate_device", lambda *a: None)
+
+    q, k, v = _inputs(2, hq, hkv, tq, tk, 16, 12, torch.float32, seed=tq + tk + window)
+    do = torch.randn(2, hq, tq, 12, generator=torch.Generator().manual_seed(2))
+    scale = 16**-0.5
+    (o,), g = grads(
+        lambda *x: [_flex_banded(*x, window, scale, flex.flex_attention)], [q, k, v], [do.double()]
+    )
+    (floors, refs), (gfloors, g_ref) = _floors(q, k, v, window, do)
+    assert_within_noise([o], floors, refs, ["o (flex, CUDA branch)"])
+    assert_within_noise(g, gfloors, g_ref, ["dq", "dk", "dv"])

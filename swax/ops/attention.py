@@ -484,17 +484,24 @@ def _blockwise_fwd(q, k, v, window, scale):
 # flash (CUDA) and flex (CUDA; CPU without grad)
 
 
-def _flash_usable(q, k, v, window, doc_ids=None):
-    if doc_ids is not None:
-        return "document masking (doc_ids) is not implemented for it"
-    if q.device.type != "cuda":
+def _flash_environment(device: str | None) -> str | None:
+    if device != "cuda":
         return "needs CUDA"
-    if q.dtype not in (torch.float16, torch.bfloat16):
-        return f"needs float16/bfloat16 inputs, got {q.dtype}"
     try:
         import flash_attn  # noqa: F401
     except ImportError:
         return "flash_attn is not installed"
+    except Exception as e:  # noqa: BLE001 - a build that does not match the installed torch
+        return f"flash_attn does not import ({type(e).__name__}: {e})"
+    return None
+
+
+def _flash_usable(q, k, v, window, doc_ids=None):
+    """None when flash-attn takes these inputs (its environment checked before)."""
+    if doc_ids is not None:
+        return "document masking (doc_ids) is not implemented for it"
+    if q.dtype not in (torch.float16, torch.bfloat16):
+        return f"needs float16/bfloat16 inputs, got {q.dtype}"
     return None
 
 
@@ -736,20 +743,33 @@ def _flex(q, k, v, window, scale, doc_ids=None):
         return _causal_sdpa(q, k, v, scale)
     if Tq == 1:
         return _causal_sdpa(q, k[:, :, -window:], v[:, :, -window:], scale)
+    if cpu:  # one memory layout (a layer's transposed views, a cache's contiguous keys, padded
+        # queries), or dynamo compiles again for each layout on top of the two for the lengths
+        qp, kp, vp, mask = _flex_padded(q, k, v, window)
+        qp, kp, vp = (x.contiguous() for x in (qp, kp, vp))
+        return _flex_cpu_call(q, k, v, window, scale, (qp, kp, vp, mask))
+    return _flex_banded(q, k, v, window, scale, _compiled_flex())
+
+
+def _flex_padded(q, k, v, window):
+    """(queries, keys, values, block mask) for flex: the keys no query sees dropped, queries
+    and keys padded at the end to whole blocks (see :func:`_flex_shapes`)."""
+    Tq, Tk = q.shape[2], k.shape[2]
     window = min(window, Tk)
     keep, tq_p, tk_p = _flex_shapes(Tq, Tk, window)
     kk, vv = k[:, :, Tk - keep :], v[:, :, Tk - keep :]
     mask = _flex_block_mask(Tq, keep, window, str(q.device))
     qp = F.pad(q, (0, 0, 0, tq_p - Tq)) if tq_p > Tq else q
     kp, vp = (F.pad(x, (0, 0, 0, tk_p - keep)) if tk_p > keep else x for x in (kk, vv))
-    if cpu:  # one memory layout (a layer's transposed views, a cache's contiguous keys, padded
-        # queries), or dynamo compiles again for each layout on top of the two for the lengths
-        qp, kp, vp = (x.contiguous() for x in (qp, kp, vp))
-        return _flex_cpu_call(q, k, v, window, scale, (qp, kp, vp, mask))
-    out = _compiled_flex()(
-        qp, kp, vp, block_mask=mask, scale=scale, enable_gqa=q.shape[1] != k.shape[1]
-    )
-    return out[:, :, :Tq]
+    return qp, kp, vp, mask
+
+
+def _flex_banded(q, k, v, window, scale, call):
+    """flex's CUDA branch around ``call`` (compiled flex_attention there; the tests pass the
+    eager one on the CPU, with gradients): padding, block mask, GQA, the output's slice."""
+    qp, kp, vp, mask = _flex_padded(q, k, v, window)
+    out = call(qp, kp, vp, block_mask=mask, scale=scale, enable_gqa=q.shape[1] != k.shape[1])
+    return out[:, :, : q.shape[2]]
 
 
 def _flex_cpu_call(q, k, v, window, scale, padded):
@@ -784,6 +804,8 @@ register_backend(
     _flash_usable,
     priority=30,
     doc="flash_attn_func with window_size=(W-1, 0); CUDA, fp16/bf16",
+    environment=_flash_environment,
+    packages=("flash-attn",),
 )
 register_backend(
     "swa",
@@ -793,6 +815,7 @@ register_backend(
     priority=20,
     doc="compiled flex attention with a sliding-window block mask; CUDA, CPU without grad",
     prefer=_flex_prefer,
+    packages=("torch",),
 )
 register_backend(
     "swa",
