@@ -7,7 +7,7 @@ TORCH_SPEC ?= torch==2.13.0
 STAMP  := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: install demo demo-recall test test-isa test-slow lint format bench gpu-check clean
+.PHONY: install demo demo-recall test test-isa test-gpu-interp test-slow lint format bench gpu-check clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -38,6 +38,24 @@ test-isa: $(STAMP)
 			$(PYTEST_ARGS) || exit 1; \
 	done
 
+# The gpu tier on the CPU: Triton's interpreter runs mlstm_kernels' and fla's kernels for real
+# (slowly) against the float64 references. A venv of its own, so that Triton and fla never
+# reach the other tiers; the interpreter is on for this stage alone (elsewhere it would make the
+# normal tests pick the interpreted kernels). TRITON_SPEC: what torch 2.13's CUDA wheels pin.
+INTERP_VENV  ?= .venv-interp
+INTERP_STAMP := $(INTERP_VENV)/.installed
+TRITON_SPEC  ?= triton==3.7.1
+GPU_TESTS    := tests/test_gpu.py tests/test_doc_mask.py
+$(INTERP_STAMP): pyproject.toml
+	$(PYTHON) -m venv $(INTERP_VENV)
+	$(INTERP_VENV)/bin/pip install -q --disable-pip-version-check "$(TORCH_SPEC)" "$(TRITON_SPEC)"
+	$(INTERP_VENV)/bin/pip install -q --disable-pip-version-check -e '.[interp]'
+	touch $(INTERP_STAMP)
+
+test-gpu-interp: $(INTERP_STAMP)
+	TRITON_INTERPRET=1 $(INTERP_VENV)/bin/python -m pytest -q -n 2 -m gpu $(GPU_TESTS) \
+		$(PYTEST_ARGS)
+
 test-slow: $(STAMP)
 	$(BIN)/python -m pytest -q -m "slow" $(PYTEST_ARGS)
 
@@ -65,4 +83,4 @@ gpu-check:
 	$(PYTHON) benchmarks/gpu_check.py
 
 clean:
-	rm -rf $(VENV) .pytest_cache build *.egg-info
+	rm -rf $(VENV) $(INTERP_VENV) .pytest_cache build *.egg-info

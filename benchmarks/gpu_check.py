@@ -66,7 +66,7 @@ def _stage_cmd(name: str, limit: float, args) -> list[str]:
         if args.cpu_smoke:  # the CPU side of the flex path instead
             sel = ["not gpu", "tests/test_attention_op.py", "-k", "flex_path"]
         else:
-            sel = ["gpu", "tests/test_gpu.py"]
+            sel = ["gpu", "tests/test_gpu.py", "tests/test_doc_mask.py"]
         return [py, "-m", "pytest", "-v", "-m", *sel, "-p", "no:randomly"]
     if name == "mlstm_grad":
         return [py, "benchmarks/mlstm_triton_grad.py", "--out", str(args.tmp / "mlstm_grad.json")]

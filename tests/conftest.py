@@ -20,12 +20,25 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
     torch.set_num_threads(1)
 
 
+from swax.ops.triton_env import interpreting  # noqa: E402
+
+if interpreting():  # the gpu tier on the CPU: bridges for gaps of Triton's interpreter
+    pytest_plugins = ["triton_interp"]
+
+
 def pytest_collection_modifyitems(config, items):
+    """gpu tests run on CUDA, and on the CPU under Triton's interpreter (`make
+    test-gpu-interp`) except those marked ``cuda_only`` (timings, CUDA's own numerics)."""
     if torch.cuda.is_available():
         return
-    skip = pytest.mark.skip(reason="needs CUDA")
+    if interpreting():
+        skip = pytest.mark.skip(reason="needs CUDA (not a kernel check: it runs on CUDA only)")
+        marker = "cuda_only"
+    else:
+        skip = pytest.mark.skip(reason="needs CUDA, or Triton's interpreter: make test-gpu-interp")
+        marker = "gpu"
     for item in items:
-        if "gpu" in item.keywords:
+        if marker in item.keywords:
             item.add_marker(skip)
 
 

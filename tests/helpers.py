@@ -26,6 +26,12 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+# ------------------------------------------------------------------------------ device
+
+DEV = "cuda" if torch.cuda.is_available() else "cpu"
+"""Where the gpu tier runs: CUDA, else the CPU (under Triton's interpreter, see
+tests/triton_interp.py; without it the tier is skipped)."""
+
 # ------------------------------------------------------------------------------ precision
 
 

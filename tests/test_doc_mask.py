@@ -243,11 +243,11 @@ def test_layer_packed_equals_documents_alone(kind):
 
 def _model(pattern, **kw):
     torch.manual_seed(5)
-    cfg = SwaxConfig(
+    cfg = dict(
         vocab_size=61, d_model=32, n_layers=2 * len(pattern), n_heads=4, window=16,
-        chunk_size=16, layer_pattern=pattern, mlstm_igate_bias_init=-2.0, **kw,
+        chunk_size=16, layer_pattern=pattern, mlstm_igate_bias_init=-2.0,
     )  # fmt: skip
-    return SwaxLM(cfg)
+    return SwaxLM(SwaxConfig(**{**cfg, **kw}))
 
 
 @pytest.mark.parametrize("pattern", ["SX", "SD", "SA"])
@@ -425,19 +425,37 @@ def test_train_with_doc_mask_on_a_shard_set_resumes_exactly(tmp_path):
 
 
 @pytest.mark.gpu
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
-@pytest.mark.parametrize("pattern", ["SX", "SD", "SA"])
-def test_model_packed_equals_documents_alone_on_gpu(pattern):
-    """The GPU's own backends (Triton mLSTM, fla, flash/flex skipped for attention): the packed
-    batch on CUDA against each document alone in float64 on the CPU; tolerance from the CUDA
-    float32 result of the document alone (TF32 matmuls included)."""
-    model = _model(pattern)
+@pytest.mark.parametrize(
+    "pattern,dtype,kernel",
+    [
+        ("SX", torch.float32, ("mlstm", "triton")),
+        ("SD", torch.bfloat16, ("gated_delta", "fla")),
+        pytest.param("SA", torch.float32, None, marks=pytest.mark.cuda_only),
+    ],
+    ids=["SX-triton", "SD-fla", "SA"],
+)
+def test_model_packed_equals_documents_alone_on_gpu(pattern, dtype, kernel):
+    """The GPU's own kernels on packed documents (on CUDA, or the CPU under Triton's
+    interpreter): mLSTM head dims of 16 (the Triton kernel's least), SD under bfloat16 autocast
+    (fla takes bfloat16); flash and flex have no document masks, so attention runs blockwise.
+    The packed batch against each document alone in float64 on the CPU; tolerance from the
+    same path's result for the document alone. The kernel named is checked to have run (on the
+    documents of 16 steps or more; shorter ones take the native kernel)."""
+    from helpers import DEV
+
+    from swax.ops.registry import backend_report, record_backends
+
+    model = _model(pattern, d_model=64, n_heads=2, n_layers=len(pattern))
     model64 = copy.deepcopy(model).double()
-    cuda = copy.deepcopy(model).cuda()
+    dev = copy.deepcopy(model).to(DEV)
     ids = torch.randint(0, 61, (2, T), generator=torch.Generator().manual_seed(6))
-    with torch.no_grad():
-        logits = cuda(ids.cuda(), doc_ids=packed_ids().cuda()).cpu()
+    autocast = torch.autocast(DEV, dtype=torch.bfloat16, enabled=dtype == torch.bfloat16)
+    with torch.no_grad(), autocast, record_backends() as calls:
+        logits = dev(ids.to(DEV), doc_ids=packed_ids().to(DEV)).float().cpu()
         for b, s in docs_of():
             ref = model64(ids[b : b + 1, s])
-            tol = floor_and_tol(cuda(ids[b : b + 1, s].cuda()).cpu(), ref)
+            tol = floor_and_tol(dev(ids[b : b + 1, s].to(DEV)).float().cpu(), ref)
             assert max_err(logits[b : b + 1, s], ref) <= tol
+    env = {(r["op"], r["name"]): r["reason"] for r in backend_report(DEV)}
+    if kernel is not None and env[kernel] is None:
+        assert (kernel[0], kernel[1]) in calls, sorted(set(calls))
