@@ -102,8 +102,9 @@ class _PerLayerWindows:
         return repr(self.sched)
 
 
-def window_schedule(cfg: TrainConfig, n_layers: int, layer_types: str):
-    """The run's window schedule: step -> window (or a tuple of per-layer windows)."""
+def window_schedule(cfg: TrainConfig, n_layers: int, layer_types: str, plan_steps=None):
+    """The run's window schedule: step -> window (or a tuple of per-layer windows), laid over
+    ``plan_steps`` (default ``cfg.steps``; steps past it are in the long-window anneal)."""
     w = cfg.window
     if w.kind == "fixed":
         return FixedWindow(w.fixed or w.long)
@@ -113,7 +114,7 @@ def window_schedule(cfg: TrainConfig, n_layers: int, layer_types: str):
         w.long,
         w.p_short,
         w.anneal_frac,
-        cfg.steps,
+        plan_steps or cfg.steps,
         cfg.seed,
         per_layer=n_swa if (w.per_layer and n_swa > 1) else None,
     )
@@ -282,6 +283,11 @@ class RunState:
     amp_dtype: torch.dtype | None
     n_params: int
     start_step: int = 0
+    plan_steps: int = 0
+    """The steps the learning-rate and window schedules are laid over: the run's first
+    ``steps`` (kept in its checkpoints). A resume that asks for more steps extends the run past
+    its plan instead of re-stretching the schedules: the added steps keep the plan's last
+    learning rate and window (long), so the learning rate never rises on an extension."""
     elapsed0: float = 0.0
     """Seconds spent by earlier processes of this run (restored from the checkpoint)."""
     tokens_seen: int = 0
@@ -311,6 +317,7 @@ class RunState:
         return {
             "loader": self.loader.state_dict(),
             "elapsed": self.elapsed(),
+            "plan_steps": self.plan_steps,
             "tokens": self.tokens_seen,
             "summary": self.summary,
             "config": self.cfg.to_dict(),
@@ -489,10 +496,14 @@ def setup_run(cfg: TrainConfig, info: D.DistInfo) -> RunState:
         )
         run.ckpt = ckpt
         run.start_step = state["step"]
+        run.plan_steps = int(state.get("plan_steps") or cfg.steps)  # older: re-stretched
+        if run.plan_steps != cfg.steps:
+            run.sched = window_schedule(cfg, mcfg.n_layers, mcfg.layer_types, run.plan_steps)
         loader.load_state_dict(state["loader"])
         run.elapsed0 = state.get("elapsed", 0.0)
         run.tokens_seen = state.get("tokens", 0)
         run.summary.update(state.get("summary", {}))
+    run.plan_steps = run.plan_steps or cfg.steps
     run.logger = _Logger(cfg, run_dir, info.is_main, run.start_step)
     if info.is_main:
         save_train_config(cfg, run_dir / "config.yaml")
@@ -505,6 +516,14 @@ def setup_run(cfg: TrainConfig, info: D.DistInfo) -> RunState:
         + (f" | resumed from {ckpt.name}" if ckpt else "")
     )
     o = cfg.optim
+    if cfg.steps > run.plan_steps:
+        final = lr_at(run.plan_steps - 1, run.plan_steps, o.lr, o.warmup_steps, o.schedule,
+                      o.min_lr_ratio, o.decay_frac)  # fmt: skip
+        run.logger.message(
+            f"extending the run past its plan of {run.plan_steps} steps: steps "
+            f"{run.plan_steps + 1}-{cfg.steps} keep its last learning rate ({final:.3g}) and "
+            "long window; the schedules are not re-stretched"
+        )
     if o.warmup_steps >= cfg.steps and ckpt is None:
         _warn_main(info)(
             f"warning: optim.warmup_steps={o.warmup_steps} >= steps={cfg.steps}: the learning "
@@ -599,9 +618,13 @@ def train_step(run: RunState, step: int) -> dict:
     """Optimizer step ``step`` (0-based): window and learning rate of the step, forward and
     backward over its micro-batches, clipping, AdamW. Returns the step's record (1-based
     ``step``). A non-finite loss raises TrainingError before the weights change."""
-    cfg, o = run.cfg, run.cfg.optim
+    o = run.cfg.optim
     window = run.sched(step)
-    lr = lr_at(step, cfg.steps, o.lr, o.warmup_steps, o.schedule, o.min_lr_ratio, o.decay_frac)
+    # past the plan (an extended run), the plan's last step's rate: never re-stretched
+    lr = lr_at(
+        min(step, run.plan_steps - 1), run.plan_steps, o.lr, o.warmup_steps, o.schedule,
+        o.min_lr_ratio, o.decay_frac,
+    )  # fmt: skip
     for g in run.optimizer.param_groups:
         g["lr"] = lr
     batches = [run.loader.next_batch() for _ in range(o.grad_accum)]
@@ -786,9 +809,15 @@ def _export(run: RunState) -> None:
         if run.val_loader is not None
         else "no validation data"
     )
+    this = ""
+    if run.start_step > 0:  # a resumed run: this invocation's share apart from the total
+        this = (
+            f" ({run.cfg.steps - run.start_step} steps in "
+            f"{_fmt_time(time.perf_counter() - run.t_start)} this time)"
+        )
     run.logger.message(
         f"done: {run.cfg.steps} steps, {run.tokens_seen / 1e6:.2f}M tokens in "
-        f"{_fmt_time(summary['elapsed'])} | {val} | model saved to {model_dir}"
+        f"{_fmt_time(summary['elapsed'])} in all{this} | {val} | model saved to {model_dir}"
     )
     (run.run_dir / "summary.json").write_text(json.dumps(json_safe(summary), indent=1))
 
