@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import inspect
 import json
 import os
 import re
@@ -790,10 +791,27 @@ COMMANDS: dict = {
 """command -> (config dataclass, function, one-line help); "eval" holds its subcommands."""
 
 
+def train_config_keys() -> list[tuple[str, str, str]]:
+    """(key, default, doc) of every key ``swax train`` takes, the model's included: ``model``
+    is a preset plus any SwaxConfig field, listed here as ``model.FIELD`` with the default run's
+    value (the tiny preset's)."""
+    from .config import PRESETS
+
+    rows = [r for r in config_keys(TrainConfig) if r[0] != "model"]
+    default = TrainConfig().model
+    preset = default.get("preset", "tiny")
+    model_rows = [("model.preset", preset, f"Named preset, one of {', '.join(PRESETS)}")]
+    values = SwaxConfig.preset(preset, **{k: v for k, v in default.items() if k != "preset"})
+    for key, _, doc in config_keys(SwaxConfig, "model."):
+        model_rows.append((key, repr(getattr(values, key.split(".", 1)[1])), doc))
+    i = next((j for j, r in enumerate(rows) if r[0].startswith("data.")), len(rows))
+    return rows[:i] + model_rows + rows[i:]
+
+
 def _train_keys() -> str:
     """The keys ``swax train`` accepts, for its --help."""
 
-    rows = config_keys(TrainConfig)
+    rows = train_config_keys()
     width = max(len(k) for k, _, _ in rows)
     lines = [f"  {k:<{width}}  {doc}" + (f" [{d}]" if d else "") for k, d, doc in rows]
     return "config keys (YAML or key=value; [default]):\n" + "\n".join(lines)
@@ -803,7 +821,11 @@ def _add_command(sub, name: str, entry: tuple) -> None:
     cls, fn, help_text = entry
     epilog = _train_keys() if cls is C.TrainArgs else None
     sp = sub.add_parser(
-        name, help=help_text, description=cls.__doc__, epilog=epilog, formatter_class=_HelpFormatter
+        name,
+        help=help_text,
+        description=inspect.cleandoc(cls.__doc__ or ""),
+        epilog=epilog,
+        formatter_class=_HelpFormatter,
     )
     add_arguments(sp, cls)
     sp.add_argument(
@@ -849,8 +871,53 @@ BUSY_HINT_COMMANDS = ("train", "eval", "generate", "demo", "sweep")
 """Commands whose speed depends on the thread count: they say so when the machine is busy."""
 
 
+def _subcommand(args) -> list[str]:
+    """The subcommand of a command group (eval, export, data), if one was given."""
+    name = getattr(args, "command", None)
+    return [getattr(args, f"{name}_command", None) or ""] if name else []
+
+
+CONFIG_COMMANDS = ("train", "demo")
+"""Commands that take config keys as key=value (``--key=value`` and ``--key value`` too)."""
+
+
+def _dashed_overrides(parser: argparse.ArgumentParser, argv: list[str]) -> list[str]:
+    """``swax train --steps=10 --optim.lr 3e-4`` -> ``swax train steps=10 optim.lr=3e-4``: the
+    spellings people bring from other tools, for the config keys of train and demo. The
+    command's own options (``--threads``, ``--help``) are left to argparse; ``--seq-len`` is
+    seq_len; any other ``--name`` is taken for a key, so that a misspelled one gets the config's
+    "did you mean"."""
+    if not argv or argv[0] not in CONFIG_COMMANDS:
+        return argv
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    options = set(sub.choices[argv[0]]._option_string_actions)
+
+    def key_of(token: str) -> str | None:
+        name = token.split("=", 1)[0]
+        if name in options or not re.fullmatch(r"--[A-Za-z_][\w.-]*", name):
+            return None
+        return name[2:].replace("-", "_")
+
+    out, i = [argv[0]], 1
+    while i < len(argv):
+        tok = argv[i]
+        key = key_of(tok) if tok.startswith("--") and len(tok) > 2 else None
+        if key is None:
+            out.append(tok)
+        elif "=" in tok:
+            out.append(f"{key}={tok.split('=', 1)[1]}")
+        elif i + 1 < len(argv) and not argv[i + 1].startswith("--"):
+            out.append(f"{key}={argv[i + 1]}")
+            i += 1
+        else:
+            out.append(tok)  # --key without a value: argparse names it
+        i += 1
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
+    argv = _dashed_overrides(parser, list(sys.argv[1:] if argv is None else argv))
     args, extra = parser.parse_known_args(argv)
     # key=value overrides after an option (swax train steps=9 --threads 1 seq_len=64): argparse
     # ends a positional list at the first option; the rest join it
@@ -858,7 +925,10 @@ def main(argv: list[str] | None = None) -> int:
     if extra and dest and not any(x.startswith("-") for x in extra):
         setattr(args, dest, [*getattr(args, dest, []), *extra])
     elif extra:
-        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+        where = " ".join(x for x in (args.command, *_subcommand(args)) if x)
+        prog = f"swax {where}" if where else "swax"
+        parser.exit(2, f"swax: error: unrecognized arguments: {' '.join(extra)} "
+                       f"(see {prog} --help)\n")  # fmt: skip
     if not getattr(args, "fn", None):
         if isinstance(COMMANDS.get(getattr(args, "command", None)), dict):
             parser.parse_args([args.command, "--help"])

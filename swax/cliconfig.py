@@ -40,7 +40,8 @@ class ModelChoice(Command):
     """The model a command runs: a checkpoint folder, or a preset with random weights."""
 
     model: str | None = option(None, group="model", metavar="DIR")
-    """Checkpoint folder (written by save_pretrained or swax train), with its tokenizer."""
+    """Checkpoint folder (written by save_pretrained or swax train), with its tokenizer; a
+    training run's folder stands for its model/."""
     preset: str | None = option(None, group="model", choices=list(PRESETS))
     """Random-weight preset used when no --model is given (default: tiny)."""
 
@@ -197,8 +198,8 @@ class ConvertTasksConfig(Command):
     source: str = option(positional=True, metavar="SOURCE")
     """The dataset: a .parquet or .arrow file, or a save_to_disk folder (Dataset or
     DatasetDict)."""
-    task: str | None = option(None, metavar="NAME")
-    """The task it holds (required): arc_easy, arc_challenge, hellaswag, piqa, lambada,
+    task: str = option(metavar="NAME")
+    """The task it holds: arc_easy, arc_challenge, hellaswag, piqa, lambada,
     humaneval or mbpp."""
     out: str = option("data/tasks", metavar="DIR")
     """Folder to write {task}.jsonl into (the --data-dir of swax eval tasks)."""
@@ -332,8 +333,8 @@ class DataPrepareConfig(Command):
     source: str = option(positional=True, metavar="SOURCE")
     """Documents: 'kjv', a text file, a folder of .txt/.md/.jsonl/.parquet files, a .jsonl or
     .parquet file, or a saved Hugging Face dataset folder."""
-    out: str | None = option(None, metavar="DIR")
-    """Folder of the shard set (new, empty, or an interrupted prepare to resume); required."""
+    out: str = option(metavar="DIR")
+    """Folder of the shard set (new, empty, or an interrupted prepare to resume)."""
     tokenizer: str = "byte"
     """byte, gpt2, or a tokenizer.json path or folder."""
     shard_tokens: int = option(100_000_000, bounds="[1, inf)")

@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import ast
 import dataclasses
+import difflib
 import inspect
 import logging
 import math
@@ -56,6 +57,23 @@ def _type_name(tp: Any) -> str:
     return getattr(tp, "__name__", None) or str(tp).replace("typing.", "")
 
 
+def describe_type(tp: Any) -> str:
+    """What values the annotation ``tp`` accepts, in words: "true or false, or 'auto'"."""
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if origin in (Union, types.UnionType):
+        return ", or ".join(describe_type(a) for a in args)
+    if origin is Literal:
+        return repr(args[0]) if len(args) == 1 else "one of " + ", ".join(repr(a) for a in args)
+    if origin in (tuple, list):
+        return "a list"
+    if origin is dict or dataclasses.is_dataclass(tp):
+        return "a mapping"
+    names = {bool: "true or false", int: "an integer", float: "a number", str: "a string"}
+    if tp is type(None):
+        return "null"
+    return names.get(tp, _type_name(tp))
+
+
 def coerce(value: Any, tp: Any, key: str) -> Any:
     """Check ``value`` against the annotation ``tp`` (converting int->float, list->tuple)."""
     origin = typing.get_origin(tp)
@@ -76,7 +94,7 @@ def coerce(value: Any, tp: Any, key: str) -> Any:
                 return coerce(value, a, key)
             except ConfigError as e:
                 errors.append(str(e))
-        raise ConfigError(f"{key}: expected {_type_name(tp)}, got {value!r}")
+        raise ConfigError(f"{key}: expected {describe_type(tp)}, got {value!r}")
     if origin is Literal:
         if value not in args:
             raise ConfigError(f"{key}: expected one of {list(args)}, got {value!r}")
@@ -131,8 +149,11 @@ def from_dict(cls: type, data: dict, prefix: str = "") -> Any:
     fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
     unknown = [k for k in data if k not in fields]
     if unknown:
+        close = difflib.get_close_matches(str(unknown[0]), list(fields), n=1, cutoff=0.6)
+        hint = f"; did you mean {prefix}{close[0]}?" if close else ""
         raise ConfigError(
-            f"unknown config key {prefix}{unknown[0]!s} (valid keys: {', '.join(sorted(fields))})"
+            f"unknown config key {prefix}{unknown[0]!s}{hint} "
+            f"(valid keys: {', '.join(sorted(fields))})"
         )
     kwargs = {k: coerce(v, hints[k], f"{prefix}{k}") for k, v in data.items()}
     return cls(**kwargs)
@@ -254,7 +275,10 @@ def load_yaml_mapping(path: Any, what: str) -> dict:
     except OSError as e:
         raise ConfigError(f"cannot read {what} {p}: {e.strerror or e}") from None
     except yaml.YAMLError as e:
-        raise ConfigError(f"{what} {p} is not valid YAML: {str(e).splitlines()[0]}") from None
+        mark = getattr(e, "problem_mark", None) or getattr(e, "context_mark", None)
+        where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark is not None else ""
+        problem = getattr(e, "problem", None) or str(e).splitlines()[0]
+        raise ConfigError(f"{what} {p} is not valid YAML{where}: {problem}") from None
     if not isinstance(data, dict):
         raise ConfigError(f"{what} {p} must hold a mapping of keys")
     return data
@@ -471,6 +495,9 @@ def add_arguments(parser: argparse.ArgumentParser, cls: type) -> None:
                 del kw["default"]  # required
             target.add_argument(f.name, **kw)
         else:
+            if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+                del kw["default"]  # a required option: argparse shows and checks it as such
+                kw["required"] = True
             target.add_argument("--" + f.name.replace("_", "-"), dest=f.name, **kw)
 
 

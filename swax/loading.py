@@ -13,7 +13,7 @@ import torch
 from .config import SwaxConfig
 from .configutil import resolve_device
 from .data import ByteTokenizer, load_model_tokenizer
-from .model import SwaxLM
+from .model import SwaxLM, resolve_model_dir
 
 __all__ = ["load_model_and_tokenizer"]
 
@@ -33,6 +33,7 @@ def load_model_and_tokenizer(
 
     device = resolve_device(device)
     if model_dir is not None:
+        model_dir = resolve_model_dir(model_dir)  # a run folder stands for its model/
         model = SwaxLM.from_pretrained(model_dir, device=device, dtype=dtype)
         return model, load_model_tokenizer(model_dir)
     torch.manual_seed(seed)

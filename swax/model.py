@@ -174,6 +174,15 @@ class Block(nn.Module):
         return x, new_state
 
 
+def resolve_model_dir(path: str | os.PathLike) -> Path:
+    """A model folder, or a training run's folder standing for its ``model/`` (the final
+    weights ``swax train`` writes): ``runs/tiny`` works where ``runs/tiny/model`` does."""
+    path = Path(path)
+    if not (path / CONFIG_NAME).is_file() and (path / "model" / CONFIG_NAME).is_file():
+        return path / "model"
+    return path
+
+
 class SwaxLM(nn.Module):
     """A hybrid language model built from a :class:`SwaxConfig`."""
 
@@ -411,7 +420,7 @@ class SwaxLM(nn.Module):
         from safetensors import SafetensorError
         from safetensors.torch import load_file
 
-        path = Path(path)
+        path = resolve_model_dir(path)
         if not path.is_dir():
             what = "is not a directory" if path.exists() else "does not exist"
             raise CheckpointError(f"checkpoint directory {path} {what}")

@@ -192,7 +192,7 @@ def test_prepare_errors(corpus, prepared, tmp_path):
             ["--out", str(src), "--val-fraction", "1.5"],
             "--val-fraction: expected in [0, 1), got 1.5",
         ),
-        ([], "needs --out DIR"),
+        ([], "the following arguments are required: --out"),
     ]
     for extra, msg in cases:  # the command line: one line, exit status 2
         r = swax("data", "prepare", str(src), *extra)

@@ -514,3 +514,122 @@ def test_wandb_logger_offline_with_a_stand_in_module(tmp_path, monkeypatch, capf
     capfd.readouterr()
     train(small_cfg(tmp_path, "steps=1", "log.wandb=offline", name="nowandb"))
     assert "log.wandb=offline but the wandb package is not installed" in capfd.readouterr().err
+
+
+# ------------------------------------------------------------------------------ extending a run
+
+
+def lrs(run_dir):
+    rows = [json.loads(ln) for ln in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    return {r["step"]: r["lr"] for r in rows if "lr" in r}
+
+
+@pytest.mark.parametrize("schedule", ["cosine", "wsd"])
+def test_extending_a_finished_run_never_raises_the_learning_rate(tmp_path, capsys, schedule):
+    """steps=8, then resume=true steps=11: the schedule was laid over 8 steps and is not
+    re-stretched (re-stretching put step 9's rate above step 8's); the added steps keep the
+    rate the plan ended with. Steps 1-8 are the finished run's, unchanged."""
+    base = [f"optim.schedule={schedule}", "checkpoint.every=4"]
+    train(small_cfg(tmp_path, "steps=8", *base, name="r"))
+    before = lrs(tmp_path / "r")
+    capsys.readouterr()
+    out = train(small_cfg(tmp_path, "steps=11", "resume=true", *base, name="r"))
+    err = capsys.readouterr().err
+    lr = lrs(tmp_path / "r")
+    assert [lr[s] for s in range(1, 9)] == [before[s] for s in range(1, 9)]
+    assert lr[9] <= lr[8] and lr[9] == lr[10] == lr[11] == before[8], lr
+    assert "extending the run past its plan of 8 steps" in err
+    # the closing line: the whole run's time, and this invocation's share apart
+    assert "in all (3 steps in" in err and "this time)" in err
+    assert math.isfinite(out["final_val_loss"])
+
+
+def test_extension_window_stays_long(tmp_path):
+    """A stochastic run extended past its plan: the added steps are in the long-window anneal,
+    not drawn again."""
+    base = ["window.kind=stochastic", "window.p_short=1.0", "checkpoint.every=4"]
+    train(small_cfg(tmp_path, "steps=8", *base, name="s"))
+    train(small_cfg(tmp_path, "steps=12", "resume=true", *base, name="s"))
+    rows = [json.loads(ln) for ln in (tmp_path / "s" / "metrics.jsonl").read_text().splitlines()]
+    window = {r["step"]: r["window"] for r in rows if "window" in r}
+    assert window[1] == "8"  # p_short = 1: short before the anneal
+    assert [window[s] for s in range(9, 13)] == ["32"] * 4
+
+
+# ------------------------------------------------------------------------------ CLI habits
+
+
+def test_dashed_spellings_of_config_keys():
+    from swax.cli import _dashed_overrides, build_parser
+
+    p = build_parser()
+    got = _dashed_overrides(
+        p, ["train", "--steps=10", "--optim.lr", "3e-4", "--seq-len", "64", "--threads", "1",
+            "x.yaml", "--model.d_model=32", "--help"],
+    )  # fmt: skip
+    assert got == ["train", "steps=10", "optim.lr=3e-4", "seq_len=64", "--threads", "1",
+                   "x.yaml", "model.d_model=32", "--help"]  # fmt: skip
+    assert _dashed_overrides(p, ["generate", "--steps=3"]) == ["generate", "--steps=3"]
+
+
+def test_dashed_spelling_reaches_the_config(tmp_path, capsys):
+    rc = cli("train", f"--run-dir={tmp_path / 'r'}", *SMALL, "--steps", "abc")
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and err == ["swax: error: steps: expected an integer, got 'abc'"], err
+
+
+def test_misspelled_key_gets_a_suggestion(capsys):
+    rc = cli("train", "optim.lrr=3e-4")
+    err = capsys.readouterr().err
+    assert rc == 2 and "unknown config key optim.lrr; did you mean optim.lr?" in err
+    rc = cli("train", "--stepz", "3")
+    assert rc == 2 and "did you mean steps?" in capsys.readouterr().err
+
+
+def test_type_error_names_the_accepted_values(capsys):
+    rc = cli("train", "resume=maybe")
+    err = capsys.readouterr().err
+    assert rc == 2 and "resume: expected true or false, or 'auto', got 'maybe'" in err
+    assert "Union" not in err
+
+
+def test_yaml_error_names_the_line(tmp_path, capsys):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("steps: 3\noptim:\n  lr: [1, 2\nseed: 1\n")
+    rc = cli("train", str(bad))
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1 and "(line 4, column" in err[0], err
+
+
+def test_train_help_lists_every_key_with_the_models(capsys):
+    with pytest.raises(SystemExit):
+        cli("train", "--help")
+    out = capsys.readouterr().out
+    for key in ("model.d_model", "model.layer_pattern", "model.preset", "optim.lr", "steps"):
+        assert f"\n  {key} " in out, key
+    assert "[128]" in out.split("model.d_model", 1)[1].splitlines()[0]  # the tiny preset's
+
+
+@pytest.mark.parametrize(
+    "argv,usage",
+    [
+        (["data", "prepare", "--help"], "--out DIR"),
+        (["eval", "convert-tasks", "--help"], "--task NAME"),
+    ],
+)
+def test_required_options_are_shown_and_checked_as_required(argv, usage, capsys):
+    with pytest.raises(SystemExit):
+        cli(*argv)
+    head = capsys.readouterr().out.split("\n\n")[0]
+    assert usage in head and f"[{usage}" not in head, head
+    with pytest.raises(SystemExit) as e:
+        cli(*argv[:-1], "src")
+    assert e.value.code == 2
+    assert f"required: {usage.split()[0]}" in capsys.readouterr().err
+
+
+def test_model_option_takes_a_run_folder(tmp_path, capsys):
+    train(small_cfg(tmp_path, "steps=1", name="r"))
+    capsys.readouterr()
+    assert cli("info", "--model", str(tmp_path / "r")) == 0
+    assert "parameters" in capsys.readouterr().out
