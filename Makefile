@@ -4,24 +4,30 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 # CPU build of torch; override on a GPU machine, e.g. `make test TORCH_SPEC=torch`.
 TORCH_SPEC ?= torch==2.13.0
+BASE_STAMP := $(VENV)/.installed-base
 STAMP  := $(VENV)/.installed
 PYTEST_ARGS ?=
 
 .PHONY: install demo demo-recall test test-isa test-gpu-interp test-slow lint format bench gpu-check clean
 
-$(STAMP): pyproject.toml
+# the package and what it needs (the demos); the test extra on top for the tests and the lint
+$(BASE_STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --disable-pip-version-check "$(TORCH_SPEC)"
+	$(BIN)/pip install -q --disable-pip-version-check -e .
+	touch $(BASE_STAMP)
+
+$(STAMP): $(BASE_STAMP)
 	$(BIN)/pip install -q --disable-pip-version-check -e '.[test]'
 	touch $(STAMP)
 
 install: $(STAMP)
 
-demo: $(STAMP)
+demo: $(BASE_STAMP)
 	$(BIN)/swax demo
 
 # the paper's window effect on recall: a short- and a long-window model, about 5 minutes
-demo-recall: $(STAMP)
+demo-recall: $(BASE_STAMP)
 	$(BIN)/swax demo recall
 
 test: $(STAMP)
