@@ -41,6 +41,9 @@ from swax.ops.registry import backend_report, record_backends
 pytestmark = pytest.mark.gpu
 
 EPS = 1e-6
+B = 2 if DEV == "cuda" else 1
+"""Batch of the recurrent-op cases: Triton's interpreter runs each program in Python, so one
+sequence there (the kernels' grids have a batch axis either way)."""
 
 
 def _ran(calls, op: str) -> set[str]:
@@ -119,9 +122,9 @@ def test_swa_backends_match_reference(dtype, tq, tk, window):
 def test_recurrent_ops_on_cuda_match_reference(T):
     """The default mLSTM and Gated DeltaNet backends on CUDA with float32 inputs (forward)."""
     g = torch.Generator().manual_seed(1)
-    q, k = torch.randn(2, 2, T, 32, generator=g), torch.randn(2, 2, T, 32, generator=g)
-    v = torch.randn(2, 2, T, 48, generator=g)
-    i, f = torch.randn(2, 2, T, generator=g), torch.randn(2, 2, T, generator=g) + 2
+    q, k = torch.randn(B, 2, T, 32, generator=g), torch.randn(B, 2, T, 32, generator=g)
+    v = torch.randn(B, 2, T, 48, generator=g)
+    i, f = torch.randn(B, 2, T, generator=g), torch.randn(B, 2, T, generator=g) + 2
     xs = [q, k, v, i, f]
     cx = [t.to(DEV) for t in xs]
     name = select_backend("mlstm", None, *cx).name
@@ -139,7 +142,7 @@ def test_recurrent_ops_on_cuda_match_reference(T):
         f"mlstm[{name}]",
     )
     qn, kn = F.normalize(q, dim=-1), F.normalize(k, dim=-1)
-    gd, beta = -torch.rand(2, 2, T, generator=g), torch.rand(2, 2, T, generator=g)
+    gd, beta = -torch.rand(B, 2, T, generator=g), torch.rand(B, 2, T, generator=g)
     xs = [qn, kn, v, gd, beta]
     cx = [t.to(DEV) for t in xs]
     name = select_backend("gated_delta", None, *cx).name
@@ -178,7 +181,7 @@ def test_model_prefill_decode_on_gpu_kernels(pattern, dtype, kernel):
     model64.load_state_dict({k: v.double() for k, v in model.state_dict().items()})
     model = model.to(DEV)
     # 200 tokens: the kernel's 128-step prefix, then native; prefill 150, decode 50 steps
-    ids = torch.randint(0, 257, (2, 200), generator=torch.Generator().manual_seed(1))
+    ids = torch.randint(0, 257, (B, 200), generator=torch.Generator().manual_seed(1))
     low = dtype == torch.bfloat16
     autocast = torch.autocast(DEV, dtype=torch.bfloat16, enabled=low)
     with torch.no_grad():
@@ -207,10 +210,10 @@ def test_model_prefill_decode_on_gpu_kernels(pattern, dtype, kernel):
 
 def _mlstm_inputs(T, D=64, Dv=64, seed=2):
     g = torch.Generator().manual_seed(seed)
-    q, k = torch.randn(2, 2, T, D, generator=g), torch.randn(2, 2, T, D, generator=g)
-    v = torch.randn(2, 2, T, Dv, generator=g)
-    i = torch.randn(2, 2, T, generator=g)
-    f = torch.randn(2, 2, T, generator=g) + 3
+    q, k = torch.randn(B, 2, T, D, generator=g), torch.randn(B, 2, T, D, generator=g)
+    v = torch.randn(B, 2, T, Dv, generator=g)
+    i = torch.randn(B, 2, T, generator=g)
+    f = torch.randn(B, 2, T, generator=g) + 3
     return [q, k, v, i, f]
 
 
@@ -221,7 +224,7 @@ def test_mlstm_backends_match_reference(T, dtype):
     native, autograd) against the float64 cell loop on the same (dtype-rounded) values: h and
     the final state without gradients, h and every input gradient from an empty state."""
     xs = [x.to(dtype).float() for x in _mlstm_inputs(T)]
-    dh = torch.randn(2, 2, T, 64, generator=torch.Generator().manual_seed(3))
+    dh = torch.randn(B, 2, T, 64, generator=torch.Generator().manual_seed(3))
     cx = [x.to(DEV, dtype) if j < 3 else x.to(DEV) for j, x in enumerate(xs)]
     names = available_backends("mlstm", *cx)
     assert "native" in names
@@ -295,9 +298,9 @@ def test_mlstm_triton_is_chosen_and_keeps_state_gradients_exact():
     # gradients into an initial state's n and m: the Triton kernel drops them, so the
     # registry must pick native for that call
     st = [
-        torch.zeros(2, 2, 64, 64, device=DEV),
-        torch.zeros(2, 2, 64, device=DEV),
-        torch.zeros(2, 2, device=DEV, requires_grad=True),
+        torch.zeros(B, 2, 64, 64, device=DEV),
+        torch.zeros(B, 2, 64, device=DEV),
+        torch.zeros(B, 2, device=DEV, requires_grad=True),
     ]
     assert select_backend("mlstm", None, *xs, st, False).name == "native"
 
@@ -308,15 +311,15 @@ def test_gated_delta_backends_match_reference(T):
     loop on the same bfloat16-rounded values: o, final state and gradients, with an initial
     state."""
     g = torch.Generator().manual_seed(4)
-    q = F.normalize(torch.randn(2, 2, T, 64, generator=g), dim=-1)
-    k = F.normalize(torch.randn(2, 2, T, 64, generator=g), dim=-1)
-    v = torch.randn(2, 2, T, 64, generator=g)
-    gd = -F.softplus(torch.randn(2, 2, T, generator=g))
-    beta = torch.rand(2, 2, T, generator=g)
-    S0 = 0.3 * torch.randn(2, 2, 64, 64, generator=g)
+    q = F.normalize(torch.randn(B, 2, T, 64, generator=g), dim=-1)
+    k = F.normalize(torch.randn(B, 2, T, 64, generator=g), dim=-1)
+    v = torch.randn(B, 2, T, 64, generator=g)
+    gd = -F.softplus(torch.randn(B, 2, T, generator=g))
+    beta = torch.rand(B, 2, T, generator=g)
+    S0 = 0.3 * torch.randn(B, 2, 64, 64, generator=g)
     xs = [x.bfloat16().float() for x in (q, k, v, gd, beta)] + [S0]
-    do = torch.randn(2, 2, T, 64, generator=g)
-    dS = torch.randn(2, 2, 64, 64, generator=g)
+    do = torch.randn(B, 2, T, 64, generator=g)
+    dS = torch.randn(B, 2, 64, 64, generator=g)
     cx = [x.to(DEV, torch.bfloat16) if j < 3 else x.to(DEV) for j, x in enumerate(xs)]
     names = available_backends("gated_delta", *cx[:5])
     assert "native" in names
