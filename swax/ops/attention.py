@@ -51,7 +51,7 @@ import torch.nn.functional as F
 
 from ._checks import check_floating, check_ndim, check_window
 from .docs import check_doc_ids
-from .registry import log, register_backend, select_backend
+from .registry import log, register_backend, select_backend, warn_once
 
 
 def _check_inputs(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, window) -> None:
@@ -790,8 +790,7 @@ def _flex_cpu_call(q, k, v, window, scale, padded):
     except Exception as e:  # noqa: BLE001 - any compile failure: fall back, never crash
         state["failed"] = f"compiling it failed on this CPU ({type(e).__name__}: {str(e)[:120]})"
         chosen = select_backend("swa", "auto", q, k, v, window)
-        log.warning("swax: swa backend 'flex' unavailable (%s); using %r", state["failed"],
-                    chosen.name)  # fmt: skip
+        warn_once("swa", "flex", state["failed"], chosen.name)
         return chosen.fn(q, k, v, window, scale)
     state["shapes"].add(_flex_shape_key(q, k, v, window))
     return out[:, :, : q.shape[2]]

@@ -148,8 +148,8 @@ def _guarded(op: str, name: str, fn: Callable, usable: Callable):
         except Exception as e:  # noqa: BLE001 - whatever a kernel's first compile raises
             if type(e).__name__ == "OutOfMemoryError":
                 raise
-            first = (str(e).strip().splitlines() or [""])[-1][:200]
-            _FAILED[(op, name)] = f"its first call failed ({type(e).__name__}: {first})"
+            last = (str(e).strip().splitlines() or [""])[-1][:200]
+            _FAILED[(op, name)] = f"its first call failed ({type(e).__name__}: {last})"
             chosen = select_backend(op, "auto", *args[:5])
             warn_once(op, name, _FAILED[(op, name)], chosen.name)
             return chosen.fn(*args)
