@@ -16,7 +16,6 @@ import json
 import logging
 import os
 import shutil
-import sys
 from collections import deque
 from collections.abc import Iterator
 from pathlib import Path
@@ -25,6 +24,7 @@ import numpy as np
 
 from ..errors import SwaxError
 from ..integrity import sha256_file
+from ..progress import progress_bar
 from ..signals import StopSignals
 from .shards import FORMAT, INDEX, PROGRESS, SPLITS, TOKENIZER_DIR, VERSION, shard_name, token_dtype
 from .sources import iter_documents
@@ -179,9 +179,7 @@ def prepare_shards(
         writers[s].index = len(prog.done[s])
     bar = None
     if progress:
-        from tqdm import tqdm
-
-        bar = tqdm(desc="tokenizing", unit="doc", file=sys.stderr, dynamic_ncols=True)
+        bar = progress_bar(None, "tokenizing", "doc")
     pool = _start_workers(workers, tokenizer, val_fraction, split_seed)
     try:
         _write_batches(_results(source, fmt, field, prog.start, pool), prog, writers, bar, stop)

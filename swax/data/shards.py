@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -28,6 +27,7 @@ import numpy as np
 
 from ..errors import SwaxError
 from ..integrity import sha256_file
+from ..progress import progress_bar
 from .tokenizer import load_model_tokenizer
 
 INDEX = "index.json"
@@ -259,9 +259,7 @@ def verify_shards(folder: str | Path, progress: bool = False) -> dict:
     total = sum(r["tokens"] for r in records) * itemsize
     bar = None
     if progress:
-        from tqdm import tqdm
-
-        bar = tqdm(total=total, unit="B", unit_scale=True, desc="verifying", file=sys.stderr)
+        bar = progress_bar(total, "verifying", "B", unit_scale=True)
     bad = []
     try:
         for r in records:

@@ -35,6 +35,7 @@ import torch
 
 from ..data.config import SyntheticConfig
 from ..data.synthetic import make_episode
+from ..progress import progress_bar
 
 DEPTH_BINS = 10
 RECURRENT_KINDS = ("X", "D")
@@ -124,18 +125,10 @@ def episode_accuracy(
     Returns {length: {"acc", "n", "nll" (mean nats per answer token), "by_depth": {bin:
     [correct, total]}, "by_distance": {upper bound: [correct, total]}}}.
     """
-    from tqdm import tqdm
-
     device = model.embed.weight.device
     hay = np.asarray(haystack_tokens)
     results = {}
-    bar = tqdm(
-        total=len(lengths) * samples,
-        desc="episodes",
-        unit="episode",
-        disable=not progress,
-        dynamic_ncols=True,
-    )
+    bar = progress_bar(len(lengths) * samples, "episodes", "episode", enabled=progress)
     for length in lengths:
         eps = [
             make_episode(

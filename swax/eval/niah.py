@@ -32,6 +32,7 @@ import torch
 
 from ..errors import SwaxError
 from ..generate import PREFILL_CHUNK, generate
+from ..progress import progress_bar
 from ..state import DEFAULT_WINDOW
 from .plots import format_length, pyplot
 from .ruler import TASKS, generate_niah, postprocess_pred, read_jsonl, string_match_all, write_jsonl
@@ -313,8 +314,6 @@ def run_niah(
     ``predict(prompt: str, max_new_tokens: int) -> str`` is the model (see
     :class:`SwaxPredictor`); tests pass stubs.
     """
-    from tqdm import tqdm
-
     unknown = [t for t in tasks if t not in TASKS]
     if unknown:
         raise SwaxError(
@@ -332,7 +331,7 @@ def run_niah(
     total = sum(len(r) for r in all_records.values())
     # records read from --records may be fewer than asked for: count those evaluated
     result.samples = max((len(r) for r in all_records.values()), default=samples)
-    bar = tqdm(total=total, desc="niah", unit="sample", disable=not progress, dynamic_ncols=True)
+    bar = progress_bar(total, "niah", "sample", enabled=progress)
     timings: dict[str, float] = {}
     for length in lengths:
         for task in tasks:

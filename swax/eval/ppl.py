@@ -23,6 +23,7 @@ import torch.nn.functional as F
 
 from ..errors import SwaxError
 from ..generate import PREFILL_CHUNK
+from ..progress import progress_bar
 from ..state import DEFAULT_WINDOW
 from .plots import save_curves
 
@@ -43,8 +44,6 @@ def position_losses(
     """(samples, length - 1) NLL of token t+1 given tokens ≤ t, for ``samples`` stretches of
     ``length`` tokens spread evenly over ``tokens``. ``window``: keys each query sees, None for
     full attention, DEFAULT_WINDOW (the default) for ``model.config.window``."""
-    from tqdm import tqdm
-
     if len(tokens) < length:
         raise SwaxError(
             f"the held-out text has {len(tokens):,} tokens, fewer than the longest "
@@ -57,7 +56,7 @@ def position_losses(
     w = model.config.window if window is DEFAULT_WINDOW else window
     out = np.zeros((samples, length - 1), dtype=np.float64)
     steps = samples * math.ceil(length / chunk)
-    bar = tqdm(total=steps, desc="ppl", unit="chunk", disable=not progress, dynamic_ncols=True)
+    bar = progress_bar(steps, "ppl", "chunk", enabled=progress)
     device = model.embed.weight.device
     for i, s in enumerate(starts):
         ids = torch.as_tensor(np.asarray(tokens[s : s + length], dtype=np.int64))[None].to(device)
@@ -119,6 +118,7 @@ def write_ppl(
         "loss (nats/token)",
         figsize=(7, 4),
         vlines=[(train_len, f"training length {train_len}")] if train_len else (),
+        ylim=(0, None),  # from zero: a flat curve must look flat
         legend_size=10,
     )
     return csv_path, png

@@ -20,10 +20,10 @@ import math
 from collections.abc import Sequence
 
 import torch
-from tqdm import tqdm
 
 from ..errors import SwaxError
 from ..generate import generate, truncate_at_stop
+from ..progress import progress_bar as _bar
 from ..state import DEFAULT_WINDOW
 
 __all__ = [
@@ -79,10 +79,9 @@ def _token_logprobs(model, hidden: torch.Tensor, targets: torch.Tensor):
 
 
 def progress_bar(total: int, desc: str, progress: bool, unit: str = "seq"):
-    """A tqdm bar (hidden unless ``progress``) that leaves no line behind."""
-    return tqdm(
-        total=total, desc=desc, unit=unit, disable=not progress, dynamic_ncols=True, leave=False
-    )
+    """A bar on a terminal that leaves no line behind, plain periodic lines elsewhere (hidden
+    unless ``progress``); see :mod:`swax.progress`."""
+    return _bar(total, desc, unit, enabled=progress, leave=False)
 
 
 @torch.no_grad()
