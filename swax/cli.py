@@ -72,18 +72,20 @@ from .eval.ruler import TASKS
 from .eval.tasks import RESULT_FILES as TASK_RESULT_FILES
 from .eval.tasks import TaskEvalSettings, evaluate_tasks, write_results
 from .eval.tasks import format_table as tasks_table
+from .eval.tasks import reading_note as tasks_reading_note
 from .eval.taskspecs import SAMPLES_DIR, convert_task_data, parse_tasks, sample_counts
 from .export import export_hf, export_onnx
 from .generate import generate, prefill, truncate_at_stop
 from .loading import load_model_and_tokenizer
-from .model import SwaxLM
+from .model import SwaxLM, run_config_file
 from .ops import cpu_flex_default
 from .paths import check_output_dir, check_writable_dir
 from .runplot import plot_run
 from .signals import Stopped, StopSignals
 from .sweep import aggregate, load_sweep, run_sweep
+from .threads import ACCEPTED as THREADS_ACCEPTED
+from .threads import AUTO, parse_threads, set_threads, threads_note, threads_setting
 from .threads import ENV as THREADS_ENV
-from .threads import busy_hint, parse_threads, set_threads, threads_setting
 from .train import load_train_config, train
 from .train.checkpoint import latest_checkpoint
 from .train.config import TrainConfig
@@ -230,7 +232,7 @@ def cmd_generate(cfg: C.GenerateConfig) -> int:
     dec = max(elapsed - pre, 1e-9)
     print(
         f"[{ids.shape[1]} prompt tokens in {pre:.2f}s, {len(new)} new tokens at "
-        f"{len(new) / dec:.1f} tok/s, window {window}, threads {torch.get_num_threads()}]",
+        f"{len(new) / dec:.1f} tok/s, window {window}, {threads_note()}]",
         file=sys.stderr,
     )
     return 0
@@ -349,9 +351,13 @@ def cmd_eval_recall(cfg: C.RecallConfig) -> int:
             "episodes": dataclasses.asdict(episodes), "samples": cfg.samples}  # fmt: skip
     path = write_recall(out, results, meta)
     chance = 100 / (episodes.mqar_values if episodes.task == "mqar" else 10**episodes.digits)
+    named = ", ".join(f"{k} {v}" for k, v in windows.items())
     print(f"recall (%) of {label}, {episodes.num_needles} pair(s), {cfg.samples} episodes per "
-          f"length (chance {chance:.2g}%); windows {windows}:")  # fmt: skip
+          f"length; windows: {named}")  # fmt: skip
     print(recall_table(results, lengths, seq_len))
+    print(f"how to read: % of episodes whose answer the model produced (chance {chance:.2g}%); "
+          "long = the model's own window, train = its run's training window, own = --window"
+          f"{_not_trained_on_retrieval(cfg)}")  # fmt: skip
     if edges and cfg.bucket_samples:
         short, long, T = edges
         buckets = distance_buckets(short, long, T)
@@ -377,7 +383,7 @@ def cmd_eval_recall(cfg: C.RecallConfig) -> int:
             f"inside W_long {lazy['inside_long']:.1f}%, beyond it within T "
             f"{lazy['beyond_long']:.1f}%, beyond T {lazy['beyond_T']:.1f}%: {lazy['kind']}"
         )
-    print(f"results: {path}")
+    print(_footer(path))
     return 0
 
 
@@ -469,6 +475,23 @@ def _eval_model(cfg: C.EvalConfig):
     return model, tok, _eval_label(cfg), resolve_window(cfg.window, model.config.window)
 
 
+def _not_trained_on_retrieval(cfg: C.EvalConfig) -> str:
+    """A reading line's clause when the model's training run had no retrieval episodes (its
+    config.yaml says data.synthetic.fraction = 0); empty otherwise or when unknown."""
+    if not cfg.model:
+        return "; random weights: expect chance"
+    trained, _, seq_len = training_setup(cfg.model)
+    if seq_len is None or trained is not None:
+        return ""
+    return ("; this model was not trained on retrieval (its run's data.synthetic.fraction is 0), "
+            "so scores near chance are expected")  # fmt: skip
+
+
+def _footer(out) -> str:
+    """The last line of an evaluation: where the results are, and the threads it ran on."""
+    return f"results: {out} | {threads_note()}"
+
+
 def _model_name(cfg: C.EvalConfig) -> str:
     return cfg.model or f"preset:{_preset_name(cfg)}"
 
@@ -541,7 +564,11 @@ def cmd_eval_niah(cfg: C.NiahConfig) -> int:
     )
     print(f"NIAH accuracy (%), {label}, window {window}, {result.samples} samples per cell")
     print(niah_table(result, tasks, lengths))
-    print(f"peak memory: {peak_rss_gib():.2f} GiB | results: {out}")
+    print(
+        "how to read: a sample counts when the answer holds every needle's value (RULER's "
+        f"string match), so guessing scores about 0%{_not_trained_on_retrieval(cfg)}"
+    )
+    print(f"peak memory: {peak_rss_gib():.2f} GiB | {_footer(out)}")
     return 0
 
 
@@ -580,7 +607,8 @@ def cmd_eval_tasks(cfg: C.TasksConfig) -> int:
     write_results(out, results, settings)
     print(f"short-context tasks, {label}, window {window}")
     print(tasks_table(results))
-    print(f"results: {out}")
+    print(tasks_reading_note(results, bundled=cfg.data_dir is None))
+    print(_footer(out))
     return 0
 
 
@@ -601,8 +629,8 @@ def _train_len(cfg: C.PplConfig) -> int | None:
 
     if cfg.train_len is not None or not cfg.model:
         return cfg.train_len
-    cfg_file = Path(cfg.model).resolve().parent / "config.yaml"
-    if not cfg_file.is_file():
+    cfg_file = run_config_file(cfg.model)
+    if cfg_file is None:
         return None
 
     return (yaml.safe_load(cfg_file.read_text()) or {}).get("seq_len")
@@ -632,7 +660,11 @@ def cmd_eval_ppl(cfg: C.PplConfig) -> int:
         print(
             f"{r['bucket_start'] + 1:>8,}-{r['bucket_end']:<9,}  {r['loss']:7.4f}  {r['ppl']:9.3f}"
         )
-    print(f"results: {out}")
+    trained = f"; it was trained on sequences of {train_len:,}" if train_len else ""
+    print(f"how to read: the mean loss (nats per {tok.name} token) of the tokens at those "
+          f"positions, ppl = exp(loss){trained}: a loss that stays flat or falls at later "
+          "positions means the model keeps using its context there")  # fmt: skip
+    print(_footer(out))
     return 0
 
 
@@ -833,19 +865,17 @@ def _add_command(sub, name: str, entry: tuple) -> None:
         type=_threads_arg,
         metavar="N",
         default=argparse.SUPPRESS,
-        help=f"CPU threads of torch (default: ${THREADS_ENV}, else 0 = one per usable CPU); on a "
-        "small or busy machine 1 can be several times faster",
+        help=f"CPU threads of torch: auto (the usable CPUs less what other processes use now), "
+        f"0 (one per usable CPU) or N; default ${THREADS_ENV}, else auto",
     )
     sp.set_defaults(fn=fn, config_cls=cls)
 
 
-def _threads_arg(text: str) -> int:
+def _threads_arg(text: str) -> int | str:
     try:
         return parse_threads(text)
     except ConfigError:
-        raise argparse.ArgumentTypeError(
-            f"expected a whole number of threads >= 0 (0 = one per usable CPU), got {text!r}"
-        ) from None
+        raise argparse.ArgumentTypeError(f"expected {THREADS_ACCEPTED}, got {text!r}") from None
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -867,8 +897,9 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-BUSY_HINT_COMMANDS = ("train", "eval", "generate", "demo", "sweep")
-"""Commands whose speed depends on the thread count: they say so when the machine is busy."""
+COMPUTE_COMMANDS = ("train", "eval", "generate", "demo", "sweep", "export")
+"""Commands whose speed depends on the thread count: ``auto`` watches the load before they run,
+and they say what it chose (:func:`swax.threads.threads_note`)."""
 
 
 def _subcommand(args) -> list[str]:
@@ -936,11 +967,9 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     try:
         threads = threads_setting(getattr(args, "threads", None))
+        if threads == AUTO and args.command not in COMPUTE_COMMANDS:
+            threads = 0  # nothing heavy to run: no need to watch the load first
         set_threads(threads)
-        if threads != 1 and args.command in BUSY_HINT_COMMANDS and sys.stderr.isatty():
-            hint = busy_hint()  # for a person at a terminal: logs and tests get no extra line
-            if hint:
-                print(hint, file=sys.stderr)
         return args.fn(from_args(args.config_cls, args))
     except KeyboardInterrupt as e:  # TrainingStopped (a signal, checkpoint saved) or Ctrl-C
         print(f"swax: {str(e) or 'interrupted'}", file=sys.stderr)

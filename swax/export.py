@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shutil
 import tempfile
@@ -190,6 +191,25 @@ class _FixedWindowLM(torch.nn.Module):
         return self.model(input_ids, window=self.window)
 
 
+ONNX_NOISE = ("torch.onnx._internal.exporter._registration",)
+"""Loggers of torch.onnx that warn about things a swax user cannot act on (four lines of
+"torchvision is not installed. Skipping torchvision::nms" and the like)."""
+
+
+@contextmanager
+def _quiet(names: tuple[str, ...]) -> Iterator[None]:
+    """Only errors from the loggers ``names`` while the block runs."""
+    loggers = [logging.getLogger(n) for n in names]
+    levels = [lg.level for lg in loggers]
+    for lg in loggers:
+        lg.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        for lg, level in zip(loggers, levels):
+            lg.setLevel(level)
+
+
 def export_onnx(
     model_dir: str | os.PathLike,
     out_path: str | os.PathLike,
@@ -220,7 +240,7 @@ def export_onnx(
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(f".{out.name}.tmp")
     try:
-        with torch.no_grad(), portable_ops(), warnings.catch_warnings():
+        with torch.no_grad(), portable_ops(), warnings.catch_warnings(), _quiet(ONNX_NOISE):
             warnings.simplefilter("ignore")
             torch.onnx.export(
                 _FixedWindowLM(model, win).eval(),

@@ -183,6 +183,13 @@ def resolve_model_dir(path: str | os.PathLike) -> Path:
     return path
 
 
+def run_config_file(path: str | os.PathLike) -> Path | None:
+    """The ``config.yaml`` of the ``swax train`` run a model folder (or the run's own folder,
+    :func:`resolve_model_dir`) comes from; None when it is not inside one."""
+    found = resolve_model_dir(path).resolve().parent / "config.yaml"
+    return found if found.is_file() else None
+
+
 class SwaxLM(nn.Module):
     """A hybrid language model built from a :class:`SwaxConfig`."""
 

@@ -11,6 +11,13 @@ if "TORCHINDUCTOR_CACHE_DIR" not in os.environ:
     os.environ["TORCHINDUCTOR_CACHE_DIR"] = _cache
     atexit.register(shutil.rmtree, _cache, ignore_errors=True)
 
+# swax's per-machine cache (the MFU reference, swax.train.peak): one per test process, never
+# the user's. The thread count of CLI commands run by tests: 1 (tests of the default unset it).
+_swax_cache = tempfile.mkdtemp(prefix="swax-test-cache-")
+os.environ["SWAX_CACHE_DIR"] = _swax_cache
+atexit.register(shutil.rmtree, _swax_cache, ignore_errors=True)
+os.environ.setdefault("SWAX_THREADS", "1")
+
 import pytest  # noqa: E402
 import torch  # noqa: E402
 

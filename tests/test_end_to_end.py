@@ -1,5 +1,6 @@
 """Slow tier (make test-slow): long-context prefill, the demo, benchmark smoke runs."""
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -200,7 +201,28 @@ def test_readme_commands_after_make_demo(tmp_path):
                            "4096"], cwd=tmp_path, env=env, capture_output=True, text=True,
                           timeout=900)  # fmt: skip
     assert demo.returncode == 0, demo.stderr[-2000:]
+    _assert_clean(demo.stdout + demo.stderr, "swax demo")
     for cmd in commands:
+        # the README extends the 400-step demo run by 20 steps; here the demo ran 30
+        cmd = re.sub(r"resume=true steps=\d+", "resume=true steps=40", cmd)
         r = subprocess.run(["bash", "-c", cmd], cwd=tmp_path, env=env, capture_output=True,
                            text=True, timeout=900)  # fmt: skip
         assert r.returncode == 0, f"{cmd}\n{r.stdout[-1500:]}\n{r.stderr[-2500:]}"
+        _assert_clean(r.stdout + r.stderr, cmd)
+
+
+REPR = re.compile(
+    r"\{'|\[\(|\b[A-Z]\w*\(\w+=|\b[A-Z][a-z]\w*Window\(|<[\w.]+ object at 0x|\w*Path\('"
+    r"|namespace\(|torchvision is not installed|Traceback"
+)
+"""What a person should never read in swax's output: a Python dict/list/object repr, a
+third-party warning they cannot act on, a traceback."""
+
+
+def _assert_clean(output: str, what: str) -> None:
+    """No carriage return (a progress bar's redraw in a log) and no Python repr in ``output``."""
+    assert "\r" not in output, f"{what}: a carriage return in piped output"
+    found = REPR.search(output)
+    assert found is None, (
+        f"{what}: {found.group(0)!r} in: {output[max(0, found.start() - 200) : found.end() + 200]}"
+    )

@@ -57,6 +57,21 @@ def test_eval_recall_reads_the_run_and_writes_the_study_format(run, tmp_path, ca
         assert 4 <= r["n"] <= 8 and set(r["probes"]) == {"window_cut", "reset"}
     assert res["laziness"]["kind"] in ("lazy", "memory", "partial", "none")
     assert "(W_long, T]" in text and "inside W_long" in text
+    # read as a person would: named windows (no Python dict), a line on how to read the table
+    assert "windows: long 32, train 8" in text and "{'" not in text
+    assert "how to read:" in text and "chance 6.2%" in text
+    assert "not trained on retrieval" not in text  # it was: its data were all episodes
+
+
+def test_eval_recall_says_when_the_model_never_trained_on_retrieval(tmp_path, capsys):
+    """A run folder (standing for its model/) whose data had no episodes: the reading line says
+    that recall near chance is expected."""
+    train(small_cfg(tmp_path, "steps=1", name="text"))
+    args = ["eval", "recall", "--model", str(tmp_path / "text"), "--lengths", "1x",
+            "--samples", "2", "--bucket-samples", "0", "--out", str(tmp_path / "o")]  # fmt: skip
+    assert main(args) == 0
+    text = capsys.readouterr().out
+    assert "not trained on retrieval" in text and "data.synthetic.fraction is 0" in text
 
 
 def test_eval_recall_bucket_edges_are_checked(run, tmp_path, capsys):

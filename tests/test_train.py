@@ -217,7 +217,7 @@ def test_train_cli_bad_value_is_one_line(tmp_path, capsys):
     # threads=-3 reached torch.set_num_threads: a RuntimeError traceback
     rc = cli("train", f"run_dir={tmp_path / 'r'}", *SMALL, "steps=1", "threads=-3")
     err = capsys.readouterr().err.strip().splitlines()
-    assert rc == 2 and err == ["swax: error: threads must be >= 0, got -3"], err
+    assert rc == 2 and err == ["swax: error: threads must be auto or an integer >= 0, got -3"], err
     assert not (tmp_path / "r").exists()
 
 
@@ -633,3 +633,29 @@ def test_model_option_takes_a_run_folder(tmp_path, capsys):
     capsys.readouterr()
     assert cli("info", "--model", str(tmp_path / "r")) == 0
     assert "parameters" in capsys.readouterr().out
+
+
+def test_train_header_reads_as_text(tmp_path, capsys):
+    """The run's first lines: the window schedule in words (not a Python repr), the threads
+    and where the count came from, and what the MFU is measured against."""
+    args = ["train", f"run_dir={tmp_path / 'r'}", *SMALL, "steps=2", "window.kind=stochastic",
+            "window.short=8", "window.long=32", "window.p_short=0.5", "threads=1"]  # fmt: skip
+    assert cli(*args) == 0
+    err = capsys.readouterr().err
+    head = err.splitlines()[0]
+    assert "window stochastic: 8 with p 0.5, else 32; 32 from step 2 (last 10%)" in head, head
+    assert "Window(" not in err and "threads 1 (as asked)" in head
+    mfu = [ln for ln in err.splitlines() if ln.startswith("MFU: the model's FLOP/s over ")]
+    assert len(mfu) == 1 and "GFLOP/s" in mfu[0] and "matmul" in mfu[0], err
+
+
+def test_window_schedules_describe_themselves():
+    from swax.train.schedules import FixedWindow, StochasticWindow
+
+    assert FixedWindow(64).describe() == "fixed 64"
+    # 1000 steps, last 10 %: steps 901-1000 (1-based) are long
+    s = StochasticWindow(16, 128, 0.75, 0.1, 1000)
+    assert s.describe() == "stochastic: 16 with p 0.75, else 128; 128 from step 901 (last 10%)"
+    assert s(899) in (16, 128) and s(900) == 128
+    assert "drawn per layer" in StochasticWindow(16, 128, 0.5, 0.0, 10, per_layer=2).describe()
+    assert "from step" not in StochasticWindow(16, 128, 0.5, 0.0, 10).describe()

@@ -21,7 +21,10 @@ import csv
 import json
 from pathlib import Path
 
+import yaml
+
 from ..errors import SwaxError
+from ..model import run_config_file
 from .plots import save_curves
 from .tasks import _MAIN_METRICS
 from .taskspecs import TASKS
@@ -70,7 +73,7 @@ def load_results(folders: list[str | Path]) -> dict[str, dict[str, object]]:
     """``{"niah": {model: {length: accuracy}}, "tasks": {model: {task: metrics}}, "ppl": {model:
     [bucket rows]}}`` of the results folders, each folder read by what it holds; a model's name
     is its ``settings.label`` (else the folder's name), made unique with the folder's path."""
-    found: dict[str, dict[str, object]] = {"niah": {}, "tasks": {}, "ppl": {}}
+    found: dict[str, dict[str, object]] = {"niah": {}, "tasks": {}, "ppl": {}, "train_len": {}}
     for f in map(Path, folders):
         if (f / "results.json").is_file():
             data = _read_json(f / "results.json")
@@ -100,7 +103,38 @@ def load_results(folders: list[str | Path]) -> dict[str, dict[str, object]]:
             found[kind][label] = {t: m for t, m in data["tasks"].items() if isinstance(m, dict)}
         else:
             found[kind][label] = data["buckets"]
+        train_len = _train_len(data.get("settings") or {})
+        if train_len:
+            found["train_len"][label] = train_len
     return found
+
+
+def _train_len(settings: dict) -> int | None:
+    """The training length of the model behind a results folder: its ``train_len`` setting,
+    else the seq_len of the run around its model folder (None when neither is known)."""
+    if settings.get("train_len"):
+        return int(settings["train_len"])
+    model = settings.get("model")
+    if not model or str(model).startswith("preset:"):
+        return None
+    try:
+        run_yaml = run_config_file(model)
+        seq_len = (yaml.safe_load(run_yaml.read_text()) or {}).get("seq_len") if run_yaml else None
+    except (OSError, yaml.YAMLError):
+        return None
+    return int(seq_len) if isinstance(seq_len, int) else None
+
+
+def _train_len_lines(train_len: dict[str, int], models) -> list[tuple[float, str]]:
+    """Dashed markers at the training length of the ``models`` (one per distinct length)."""
+    by_len: dict[int, list[str]] = {}
+    for m in models:
+        if m in train_len:
+            by_len.setdefault(train_len[m], []).append(m)
+    if len(by_len) == 1:
+        (n,) = by_len
+        return [(n, f"training length {n:,}")]
+    return [(n, f"training length {n:,} ({', '.join(ms)})") for n, ms in sorted(by_len.items())]
 
 
 def _table(rows: list[list[str]], left: int = 1) -> list[str]:
@@ -119,7 +153,7 @@ def _length(n: int) -> str:
     return f"{n // 1024}k" if n % 1024 == 0 else str(n)
 
 
-def _niah(niah: dict, out: Path) -> list[str]:
+def _niah(niah: dict, out: Path, train_len: dict[str, int]) -> list[str]:
 
     lengths = sorted({n for v in niah.values() for n in v})
     head = ["model", *[_length(n) for n in lengths]]
@@ -135,11 +169,12 @@ def _niah(niah: dict, out: Path) -> list[str]:
         "context length (tokens)",
         "NIAH accuracy (average over tasks)",
         ylim=(-3, 103),
+        vlines=_train_len_lines(train_len, niah),
     )
     return ["NIAH accuracy (%, average over tasks)", *_table([head, *rows])]
 
 
-def _tasks(tasks: dict, out: Path) -> list[str]:
+def _tasks(tasks: dict, out: Path, train_len: dict[str, int]) -> list[str]:
 
     models = list(tasks)
     names = [t for t in TASKS if any(t in v for v in tasks.values())]
@@ -178,7 +213,7 @@ def _tasks(tasks: dict, out: Path) -> list[str]:
     return ["short-context tasks (%; perplexity as is)", *_table(rows, left=2)]
 
 
-def _ppl(ppl: dict, out: Path) -> list[str]:
+def _ppl(ppl: dict, out: Path, train_len: dict[str, int]) -> list[str]:
 
     models = list(ppl)
     ends = sorted({int(r["bucket_end"]) for rows in ppl.values() for r in rows})
@@ -193,6 +228,8 @@ def _ppl(ppl: dict, out: Path) -> list[str]:
         {m: (sorted(v), [v[x] for x in sorted(v)]) for m, v in loss.items()},
         "position (tokens)",
         "loss (nats/token)",
+        ylim=(0, None),  # from zero: a flat curve must look flat
+        vlines=_train_len_lines(train_len, ppl),
     )
     rows = [["positions up to", *models]]
     rows += [
@@ -207,8 +244,9 @@ def compare(folders: list[str | Path], out_dir: str | Path) -> str:
     found = load_results(folders)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
+    marks = found["train_len"]
     sections = [
-        draw(found[kind], out)
+        draw(found[kind], out, marks)
         for kind, draw in (("niah", _niah), ("tasks", _tasks), ("ppl", _ppl))
         if found[kind]
     ]

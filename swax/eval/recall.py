@@ -14,6 +14,7 @@ import json
 from pathlib import Path
 
 from ..data.config import SyntheticConfig
+from ..model import run_config_file
 from ..train.config import load_train_config
 from .episodes import episode_accuracy
 
@@ -58,8 +59,8 @@ def training_setup(model_dir: str | Path) -> tuple[SyntheticConfig | None, dict,
     ``model_dir`` is the ``model/`` folder of a ``swax train`` run (its ``config.yaml`` beside
     it); (None, {}, None) otherwise."""
 
-    run_yaml = Path(model_dir).resolve().parent / "config.yaml"
-    if not run_yaml.is_file():
+    run_yaml = run_config_file(model_dir)
+    if run_yaml is None:
         return None, {}, None
     tcfg = load_train_config(str(run_yaml), [])
     w = tcfg.window
@@ -72,8 +73,8 @@ def training_setup(model_dir: str | Path) -> tuple[SyntheticConfig | None, dict,
 def run_bucket_edges(model_dir: str | Path) -> tuple[int, int, int] | None:
     """(window.short, window.long, seq_len) of the ``swax train`` run around ``model_dir``,
     the edges of its distance buckets (swax.eval.buckets); None without a run folder."""
-    run_yaml = Path(model_dir).resolve().parent / "config.yaml"
-    if not run_yaml.is_file():
+    run_yaml = run_config_file(model_dir)
+    if run_yaml is None:
         return None
     tcfg = load_train_config(str(run_yaml), [])
     w = tcfg.window

@@ -144,6 +144,7 @@ def _multiple_choice(docs, contexts, per_doc):
         )
     add_mean("acc", accs, metrics)
     add_mean("acc_norm", norms, metrics)
+    metrics["chance"] = sum(1 / len(doc["choices"]) for doc in docs) / max(1, len(docs))
     return metrics, records
 
 
@@ -339,6 +340,32 @@ def format_table(results: dict[str, dict]) -> str:
     ]
     lines.insert(1, "-" * len(lines[0]))
     return "\n".join(lines)
+
+
+def reading_note(results: dict[str, dict], bundled: bool = False) -> str:
+    """The lines under :func:`format_table` that say how to read it: the chance level of each
+    multiple-choice task (a uniform guess over its records' choices), what lambada's numbers
+    are, and, for the bundled samples, that a handful of records shows the pipeline works, not
+    how good the model is."""
+    parts = []
+    chance = [f"{n} {100 * r['metrics']['chance']:.1f}" for n, r in results.items()
+              if "chance" in r["metrics"]]  # fmt: skip
+    if chance:
+        parts.append("accuracy in % ± its standard error over the n records; chance (a uniform "
+                     f"guess): {', '.join(chance)}")  # fmt: skip
+    if "lambada" in results:
+        parts.append(
+            "lambada: acc = the last word is the greedy continuation (chance ≈ 0); perplexity = "
+            "exp of the mean negative log-likelihood of the whole word, as lm-eval reports it "
+            "(large for a byte-level model: one word is many bytes)"
+        )
+    if any(TASKS[n].kind == "code" for n in results):
+        parts.append("pass@1: the share of problems whose generated program passes the tests")
+    if bundled:
+        n = max(r["metrics"]["n"] for r in results.values())
+        parts.append(f"{n} bundled records per task show that the pipeline runs, not how good "
+                     "the model is: pass --data-dir with the real test sets")  # fmt: skip
+    return "\n".join(f"how to read: {p}" if i == 0 else f"  {p}" for i, p in enumerate(parts))
 
 
 def write_results(

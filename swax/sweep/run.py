@@ -22,7 +22,7 @@ from ..eval.episodes import episode_accuracy
 from ..eval.ppl import bucketize, position_losses
 from ..eval.recall import recall_by_window
 from ..model import SwaxLM
-from ..threads import applied_threads, set_threads
+from ..threads import applied_threads, auto_threads, last_setting, set_threads
 from ..train import train
 from ..train.checkpoint import latest_checkpoint, list_checkpoints
 from .config import (
@@ -284,7 +284,8 @@ def _job(
     cfg: SweepConfig, name: str, seed: int, threads: int | None, worker: bool = False
 ) -> tuple[str, int, dict]:
     """Train (unless done) and evaluate one run; the unit of work of a parallel sweep."""
-    set_threads(threads or 0)
+    if threads is not None:  # a worker of a parallel sweep; serial runs keep the command's
+        set_threads(threads)
     kept = archive_path(cfg, name, seed)
     if kept is not None and kept.is_file():
         return name, seed, json.loads(kept.read_text())
@@ -322,8 +323,11 @@ def run_sweep(
     that many at once, each in a fresh process."""
     todo = all_jobs(cfg, only)
     jobs = jobs or cfg.jobs
-    # each worker process: the base's threads, else the command's --threads / $SWAX_THREADS
-    threads = cfg.base.get("threads") or applied_threads() or None
+    # each worker process: the base's threads, else the command's choice split among the jobs
+    # (auto watches the others' load once, here, before the workers add theirs)
+    threads = cfg.base.get("threads") or None
+    if jobs > 1 and threads in (None, "auto"):
+        threads = auto_threads(jobs)[0] if last_setting() in (None, "auto") else applied_threads()
     t0 = time.perf_counter()
     done: dict[tuple[str, int], dict] = {}
 

@@ -169,12 +169,16 @@ class TrainConfig:
     """torch.compile the model."""
     activation_checkpointing: bool = False
     """Recompute each block in the backward pass to save memory."""
-    threads: int = bounded(0, "[0, inf)")
-    """CPU threads for torch (0 = one per CPU this process may use)."""
+    threads: int | Literal["auto"] = 0
+    """CPU threads for torch: 0 keeps the command's setting (--threads, $SWAX_THREADS, else
+    auto); auto = the CPUs this process may use less what other processes use on them now; N
+    = N threads."""
     overwrite: bool = False
     """Allow starting a fresh run in a run_dir that already holds checkpoints (deletes them)."""
 
     def __post_init__(self) -> None:
+        if self.threads != "auto" and (isinstance(self.threads, bool) or self.threads < 0):
+            raise ConfigError(f"threads must be auto or an integer >= 0, got {self.threads!r}")
         syn = self.data.synthetic
         if syn.far_share is not None and syn.far_from is None:  # near/far of the long window
             syn.far_from = self.window.long

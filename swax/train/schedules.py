@@ -40,6 +40,10 @@ class FixedWindow:
     def __repr__(self) -> str:
         return f"FixedWindow({self.window})"
 
+    def describe(self) -> str:
+        """For a person: ``fixed 32``."""
+        return f"fixed {self.window}"
+
 
 class StochasticWindow:
     """Short window with probability ``p_short``, else long, drawn per optimizer step from a
@@ -95,6 +99,15 @@ class StochasticWindow:
             f"anneal_frac={self.anneal_frac}, total_steps={self.total_steps}, "
             f"seed={self.seed}{'' if self.per_layer is None else ', per_layer=True'})"
         )
+
+    def describe(self) -> str:
+        """For a person: ``stochastic: 32 with p 0.5, else 128; 128 from step 361 (last 10%)``."""
+        each = " (drawn per layer)" if self.per_layer else ""
+        text = f"stochastic: {self.short} with p {self.p_short:g}, else {self.long}{each}"
+        if self.anneal_start < self.total_steps:
+            text += (f"; {self.long} from step {self.anneal_start + 1} "
+                     f"(last {self.anneal_frac:.0%})")  # fmt: skip
+        return text
 
 
 def lr_at(

@@ -35,10 +35,12 @@ from ..data.loader import data_tokenizer
 from ..errors import ConfigError, SwaxError
 from ..model import SwaxLM
 from ..paths import writing
+from ..threads import AutoThreads, set_threads, threads_note
 from . import distributed as D
 from .checkpoint import latest_checkpoint, list_checkpoints, load_latest_checkpoint, save_checkpoint
 from .config import TrainConfig, save_train_config
 from .monitor import LazinessMonitor
+from .peak import Peak, peak_flops
 from .runctl import RunLock, StopSignals, TrainingStopped, remove_stale_files
 from .schedules import FixedWindow, StochasticWindow, lr_at
 
@@ -50,25 +52,6 @@ class TrainingError(SwaxError):
 
 
 # ------------------------------------------------------------------------------ helpers
-
-
-def measure_peak_flops(device: torch.device) -> float:
-    """Measured matmul FLOP/s of this device now (float32 on CPU, bfloat16 on CUDA): the
-    denominator of the MFU estimate."""
-    n, dtype = (8192, torch.bfloat16) if device.type == "cuda" else (2048, torch.float32)
-    a = torch.randn(n, n, device=device, dtype=dtype)
-    b = torch.randn(n, n, device=device, dtype=dtype)
-    for _ in range(2):
-        a @ b
-    if device.type == "cuda":
-        torch.cuda.synchronize()
-    t0 = time.perf_counter()
-    reps = 5
-    for _ in range(reps):
-        a @ b
-    if device.type == "cuda":
-        torch.cuda.synchronize()
-    return 2 * n**3 * reps / (time.perf_counter() - t0)
 
 
 def param_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:
@@ -93,6 +76,9 @@ class _PerLayerWindows:
 
     def __init__(self, sched: StochasticWindow, layer_types: str):
         self.sched, self.layer_types, self.long = sched, layer_types, sched.long
+
+    def describe(self) -> str:
+        return self.sched.describe()
 
     def __call__(self, step: int) -> tuple[int, ...]:
         draws = iter(self.sched(step))
@@ -293,7 +279,8 @@ class RunState:
     tokens_seen: int = 0
     summary: dict = field(default_factory=dict)
     logger: _Logger | None = None
-    peak_flops: float = 1.0
+    peak: Peak | None = None
+    auto_threads: AutoThreads | None = None
     t_start: float = field(default_factory=time.perf_counter)
     """When this process started its steps (set again by :func:`run_steps`)."""
     t_last: float = 0.0
@@ -463,8 +450,8 @@ def _build_model(cfg: TrainConfig, info: D.DistInfo, mcfg: SwaxConfig):
 def setup_run(cfg: TrainConfig, info: D.DistInfo) -> RunState:
     """Prepare the run folder, data, model and optimizer; restore a checkpoint when resuming;
     open the logger. Nothing is trained yet."""
-    if cfg.threads:
-        torch.set_num_threads(cfg.threads)
+    if cfg.threads:  # 0: the command's setting (swax.cli applied it)
+        set_threads(cfg.threads)
     run_dir, ckpt = _prepare_run_dir(cfg, info)
     if info.distributed:
         torch.distributed.barrier()
@@ -507,14 +494,18 @@ def setup_run(cfg: TrainConfig, info: D.DistInfo) -> RunState:
     run.logger = _Logger(cfg, run_dir, info.is_main, run.start_step)
     if info.is_main:
         save_train_config(cfg, run_dir / "config.yaml")
-    run.peak_flops = measure_peak_flops(info.device)
+    run.peak = peak_flops(info.device)
+    if info.device.type == "cpu":
+        run.auto_threads = AutoThreads()
     run.logger.message(
         f"swax train: {mcfg.layer_types} {run.n_params / 1e6:.2f}M params | {info.world_size} "
         f"process(es) on {info.device} | {cfg.steps} steps × {cfg.batch_size} × {cfg.seq_len} "
-        f"= {cfg.steps * run.tokens_per_step / 1e6:.1f}M tokens | window {run.sched!r} | "
+        f"= {cfg.steps * run.tokens_per_step / 1e6:.1f}M tokens | window {run.sched.describe()} | "
         f"{train_tokens / 1e6:.2f}M training tokens ({tok.name})"
         + (f" | resumed from {ckpt.name}" if ckpt else "")
+        + (f" | {threads_note()}" if info.device.type == "cpu" else "")
     )
+    run.logger.message(f"MFU: the model's FLOP/s over {run.peak.describe()}")
     o = cfg.optim
     if cfg.steps > run.plan_steps:
         final = lr_at(run.plan_steps - 1, run.plan_steps, o.lr, o.warmup_steps, o.schedule,
@@ -675,7 +666,9 @@ def _report_step(run: RunState, record: dict) -> None:
     tokens = run.tokens_seen - run.tok_last if run.tok_last else run.tokens_per_step
     tps = tokens / dt
     window = run.sched(done - 1)  # schedules are pure functions of the step
-    mfu = run.raw_model.flops_per_token(cfg.seq_len, window) * tps / run.peak_flops
+    achieved = run.raw_model.flops_per_token(cfg.seq_len, window) * tps
+    run.peak.cover(achieved)
+    mfu = achieved / run.peak.flops
     eta = (cfg.steps - done) * run.tokens_per_step / max(tps, 1e-9)
     record.update(tok_s=tps, mfu=mfu, elapsed=run.elapsed0 + now - run.t_start)
     run.logger.progress(
@@ -684,6 +677,9 @@ def _report_step(run: RunState, record: dict) -> None:
         line=True,
     )
     run.t_last, run.tok_last = now, run.tokens_seen
+    changed = run.auto_threads.check() if run.auto_threads is not None else None
+    if changed:
+        run.logger.message(f"step {done}: {changed}")
 
 
 def run_steps(run: RunState, on_step_end: Callable[[int, dict], None] | None = None) -> None:
@@ -698,6 +694,11 @@ def run_steps(run: RunState, on_step_end: Callable[[int, dict], None] | None = N
             logger.message(
                 f"validation loss before training: {run.summary['initial_val_loss']:.4f}"
             )
+            if cfg.data.synthetic.fraction >= 1:
+                logger.message(
+                    "note: the validation loss is on held-out text, and this run trains only on "
+                    "retrieval episodes (data.synthetic.fraction = 1): it is expected to rise"
+                )
         logger.write({"step": 0, "val_loss": run.summary["initial_val_loss"]})
     run.model.train()
     run.t_last, run.tok_last = time.perf_counter(), 0
