@@ -661,8 +661,8 @@ def cmd_eval_ppl(cfg: C.PplConfig) -> int:
             f"{r['bucket_start'] + 1:>8,}-{r['bucket_end']:<9,}  {r['loss']:7.4f}  {r['ppl']:9.3f}"
         )
     trained = f"; it was trained on sequences of {train_len:,}" if train_len else ""
-    print(f"how to read: the mean loss (nats per {tok.name} token) of the tokens at those "
-          f"positions, ppl = exp(loss){trained}: a loss that stays flat or falls at later "
+    print(f"how to read: the mean loss (nats per token, {tok.name} tokenizer) of the tokens at "
+          f"those positions, ppl = exp(loss){trained}: a loss that stays flat or falls at later "
           "positions means the model keeps using its context there")  # fmt: skip
     print(_footer(out))
     return 0
