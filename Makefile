@@ -26,7 +26,7 @@ install: $(STAMP)
 demo: $(BASE_STAMP)
 	$(BIN)/swax demo
 
-# the paper's window effect on recall: a short- and a long-window model, about 5 minutes
+# the paper's window effect on recall: a short- and a long-window model, about 4 minutes
 demo-recall: $(BASE_STAMP)
 	$(BIN)/swax demo recall
 

@@ -809,7 +809,7 @@ COMMANDS: dict = {
         C.DemoConfig,
         cmd_demo,
         "the default job: train the tiny model, then generate; `swax demo recall`: the "
-        "window effect on recall (two small models, about 5 minutes)",
+        "window effect on recall (two small models, about 4 minutes)",
     ),
     "data": {
         "prepare": (

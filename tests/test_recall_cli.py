@@ -94,7 +94,7 @@ def test_eval_recall_errors_are_one_line(run, tmp_path, capsys):
 
 @pytest.mark.slow
 def test_demo_recall_trains_both_models_and_prints_recall_by_length(tmp_path):
-    """`swax demo recall` with fewer steps (the full one is about 5 minutes): both models
+    """`swax demo recall` with fewer steps (the full one is about 4 minutes): both models
     trained, the table printed, recall.json with each model's recall at 1x ... 32x; a second
     call reuses the runs."""
     import subprocess
