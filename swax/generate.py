@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import torch
 
+from .decode import StaticState, capacity_for, sampling_probs, step_runner
 from .state import DEFAULT_WINDOW, SwaxState
 
 if TYPE_CHECKING:
@@ -69,18 +71,7 @@ def sample_next(
     from softmax(logits / temperature) restricted to the top-k and to the nucleus of mass top_p."""
     if temperature == 0:
         return logits.argmax(-1)
-    logits = logits.float() / temperature
-    if top_k is not None and top_k < logits.shape[-1]:
-        kth = logits.topk(top_k, dim=-1).values[:, -1:]
-        logits = logits.masked_fill(logits < kth, float("-inf"))
-    if top_p is not None and top_p < 1.0:
-        sorted_logits, order = logits.sort(dim=-1, descending=True)
-        probs = sorted_logits.softmax(-1)
-        # drop a token when the mass of the tokens before it already reaches top_p
-        drop = probs.cumsum(-1) - probs >= top_p
-        sorted_logits = sorted_logits.masked_fill(drop, float("-inf"))
-        logits = torch.full_like(logits, float("-inf")).scatter(-1, order, sorted_logits)
-    probs = logits.softmax(-1)
+    probs = sampling_probs(logits, temperature, top_k, top_p)
     return torch.multinomial(probs, 1, generator=generator)[:, 0]
 
 
@@ -97,6 +88,89 @@ def check_generation_options(max_new_tokens, temperature, top_k, top_p) -> None:
         raise ValueError(f"top_k must be >= 1, got {top_k}")
     if top_p is not None and not 0 < top_p <= 1:
         raise ValueError(f"top_p must be in (0, 1], got {top_p}")
+
+
+COMPILE_MIN_TOKENS = 1024
+"""With ``compile=None`` on the CPU, the decode step is compiled for a generation of at least
+this many new tokens (rows x max_new_tokens), or when this configuration was compiled earlier in
+the process; shorter one-off generations decode eagerly, as compiling costs seconds
+(README, "Generation"). On CUDA the step is always captured (milliseconds)."""
+
+
+@dataclass
+class _Stopping:
+    """What ends a row, and the padding of rows that ended."""
+
+    eos: int | None
+    pad: int
+    stops: list[list[int]]
+    stop_strings: list[str]
+    decode: Callable[[list[int]], str] | None
+
+    def update(self, done: torch.Tensor, out: list[torch.Tensor]) -> None:
+        """Mark the rows whose generated ids ``out`` (one (B,) tensor per step) end a row."""
+        nxt = out[-1]
+        if self.eos is not None:
+            done |= nxt == self.eos
+        if not (self.stops or self.stop_strings):
+            return
+        gen_ids = torch.stack(out, 1).tolist()
+        for b, ids in enumerate(gen_ids):
+            if done[b]:
+                continue
+            if any(ids[-len(s) :] == s for s in self.stops) or (
+                self.stop_strings and any(s in self.decode(ids) for s in self.stop_strings)
+            ):
+                done[b] = True
+
+
+def _stopping(eos_token_id, pad_token_id, stop_sequences, stop_strings, decode) -> _Stopping:
+    stop_strings = [s for s in stop_strings if s]  # "" would stop every row at once
+    if stop_strings and decode is None:
+        raise ValueError("stop_strings need a decode function (token ids -> text)")
+    pad = pad_token_id if pad_token_id is not None else (eos_token_id or 0)
+    stops = [list(s) for s in stop_sequences if len(s)]
+    return _Stopping(eos_token_id, pad, stops, stop_strings, decode)
+
+
+def _decode_loop(nxt, advance, max_new_tokens, stopping, on_token, done) -> list[torch.Tensor]:
+    """The generated ids, one (B,) tensor per step: ``nxt`` first (sampled from the prefill's
+    logits), then ``advance(previous ids)`` until every row is ``done`` (rows done at the
+    start never produce anything but padding) or ``max_new_tokens`` ids are out."""
+    out: list[torch.Tensor] = []
+    for step in range(max_new_tokens):
+        nxt = torch.where(done, torch.full_like(nxt, stopping.pad), nxt)
+        out.append(nxt)
+        if on_token is not None:
+            on_token(nxt)
+        stopping.update(done, out)
+        if bool(done.all()) or step == max_new_tokens - 1:
+            break
+        nxt = advance(nxt)
+    return out
+
+
+def _sampling_key(temperature, top_k, top_p):
+    """What the compiled step specialises on: None (greedy) or the sampling options."""
+    return None if temperature == 0 else (float(temperature), top_k, top_p)
+
+
+def _compiled_advance(model, static, nxt, sampling, gen, force: bool):
+    """``advance`` through the compiled step for ``static`` (None when none is compiled and
+    ``force`` is false, or compiling failed)."""
+    runner = step_runner(model, static, nxt, sampling, compile_new=force)
+    if runner is None:
+        return None
+    if sampling is None:
+        return lambda tok: runner.run(static, tok)
+    return lambda tok: torch.multinomial(runner.run(static, tok), 1, generator=gen)[:, 0]
+
+
+def _wants_compile(compile, model, tokens: int) -> bool:
+    """Whether a configuration not compiled yet should be compiled (see COMPILE_MIN_TOKENS)."""
+    if compile is not None:
+        return bool(compile)
+    return model.embed.weight.device.type == "cuda" or tokens >= COMPILE_MIN_TOKENS
 
 
 @torch.no_grad()
@@ -119,6 +193,7 @@ def generate(
     return_state: bool = False,
     on_token: Callable[[torch.Tensor], None] | None = None,
     progress: Callable[[int, int], None] | None = None,
+    compile: bool | None = None,
 ):
     """Generate up to ``max_new_tokens`` tokens after ``input_ids`` (B, T).
 
@@ -130,6 +205,12 @@ def generate(
     ``seed`` makes sampling reproducible. ``state`` continues from an earlier call (the prompt
     then holds only the new tokens). ``on_token(ids (B,))`` is called after every step.
 
+    ``compile``: decode through the compiled fixed-shape step of :mod:`swax.decode` (True),
+    the eager step (False, the reference), or automatically (None, the default: on CUDA, and
+    on the CPU for at least :data:`COMPILE_MIN_TOKENS` new tokens or a configuration compiled
+    before). The prefill is eager and chunked either way; the tokens are the same (up to
+    float32 rounding at near-ties).
+
     Returns the prompt followed by the generated ids, (B, T + n) with n <= max_new_tokens
     [and the SwaxState when ``return_state``]. As with Hugging Face's cache, that state has
     consumed every returned id *except the last generated one* (which was sampled but never fed
@@ -137,48 +218,45 @@ def generate(
     pass that last id first: ``generate(model, out[:, -1:], state=state)``.
     """
     check_generation_options(max_new_tokens, temperature, top_k, top_p)
-    stop_strings = [s for s in stop_strings if s]  # "" would stop every row at once
-    if stop_strings and decode is None:
-        raise ValueError("stop_strings need a decode function (token ids -> text)")
+    stopping = _stopping(eos_token_id, pad_token_id, stop_sequences, stop_strings, decode)
     if input_ids.ndim == 1:
         input_ids = input_ids[None]
     device = model.embed.weight.device
     input_ids = input_ids.to(device)
-    gen = None
-    if seed is not None:
-        gen = torch.Generator(device=device)
-        gen.manual_seed(seed)
-    pad = pad_token_id if pad_token_id is not None else (eos_token_id or 0)
-
+    gen = _generator(seed, device)
     logits, state = prefill(model, input_ids, window, state, prefill_chunk_size, progress)
     B = input_ids.shape[0]
+    nxt = sample_next(logits, temperature, top_k, top_p, gen)
+    advance, static = None, None
+    if compile is not False and max_new_tokens > 1 and StaticState.holds(model, state):
+        static = StaticState.from_parts(
+            model, [(state, range(B))], capacity_for(state.pos + max_new_tokens)
+        )
+        sampling = _sampling_key(temperature, top_k, top_p)
+        force = _wants_compile(compile, model, B * max_new_tokens)
+        advance = _compiled_advance(model, static, nxt, sampling, gen, force)
+    if advance is None:
+        static = None
+
+        def advance(tok):
+            nonlocal state
+            logits, state = model(tok[:, None], window=window, state=state, return_state=True)
+            return sample_next(logits[:, -1].float(), temperature, top_k, top_p, gen)
+
     done = torch.zeros(B, dtype=torch.bool, device=device)
-    out: list[torch.Tensor] = []
-    stops = [list(s) for s in stop_sequences if len(s)]
-    for step in range(max_new_tokens):
-        nxt = sample_next(logits, temperature, top_k, top_p, gen)
-        nxt = torch.where(done, torch.full_like(nxt, pad), nxt)
-        out.append(nxt)
-        if on_token is not None:
-            on_token(nxt)
-        if eos_token_id is not None:
-            done |= nxt == eos_token_id
-        if stops or stop_strings:
-            gen_ids = torch.stack(out, 1).tolist()
-            for b in range(B):
-                if done[b]:
-                    continue
-                ids = gen_ids[b]
-                if any(ids[-len(s) :] == s for s in stops) or (
-                    stop_strings and any(s in decode(ids) for s in stop_strings)
-                ):
-                    done[b] = True
-        if bool(done.all()) or step == max_new_tokens - 1:
-            break
-        logits, state = model(nxt[:, None], window=window, state=state, return_state=True)
-        logits = logits[:, -1].float()
+    out = _decode_loop(nxt, advance, max_new_tokens, stopping, on_token, done)
     ids = torch.cat([input_ids, torch.stack(out, 1)], 1) if out else input_ids
-    return (ids, state) if return_state else ids
+    if not return_state:
+        return ids
+    return ids, (state if static is None else static.to_swax_state(model))
+
+
+def _generator(seed: int | None, device) -> torch.Generator | None:
+    if seed is None:
+        return None
+    gen = torch.Generator(device=device)
+    gen.manual_seed(seed)
+    return gen
 
 
 def truncate_at_stop(text: str, stop_strings: Sequence[str]) -> str:
