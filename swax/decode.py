@@ -229,14 +229,32 @@ def _own_code(fn: Callable, n: int) -> Callable:
     return types.FunctionType(code, fn.__globals__, code.co_name, fn.__defaults__, fn.__closure__)
 
 
+BACKEND = "inductor"
+"""torch.compile's backend for the step (the fast tests trace with "aot_eager": dynamo and AOT
+autograd without inductor's C++ compile, seconds instead of tens of seconds)."""
+
+INDUCTOR_OPTIONS = {"cpp_wrapper": True}
+"""Inductor's wrapper in C++: the ~40 kernel and matmul calls of a step without a Python call
+each (about 1.5x faster per token on the CPU, benchmarks/README.md)."""
+
+
 class StepRunner:
     """One compiled decode step of one configuration. ``run(static, tok)`` advances ``static``
     (a StaticState of that configuration) by ``tok`` (B,) and returns what :func:`_step`
-    returns. ``compile_s``: seconds the compile took (the first call's cost)."""
+    returns. ``compile_s``: seconds the compile took (the first call's cost).
+
+    The step has a code object of its own (:func:`_own_code`), so its one compiled graph is
+    the only entry of its dynamo cache, and later calls skip dynamo's guard evaluation
+    (``skip_guard_eval_unsafe``; a quarter or more of a small model's step): what the guards
+    would check (shapes, dtypes, devices, the sampling options) is this runner's cache key."""
 
     def __init__(self, model: SwaxLM, sampling, n: int):
         self.model, self.sampling = model, sampling
-        self.fn = torch.compile(_own_code(_step, n), fullgraph=True, dynamic=False)
+        options = INDUCTOR_OPTIONS if BACKEND == "inductor" else None
+        self.fn = torch.compile(
+            _own_code(_step, n), fullgraph=True, dynamic=False, backend=BACKEND, options=options
+        )
+        self.unguarded = torch.compiler.set_stance(skip_guard_eval_unsafe=True)(self.fn)
         self.compile_s = 0.0
 
     def warm_up(self, static: StaticState, tok: torch.Tensor) -> None:
@@ -247,7 +265,7 @@ class StepRunner:
         self.compile_s = time.perf_counter() - t0
 
     def run(self, static: StaticState, tok: torch.Tensor) -> torch.Tensor:
-        return self.fn(self.model, static.layers, tok, static.pos, self.sampling)
+        return self.unguarded(self.model, static.layers, tok, static.pos, self.sampling)
 
 
 class CudaGraphRunner(StepRunner):
@@ -310,7 +328,8 @@ def step_runner(
     if device in _FAILED:
         return None
     cache = model.__dict__.setdefault("_swax_decode_steps", {})
-    key = (_config_key(static, sampling), model.embed.weight.dtype, model.embed.weight.device)
+    weights = tuple((p.shape, p.dtype, p.device) for p in model.parameters())
+    key = (_config_key(static, sampling), weights)
     runner = cache.get(key)
     if runner is not None or not compile_new:
         return runner
@@ -332,3 +351,9 @@ def step_runner(
     )
     cache[key] = runner
     return runner
+
+
+def compile_seconds(model: SwaxLM) -> float:
+    """Seconds spent so far compiling decode steps for ``model`` in this process (the first
+    call of each configuration), e.g. to keep them out of a tokens-per-second figure."""
+    return sum(r.compile_s for r in model.__dict__.get("_swax_decode_steps", {}).values())
