@@ -80,6 +80,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/ops.py
 	$(BIN)/python benchmarks/model.py
 	$(BIN)/python benchmarks/decode.py
+	$(BIN)/python benchmarks/decode.py --compare --threads 1 --steps 128 --repeats 9
 	$(BIN)/python benchmarks/prefill.py
 
 # On a CUDA machine, with that machine's own torch (no venv, no network needed): the gpu test

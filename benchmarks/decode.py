@@ -14,6 +14,13 @@ Writes a CSV and a PNG.
 
     python benchmarks/decode.py                       # SX and A at 1k … 128k
     python benchmarks/decode.py --patterns SX SD --contexts 1024 131072
+
+``--compare`` measures instead the time per decode step of the compiled step against the eager
+one, the compute and memory bounds and Hugging Face's ``LlamaForCausalLM.generate`` (issue 34;
+see ``benchmarks/decode_compare.py``); ``--quick`` is a short version of it (tiny, 1k, batch 1
+and 4).
+
+    python benchmarks/decode.py --compare --threads 1
 """
 
 from __future__ import annotations
@@ -122,7 +129,68 @@ def plot(rows, patterns, path, title):
     return save_png(path, draw, title)
 
 
-def main(argv=None) -> int:
+def compare(args) -> int:
+    """The --compare / --quick run (see benchmarks/decode_compare.py)."""
+    import decode_compare as dc
+
+    if args.quick:
+        presets, contexts, batches = ["tiny"], [1024], [1, 4]
+        steps, long_steps, repeats = min(args.steps, 32), 8, 1
+    else:
+        presets, contexts, batches = args.presets, args.compare_contexts, args.batches
+        steps, long_steps, repeats = args.steps, args.long_steps, args.repeats
+    print(f"# {machine_line()}")
+    print(f"# {dc.header(' '.join(sys.argv[1:]))}")
+    res = dc.measure(presets, contexts, batches, steps, long_steps, repeats, args.max_kv_gib)
+    print(f"# compute bound from {res['peak'].describe()}")
+    print(f"# memory bound from a {res['bandwidth'] / 1e9:.1f} GB/s tensor copy (read + write)")
+    print(
+        f"# ms = CPU milliseconds of the one thread per decode step (one new token per row), "
+        f"the best of up to {repeats} rounds of t({steps} + 8) - t(8) ({long_steps} for the "
+        f"long Llama cells); medians and wall-clock times in the CSV"
+    )
+    print()
+    table = dc.table_rows(res["rows"])
+    print_table(table, list(table[0]))
+    for line in res["skipped"]:
+        print(f"# {line}")
+    print("\n## compile time (first call of each preset and batch, inductor)")
+    for r in res["rows"]:
+        if r["compile_s"]:
+            print(f"{r['preset']} x{r['batch']}: {r['compile_s']:.1f} s")
+    print("\n## targets (issue 34)")
+    for line in dc.targets(res["rows"]):
+        print(line)
+    print(f"# {dc.header('end')}")
+    rows = [{k: v for k, v in r.items()} for r in res["rows"]]
+    out = (
+        Path(args.csv).with_name("decode_compare.csv")
+        if args.csv == DEFAULT_CSV
+        else Path(args.csv)
+    )
+    write_csv(
+        [{k: (f"{v:.6g}" if isinstance(v, float) else v) for k, v in r.items()} for r in rows], out
+    )
+    print(f"# wrote {out}")
+    return 0
+
+
+DEFAULT_CSV = "benchmarks/results/decode.csv"
+
+
+def _compare_arguments(ap: argparse.ArgumentParser) -> None:
+    """The options of --compare / --quick."""
+    ap.add_argument("--compare", action="store_true", help="compiled vs eager vs Llama (issue 34)")
+    ap.add_argument("--quick", action="store_true", help="a short --compare (tiny, 1k, x1 x4)")
+    ap.add_argument("--presets", nargs="+", default=["tiny", "small"], help="with --compare")
+    ap.add_argument("--compare-contexts", type=int, nargs="+", default=[1024, 32768])
+    ap.add_argument("--batches", type=int, nargs="+", default=[1, 16], help="with --compare")
+    ap.add_argument("--long-steps", type=int, default=16, help="steps of the long Llama cells")
+    ap.add_argument("--repeats", type=int, default=5, help="rounds per cell with --compare")
+    ap.add_argument("--max-kv-gib", type=float, default=2.5, help="largest Llama cache to try")
+
+
+def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--preset", default="tiny")
     ap.add_argument("--patterns", nargs="+", default=["SX", "A"])
@@ -137,10 +205,17 @@ def main(argv=None) -> int:
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--prefill-chunk", type=int, default=2048)
     ap.add_argument("--threads", type=int, default=None)
-    ap.add_argument("--csv", default="benchmarks/results/decode.csv")
-    args = ap.parse_args(argv)
+    ap.add_argument("--csv", default=DEFAULT_CSV)
+    _compare_arguments(ap)
+    return ap
+
+
+def main(argv=None) -> int:
+    args = _parser().parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
+    if args.compare or args.quick:
+        return compare(args)
     print(f"# {machine_line()}")
     print(
         f"# preset {args.preset}, batch 1, random weights; prefill in chunks of "

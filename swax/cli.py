@@ -42,6 +42,7 @@ from .data import (
 from .data.prepare import prepare_shards
 from .data.shards import no_validation_reason, verify_shards
 from .data.sources import iter_documents, kjv_documents
+from .decode import compile_seconds
 from .errors import ConfigError, SwaxError, is_disk_full
 from .eval.buckets import bucket_table, distance_buckets, recall_by_bucket, verdict
 from .eval.compare import RESULT_FILES as COMPARE_RESULT_FILES
@@ -203,6 +204,7 @@ def cmd_generate(cfg: C.GenerateConfig) -> int:
     on_token = _Streamer(tok, stream)
     t0 = time.perf_counter()
     prefill_done = []  # seconds at the end of the prefill
+    compiled_before = compile_seconds(model)
 
     # one prompt: a flex compile on the CPU (3-9 s) would cost more than it saves
     with cpu_flex_default(False):
@@ -221,6 +223,7 @@ def cmd_generate(cfg: C.GenerateConfig) -> int:
             prefill_chunk_size=cfg.prefill_chunk,
             on_token=on_token,
             progress=lambda done, total: prefill_done.append(time.perf_counter() - t0),
+            compile=cfg.compile,
         )
     elapsed = time.perf_counter() - t0
     new = out[0, ids.shape[1] :].tolist()
@@ -229,10 +232,12 @@ def cmd_generate(cfg: C.GenerateConfig) -> int:
     else:
         print(truncate_at_stop(tok.decode(new), cfg.stop))
     pre = prefill_done[-1] if prefill_done else elapsed
-    dec = max(elapsed - pre, 1e-9)
+    compiled = compile_seconds(model) - compiled_before  # inside the decode, not of it
+    dec = max(elapsed - pre - compiled, 1e-9)
+    note = f", decode step compiled in {compiled:.1f}s" if compiled else ""
     print(
         f"[{ids.shape[1]} prompt tokens in {pre:.2f}s, {len(new)} new tokens at "
-        f"{len(new) / dec:.1f} tok/s, window {window}, {threads_note()}]",
+        f"{len(new) / dec:.1f} tok/s{note}, window {window}, {threads_note()}]",
         file=sys.stderr,
     )
     return 0
@@ -543,7 +548,7 @@ def cmd_eval_niah(cfg: C.NiahConfig) -> int:
         raise SwaxError("pass --model DIR (or --preset NAME for random weights, or --dump DIR)")
     out = _eval_out(cfg, "niah", results_files())
     model, tok, label, window = _eval_model(cfg)
-    predict = SwaxPredictor(model, tok, window, cfg.prefill_chunk)
+    predict = SwaxPredictor(model, tok, window, cfg.prefill_chunk, compile=cfg.compile)
     result = run_niah(
         predict,
         tok,
@@ -596,6 +601,7 @@ def cmd_eval_tasks(cfg: C.TasksConfig) -> int:
         batch_size=cfg.batch_size,
         window=window,
         code_timeout=cfg.code_timeout,
+        compile=cfg.compile,
     )
     results = evaluate_tasks(model, tok, cfg.tasks, data_dir, evaluation)
     settings = {

@@ -90,6 +90,10 @@ class GenerateConfig(LoadConfig):
     """Prompt tokens per forward pass of the prefill."""
     stream: bool = True
     """Print the text token by token (--no-stream: at the end)."""
+    compile: bool | None = None
+    """Decode through the compiled step (torch.compile on the CPU, a CUDA graph on a GPU):
+    --compile always, --no-compile never (the eager step); default: on a GPU, and on the CPU
+    from 1024 new tokens (a CPU compile costs seconds)."""
 
 
 @dataclass
@@ -135,6 +139,9 @@ class NiahConfig(EvalConfig):
     """With --dump: byte, gpt2 or a tokenizer path."""
     prefill_chunk: int = option(PREFILL_CHUNK, bounds="[1, inf)")
     """Prompt tokens per forward pass of the prefill."""
+    compile: bool = True
+    """Decode through the compiled step (compiled once, in the untimed warm-up);
+    --no-compile: the eager step."""
 
 
 @dataclass
@@ -155,6 +162,8 @@ class TasksConfig(EvalConfig):
     """Sequences per forward pass."""
     code_timeout: float = option(TaskEvalSettings.code_timeout, bounds="[0.1, inf)")
     """Seconds per program of the code tasks (at least 0.1)."""
+    compile: bool = True
+    """Generate (code tasks) through the compiled decode step; --no-compile: the eager step."""
 
 
 @dataclass

@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 import torch
 
+from .decode import StaticState, capacity_for, sampling_probs, step_runner
 from .state import DEFAULT_WINDOW, SwaxState
 
 if TYPE_CHECKING:
@@ -69,18 +71,7 @@ def sample_next(
     from softmax(logits / temperature) restricted to the top-k and to the nucleus of mass top_p."""
     if temperature == 0:
         return logits.argmax(-1)
-    logits = logits.float() / temperature
-    if top_k is not None and top_k < logits.shape[-1]:
-        kth = logits.topk(top_k, dim=-1).values[:, -1:]
-        logits = logits.masked_fill(logits < kth, float("-inf"))
-    if top_p is not None and top_p < 1.0:
-        sorted_logits, order = logits.sort(dim=-1, descending=True)
-        probs = sorted_logits.softmax(-1)
-        # drop a token when the mass of the tokens before it already reaches top_p
-        drop = probs.cumsum(-1) - probs >= top_p
-        sorted_logits = sorted_logits.masked_fill(drop, float("-inf"))
-        logits = torch.full_like(logits, float("-inf")).scatter(-1, order, sorted_logits)
-    probs = logits.softmax(-1)
+    probs = sampling_probs(logits, temperature, top_k, top_p)
     return torch.multinomial(probs, 1, generator=generator)[:, 0]
 
 
@@ -97,6 +88,103 @@ def check_generation_options(max_new_tokens, temperature, top_k, top_p) -> None:
         raise ValueError(f"top_k must be >= 1, got {top_k}")
     if top_p is not None and not 0 < top_p <= 1:
         raise ValueError(f"top_p must be in (0, 1], got {top_p}")
+
+
+COMPILE_MIN_TOKENS = 1024
+"""With ``compile=None`` on the CPU, the decode step is compiled for a generation of at least
+this many new tokens (rows x max_new_tokens), or when this configuration was compiled earlier in
+the process; shorter one-off generations decode eagerly, as compiling costs seconds
+(README, "Generation"). On CUDA the step is always captured (milliseconds)."""
+
+
+@dataclass
+class _Stopping:
+    """What ends a row, and the padding of rows that ended."""
+
+    eos: int | None
+    pad: int
+    stops: list[list[int]]
+    stop_strings: list[str]
+    decode: Callable[[list[int]], str] | None
+
+    def can_end(self) -> bool:
+        """Whether anything but the token budget can end a row."""
+        return self.eos is not None or bool(self.stops) or bool(self.stop_strings)
+
+    ended: dict[int, int] | None = None
+    """When a dict: row -> number of ids it generated up to its stop (set by :meth:`update`)."""
+
+    def update(self, done: torch.Tensor, out: list[torch.Tensor]) -> None:
+        """Mark the rows whose generated ids ``out`` (one (B,) tensor per step) end a row."""
+        nxt, before = out[-1], None if self.ended is None else done.clone()
+        if self.eos is not None:
+            done |= nxt == self.eos
+        if self.stops or self.stop_strings:
+            gen_ids = torch.stack(out, 1).tolist()
+            for b, ids in enumerate(gen_ids):
+                if done[b]:
+                    continue
+                if any(ids[-len(s) :] == s for s in self.stops) or (
+                    self.stop_strings and any(s in self.decode(ids) for s in self.stop_strings)
+                ):
+                    done[b] = True
+        if before is not None:
+            for b in (done & ~before).nonzero()[:, 0].tolist():
+                self.ended[b] = len(out)
+
+
+def _stopping(eos_token_id, pad_token_id, stop_sequences, stop_strings, decode) -> _Stopping:
+    stop_strings = [s for s in stop_strings if s]  # "" would stop every row at once
+    if stop_strings and decode is None:
+        raise ValueError("stop_strings need a decode function (token ids -> text)")
+    pad = pad_token_id if pad_token_id is not None else (eos_token_id or 0)
+    stops = [list(s) for s in stop_sequences if len(s)]
+    return _Stopping(eos_token_id, pad, stops, stop_strings, decode)
+
+
+def _decode_loop(nxt, advance, max_new_tokens, stopping, on_token, done) -> list[torch.Tensor]:
+    """The generated ids, one (B,) tensor per step: ``nxt`` first (sampled from the prefill's
+    logits), then ``advance(previous ids)`` until every row is ``done`` (rows done at the
+    start never produce anything but padding) or ``max_new_tokens`` ids are out."""
+    out: list[torch.Tensor] = []
+    stops = stopping.can_end() or bool(done.any())
+    for step in range(max_new_tokens):
+        if stops:  # nothing can end a row otherwise: no checks (and no device sync) per step
+            nxt = torch.where(done, torch.full_like(nxt, stopping.pad), nxt)
+        out.append(nxt)
+        if on_token is not None:
+            on_token(nxt)
+        if step == max_new_tokens - 1:
+            break
+        if stops:
+            stopping.update(done, out)
+            if bool(done.all()):
+                break
+        nxt = advance(nxt)
+    return out
+
+
+def _sampling_key(temperature, top_k, top_p):
+    """What the compiled step specialises on: None (greedy) or the sampling options."""
+    return None if temperature == 0 else (float(temperature), top_k, top_p)
+
+
+def _compiled_advance(model, static, nxt, sampling, gen, force: bool):
+    """``advance`` through the compiled step for ``static`` (None when none is compiled and
+    ``force`` is false, or compiling failed)."""
+    runner = step_runner(model, static, nxt, sampling, compile_new=force)
+    if runner is None:
+        return None
+    if sampling is None:
+        return lambda tok: runner.run(static, tok)
+    return lambda tok: torch.multinomial(runner.run(static, tok), 1, generator=gen)[:, 0]
+
+
+def _wants_compile(compile, model, tokens: int) -> bool:
+    """Whether a configuration not compiled yet should be compiled (see COMPILE_MIN_TOKENS)."""
+    if compile is not None:
+        return bool(compile)
+    return model.embed.weight.device.type == "cuda" or tokens >= COMPILE_MIN_TOKENS
 
 
 @torch.no_grad()
@@ -119,6 +207,7 @@ def generate(
     return_state: bool = False,
     on_token: Callable[[torch.Tensor], None] | None = None,
     progress: Callable[[int, int], None] | None = None,
+    compile: bool | None = None,
 ):
     """Generate up to ``max_new_tokens`` tokens after ``input_ids`` (B, T).
 
@@ -130,6 +219,12 @@ def generate(
     ``seed`` makes sampling reproducible. ``state`` continues from an earlier call (the prompt
     then holds only the new tokens). ``on_token(ids (B,))`` is called after every step.
 
+    ``compile``: decode through the compiled fixed-shape step of :mod:`swax.decode` (True),
+    the eager step (False, the reference), or automatically (None, the default: on CUDA, and
+    on the CPU for at least :data:`COMPILE_MIN_TOKENS` new tokens or a configuration compiled
+    before). The prefill is eager and chunked either way; the tokens are the same (up to
+    float32 rounding at near-ties).
+
     Returns the prompt followed by the generated ids, (B, T + n) with n <= max_new_tokens
     [and the SwaxState when ``return_state``]. As with Hugging Face's cache, that state has
     consumed every returned id *except the last generated one* (which was sampled but never fed
@@ -137,48 +232,45 @@ def generate(
     pass that last id first: ``generate(model, out[:, -1:], state=state)``.
     """
     check_generation_options(max_new_tokens, temperature, top_k, top_p)
-    stop_strings = [s for s in stop_strings if s]  # "" would stop every row at once
-    if stop_strings and decode is None:
-        raise ValueError("stop_strings need a decode function (token ids -> text)")
+    _check_compile(compile)
+    stopping = _stopping(eos_token_id, pad_token_id, stop_sequences, stop_strings, decode)
     if input_ids.ndim == 1:
         input_ids = input_ids[None]
     device = model.embed.weight.device
     input_ids = input_ids.to(device)
-    gen = None
-    if seed is not None:
-        gen = torch.Generator(device=device)
-        gen.manual_seed(seed)
-    pad = pad_token_id if pad_token_id is not None else (eos_token_id or 0)
-
+    gen = _generator(seed, device)
     logits, state = prefill(model, input_ids, window, state, prefill_chunk_size, progress)
     B = input_ids.shape[0]
+    nxt = sample_next(logits, temperature, top_k, top_p, gen)
+    advance, static = None, None
+    if compile is not False and max_new_tokens > 1 and StaticState.holds(model, state):
+        static = StaticState.from_parts(
+            model, [(state, range(B))], capacity_for(state.pos + max_new_tokens)
+        )
+        sampling = _sampling_key(temperature, top_k, top_p)
+        force = _wants_compile(compile, model, B * max_new_tokens)
+        advance = _compiled_advance(model, static, nxt, sampling, gen, force)
+    if advance is None:
+        static, advance = None, _EagerStep(model, state, window, temperature, top_k, top_p, gen)
     done = torch.zeros(B, dtype=torch.bool, device=device)
-    out: list[torch.Tensor] = []
-    stops = [list(s) for s in stop_sequences if len(s)]
-    for step in range(max_new_tokens):
-        nxt = sample_next(logits, temperature, top_k, top_p, gen)
-        nxt = torch.where(done, torch.full_like(nxt, pad), nxt)
-        out.append(nxt)
-        if on_token is not None:
-            on_token(nxt)
-        if eos_token_id is not None:
-            done |= nxt == eos_token_id
-        if stops or stop_strings:
-            gen_ids = torch.stack(out, 1).tolist()
-            for b in range(B):
-                if done[b]:
-                    continue
-                ids = gen_ids[b]
-                if any(ids[-len(s) :] == s for s in stops) or (
-                    stop_strings and any(s in decode(ids) for s in stop_strings)
-                ):
-                    done[b] = True
-        if bool(done.all()) or step == max_new_tokens - 1:
-            break
-        logits, state = model(nxt[:, None], window=window, state=state, return_state=True)
-        logits = logits[:, -1].float()
+    out = _decode_loop(nxt, advance, max_new_tokens, stopping, on_token, done)
     ids = torch.cat([input_ids, torch.stack(out, 1)], 1) if out else input_ids
-    return (ids, state) if return_state else ids
+    if not return_state:
+        return ids
+    return ids, (advance.state if static is None else static.to_swax_state(model))
+
+
+def _check_compile(compile) -> None:
+    if compile is not None and not isinstance(compile, bool):
+        raise ValueError(f"compile must be True, False or None (automatic), got {compile!r}")
+
+
+def _generator(seed: int | None, device) -> torch.Generator | None:
+    if seed is None:
+        return None
+    gen = torch.Generator(device=device)
+    gen.manual_seed(seed)
+    return gen
 
 
 def truncate_at_stop(text: str, stop_strings: Sequence[str]) -> str:
@@ -189,3 +281,161 @@ def truncate_at_stop(text: str, stop_strings: Sequence[str]) -> str:
         if s and i != -1:
             cut = min(cut, i)
     return text[:cut]
+
+
+class _EagerStep:
+    """``advance`` through the model's own eager decode (the reference path); ``state`` is
+    the SwaxState after the ids fed so far."""
+
+    def __init__(self, model, state, window, temperature, top_k, top_p, gen):
+        self.model, self.state, self.window, self.gen = model, state, window, gen
+        self.sampling = (temperature, top_k, top_p)
+
+    def __call__(self, tok: torch.Tensor) -> torch.Tensor:
+        logits, self.state = self.model(
+            tok[:, None], window=self.window, state=self.state, return_state=True
+        )
+        return sample_next(logits[:, -1].float(), *self.sampling, self.gen)
+
+
+# ------------------------------------------------------------------------------ batches
+
+
+@dataclass
+class _BatchOptions:
+    max_new: int
+    window: object
+    temperature: float
+    top_k: int | None
+    top_p: float | None
+    gen: torch.Generator | None
+    chunk: int
+    compile: bool | None
+
+
+def _check_prompts(prompts, vocab_size: int) -> list[torch.Tensor]:
+    """``prompts`` as 1-D LongTensors on the CPU; ValueError naming the first bad one."""
+    if isinstance(prompts, torch.Tensor) or not isinstance(prompts, Sequence) or not prompts:
+        raise ValueError("prompts must be a non-empty list of token id lists or 1-D tensors")
+    out = []
+    for i, p in enumerate(prompts):
+        try:
+            t = p if isinstance(p, torch.Tensor) else torch.as_tensor(list(p))
+        except (TypeError, ValueError, RuntimeError):
+            raise ValueError(f"prompt {i} must be a non-empty 1-D sequence of token ids") from None
+        if t.ndim != 1 or t.numel() == 0 or t.dtype.is_floating_point or t.dtype == torch.bool:
+            raise ValueError(f"prompt {i} must be a non-empty 1-D sequence of token ids")
+        if int(t.min()) < 0 or int(t.max()) >= vocab_size:
+            raise ValueError(f"prompt {i} has a token id outside 0 … {vocab_size - 1}")
+        out.append(t.long().cpu())
+    return out
+
+
+@torch.no_grad()
+def generate_batch(
+    model: SwaxLM,
+    prompts: Sequence[Sequence[int] | torch.Tensor],
+    max_new_tokens: int = 32,
+    window=DEFAULT_WINDOW,
+    temperature: float = 0.0,
+    top_k: int | None = None,
+    top_p: float | None = None,
+    seed: int | None = None,
+    eos_token_id: int | None = None,
+    stop_sequences: Sequence[Sequence[int]] = (),
+    stop_strings: Sequence[str] = (),
+    decode: Callable[[list[int]], str] | None = None,
+    prefill_chunk_size: int = PREFILL_CHUNK,
+    batch_size: int = 16,
+    compile: bool | None = None,
+    on_batch: Callable[[int], None] | None = None,
+) -> list[list[int]]:
+    """The new token ids of each of ``prompts`` (token id lists or 1-D tensors, of any
+    lengths), decoded together in batches of up to ``batch_size`` rows.
+
+    No padding ever enters the model: the prompts of a batch are prefilled in groups of equal
+    length (a recurrent layer would consume a pad token), then the groups' states are stacked
+    into one static batch with a position per row (:class:`swax.decode.StaticState`) and
+    decoded together by the compiled step; a row that stops (``eos_token_id``, kept; a stop
+    sequence or string, as in :func:`generate`) is masked until the batch ends. So with greedy
+    decoding each prompt gets the tokens :func:`generate` gives it alone. With sampling one
+    generator (``seed``) serves the whole batch: reproducible, but not the draws of a prompt
+    alone. ``compile`` as in :func:`generate`; without a compiled step each group of
+    equal-length prompts decodes eagerly on its own. ``on_batch(n)`` is called after each
+    batch with its number of prompts.
+    """
+    check_generation_options(max_new_tokens, temperature, top_k, top_p)
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise ValueError(f"batch_size must be an integer >= 1, got {batch_size!r}")
+    _check_compile(compile)
+    ids = _check_prompts(prompts, model.config.vocab_size)
+    stopping = _stopping(eos_token_id, None, stop_sequences, stop_strings, decode)
+    gen = _generator(seed, model.embed.weight.device)
+    opts = _BatchOptions(
+        max_new_tokens, window, temperature, top_k, top_p, gen, prefill_chunk_size, compile
+    )
+    out: list[list[int]] = [[] for _ in ids]
+    order = sorted(range(len(ids)), key=lambda i: len(ids[i]))  # equal lengths together
+    for s in range(0, len(order), batch_size):
+        rows = order[s : s + batch_size]
+        pad_to = batch_size if len(ids) > batch_size else 1 << (len(rows) - 1).bit_length()
+        new = _batch_rows(model, [ids[i] for i in rows], pad_to, stopping, opts)
+        for i, tokens in zip(rows, new):
+            out[i] = tokens
+        if on_batch is not None:
+            on_batch(len(rows))
+    return out
+
+
+def _prefill_groups(model, prompts, o: _BatchOptions):
+    """Prefill each group of equal-length prompts: ([(state, rows)], first ids (B,))."""
+    device = model.embed.weight.device
+    groups: dict[int, list[int]] = {}
+    for i, p in enumerate(prompts):
+        groups.setdefault(len(p), []).append(i)
+    parts, first = [], torch.zeros(len(prompts), dtype=torch.long, device=device)
+    for members in groups.values():
+        x = torch.stack([prompts[i] for i in members]).to(device)
+        logits, state = prefill(model, x, o.window, None, o.chunk)
+        parts.append((state, members))
+        nxt = sample_next(logits, o.temperature, o.top_k, o.top_p, o.gen)
+        first[torch.tensor(members, device=device)] = nxt
+    return parts, first
+
+
+def _cut(rows: list[list[int]], ended: dict[int, int]) -> list[list[int]]:
+    """Each row's ids up to where it stopped (all of them if it never did)."""
+    return [ids[: ended.get(b, len(ids))] for b, ids in enumerate(rows)]
+
+
+def _batch_rows(model, prompts, pad_to, stopping, o: _BatchOptions) -> list[list[int]]:
+    """The new ids of one batch of prompts. The compiled batch is padded to ``pad_to`` rows
+    (copies of row 0, done from the start), so that few batch sizes compile."""
+    B = len(prompts)
+    parts, first = _prefill_groups(model, prompts, o)
+    if o.compile is not False and o.max_new > 1:
+        index = torch.zeros(pad_to - B, dtype=torch.long)
+        padded = parts + (
+            [(parts[0][0].select_rows(index), range(B, pad_to))] if pad_to > B else []
+        )
+        nxt = torch.cat([first, first[:1].expand(pad_to - B)])
+        cap = capacity_for(max(st.pos for st, _ in parts) + o.max_new)
+        static = StaticState.from_parts(model, padded, cap)
+        force = _wants_compile(o.compile, model, pad_to * o.max_new)
+        sampling = _sampling_key(o.temperature, o.top_k, o.top_p)
+        advance = _compiled_advance(model, static, nxt, sampling, o.gen, force)
+        if advance is not None:
+            stop = replace(stopping, ended={})
+            done = torch.arange(pad_to, device=nxt.device) >= B
+            out = _decode_loop(nxt, advance, o.max_new, stop, None, done)
+            return _cut(torch.stack(out, 1)[:B].tolist(), stop.ended)
+    result: list[list[int]] = [[] for _ in range(B)]
+    for state, members in parts:  # eager: each group of equal-length prompts on its own
+        stop = replace(stopping, ended={})
+        step = _EagerStep(model, state, o.window, o.temperature, o.top_k, o.top_p, o.gen)
+        rows = torch.tensor(members, device=first.device)
+        done = torch.zeros(len(members), dtype=torch.bool, device=first.device)
+        out = _decode_loop(first[rows], step, o.max_new, stop, None, done)
+        for b, tokens in zip(members, _cut(torch.stack(out, 1).tolist(), stop.ended)):
+            result[b] = tokens
+    return result

@@ -36,6 +36,17 @@ def test_ops_benchmark_smoke(tmp_path):
     assert "x_vs_sdpa+mask" in text and "x_vs_native_custbw" in text
 
 
+def test_decode_compare_benchmark_smoke(tmp_path):
+    """The issue-34 comparison in its --quick form: eager, compiled (one inductor compile per
+    batch), the bounds and the Llama, and the targets' lines (no number is checked)."""
+    out = tmp_path / "decode_compare.csv"
+    r = run(["benchmarks/decode.py", "--quick", "--threads", "1", "--csv", str(out)])
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "## targets (issue 34)" in r.stdout and "tiny 1,024 x1 compiled vs eager" in r.stdout
+    text = out.read_text()
+    assert "compiled" in text.splitlines()[0] and "llama" in text.splitlines()[0]
+
+
 def test_model_benchmark_smoke(tmp_path):
     out = tmp_path / "model.csv"
     r = run(

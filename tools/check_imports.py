@@ -25,7 +25,7 @@ CONTRACT: list[tuple[str, tuple[str, ...], str]] = [
     ("ops", ("ops",), "ops import nothing else from swax"),
     ("layers", ("layers", "ops"), "layers import only the ops"),
 ]
-BELOW_TRAIN_AND_EVAL = ("config", "configutil", "state", "model", "generate", "data")
+BELOW_TRAIN_AND_EVAL = ("config", "configutil", "state", "model", "generate", "decode", "data")
 """The modules under training and evaluation in the data flow (data -> train -> model, eval ->
 model): they never import train, eval, the sweeps or the command line."""
 FORBIDDEN: list[tuple[str, tuple[str, ...], str]] = [

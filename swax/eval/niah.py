@@ -132,12 +132,20 @@ class SwaxPredictor:
     """Greedy continuation of a prompt with a SwaxLM: chunked prefill, then step decode.
     After each call ``last_timing`` holds that call's :class:`Timing`."""
 
-    def __init__(self, model, tokenizer, window=DEFAULT_WINDOW, prefill_chunk: int = PREFILL_CHUNK):
+    def __init__(
+        self,
+        model,
+        tokenizer,
+        window=DEFAULT_WINDOW,
+        prefill_chunk: int = PREFILL_CHUNK,
+        compile: bool | None = None,
+    ):
         """``window``: keys each query sees, None for full attention, DEFAULT_WINDOW (the
-        default) for ``model.config.window``."""
+        default) for ``model.config.window``. ``compile``: as :func:`swax.generate.generate`
+        takes it (``swax eval niah`` passes True: the step compiles in the untimed warm-up)."""
         self.model, self.tok = model, tokenizer
         self.window = model.config.window if window is DEFAULT_WINDOW else window
-        self.prefill_chunk = prefill_chunk
+        self.prefill_chunk, self.compile = prefill_chunk, compile
         self.last_timing: Timing | None = None
         self._warm = False
 
@@ -151,7 +159,7 @@ class SwaxPredictor:
             n = 2 * self.prefill_chunk  # the prompt's ids, repeated: only the shapes matter
             warm = ids.repeat(1, -(-n // ids.shape[1]))[:, :n]
             generate(self.model, warm, max_new_tokens=2, window=self.window,
-                     prefill_chunk_size=self.prefill_chunk)  # fmt: skip
+                     prefill_chunk_size=self.prefill_chunk, compile=self.compile)  # fmt: skip
         marks: dict[str, float] = {}
 
         def prefilled(done: int, total: int) -> None:
@@ -167,6 +175,7 @@ class SwaxPredictor:
             eos_token_id=self.tok.eot_id,
             prefill_chunk_size=self.prefill_chunk,
             progress=prefilled,
+            compile=self.compile,
         )
         t1 = time.perf_counter()
         t_pre = marks.get("prefilled", t1)

@@ -22,7 +22,7 @@ from collections.abc import Sequence
 import torch
 
 from ..errors import SwaxError
-from ..generate import generate, truncate_at_stop
+from ..generate import generate_batch, truncate_at_stop
 from ..progress import progress_bar as _bar
 from ..state import DEFAULT_WINDOW
 
@@ -228,47 +228,44 @@ def generate_texts(
     top_k: int | None = None,
     top_p: float | None = None,
     seed: int | None = None,
+    compile: bool | None = None,
 ) -> list[str]:
     """Completions of ``prompts`` (greedy unless ``temperature`` > 0), each cut before the
-    first stop string (and at the end-of-text token). Prompts of the same token length are
-    batched together (the model takes no padding mask, so prompts of different lengths run
-    separately); prefill is chunked."""
+    first stop string (and at the end-of-text token). Prompts of any lengths are decoded
+    together, ``batch_size`` at a time (:func:`swax.generate.generate_batch`: each prompt's
+    tokens are those it gets alone, greedy); prefill is chunked. ``compile`` as in
+    :func:`swax.generate.generate`."""
     if window is DEFAULT_WINDOW:
         window = model.config.window
     encoded = [tokenizer.encode(p) or [tokenizer.eot_id] for p in prompts]
-    groups: dict[int, list[int]] = {}
-    for i, ids in enumerate(encoded):
-        groups.setdefault(len(ids), []).append(i)
-    out = [""] * len(prompts)
+    if not encoded:
+        return []
     bar = progress_bar(len(prompts), desc, progress, unit="prompt")
     try:
-        for n in sorted(groups, reverse=True):
-            members = groups[n]
-            for s in range(0, len(members), batch_size):
-                idx = members[s : s + batch_size]
-                ids = torch.tensor([encoded[i] for i in idx], dtype=torch.long)
-                res = generate(
-                    model,
-                    ids,
-                    max_new_tokens=max_new_tokens,
-                    window=window,
-                    stop_strings=list(stop),
-                    decode=tokenizer.decode,
-                    eos_token_id=tokenizer.eot_id,
-                    prefill_chunk_size=prefill_chunk_size,
-                    temperature=temperature,
-                    top_k=top_k,
-                    top_p=top_p,
-                    seed=seed,
-                )
-                for b, i in enumerate(idx):
-                    new = res[b, n:].tolist()
-                    if tokenizer.eot_id in new:
-                        new = new[: new.index(tokenizer.eot_id)]
-                    out[i] = truncate_at_stop(tokenizer.decode(new), stop)
-                bar.update(len(idx))
+        new_ids = generate_batch(
+            model,
+            encoded,
+            max_new_tokens=max_new_tokens,
+            window=window,
+            stop_strings=list(stop),
+            decode=tokenizer.decode,
+            eos_token_id=tokenizer.eot_id,
+            prefill_chunk_size=prefill_chunk_size,
+            temperature=temperature,
+            top_k=top_k,
+            top_p=top_p,
+            seed=seed,
+            batch_size=batch_size,
+            compile=compile,
+            on_batch=bar.update,
+        )
     finally:
         bar.close()
+    out = []
+    for new in new_ids:
+        if tokenizer.eot_id in new:
+            new = new[: new.index(tokenizer.eot_id)]
+        out.append(truncate_at_stop(tokenizer.decode(new), stop))
     return out
 
 

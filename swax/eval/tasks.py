@@ -93,6 +93,8 @@ class TaskEvalSettings:
     """Programs of the code tasks run at once (None: the CPU count)."""
     progress: bool = True
     """Show tqdm progress bars with ETA."""
+    compile: bool | None = None
+    """Generation through the compiled decode step (see :func:`swax.generate.generate`)."""
 
 
 def _loglikelihoods(spec: TaskSpec, docs, contexts, model, tokenizer, settings):
@@ -185,6 +187,7 @@ def _code(spec: TaskSpec, docs, contexts, model, tokenizer, settings):
         batch_size=settings.batch_size,
         progress=settings.progress,
         desc=f"{spec.name} generate",
+        compile=settings.compile,
     )
     programs = [code_program(spec.name, doc, c) for doc, c in zip(docs, completions)]
     bar = progress_bar(len(programs), f"{spec.name} execute", settings.progress, unit="program")

@@ -18,6 +18,7 @@ from torch import nn
 
 from ..ops import apply_rope, sliding_window_attention
 from ..ops.docs import doc_positions
+from ..ops.rope import apply_rope_at
 
 
 @dataclass(frozen=True)
@@ -163,16 +164,52 @@ class _Attention(nn.Module):
         y = self.o_proj(o.transpose(1, 2).reshape(B, T, self.n_heads * self.head_dim))
         return (y, new_state) if return_state else y
 
-    def _qkv(self, x: torch.Tensor, offset: int = 0, positions: torch.Tensor | None = None):
+    def step(self, x: torch.Tensor, state: tuple, pos: torch.Tensor) -> torch.Tensor:
+        """One decode token per row, each at its own position, on fixed-shape buffers.
+
+        x: (B, d_model). ``state`` (k, v): (B, Hkv, R, D) buffers, the key of absolute position
+        p in slot p % R (R: the window, or for full attention a capacity above every position).
+        pos: (B,) int64, the position of this token in each row. Writes the new key and value
+        into slot pos % R (in place) and attends to the slots holding positions
+        max(0, pos - R + 1) … pos (a validity mask; no shape depends on pos). Returns
+        (B, d_model). For :mod:`swax.decode` (torch.compile, CUDA graphs); the eager decode of
+        :meth:`forward` is its reference.
+        """
+        k_buf, v_buf = state
+        B, R = x.shape[0], k_buf.shape[2]
+        q, k, v = self._qkv(x[:, None], positions=pos[:, None], checked=False)
+        rows = torch.arange(B, device=x.device)[:, None]
+        heads = torch.arange(self.n_kv_heads, device=x.device)[None, :]
+        slot = (pos % R)[:, None]
+        k_buf.index_put_((rows, heads, slot), k[:, :, 0])  # (B, Hkv) index pairs, in place
+        v_buf.index_put_((rows, heads, slot), v[:, :, 0])
+        valid = torch.arange(R, device=x.device)[None, :] <= pos[:, None]  # (B, R)
+        o = F.scaled_dot_product_attention(
+            q, k_buf, v_buf, valid[:, None, None, :], enable_gqa=self.n_heads != self.n_kv_heads
+        )  # (B, Hq, 1, Dv)
+        return self.o_proj(o.reshape(B, self.n_heads * v.shape[-1]))
+
+    def _qkv(
+        self,
+        x: torch.Tensor,
+        offset: int = 0,
+        positions: torch.Tensor | None = None,
+        checked: bool = True,
+    ):
         """q (B, Hq, T, D), k and v (B, Hkv, T, D), RoPE at offset … offset + T - 1 or at
-        ``positions`` (B, T)."""
+        ``positions`` (B, T) (``checked=False``: no check that reads their values)."""
         B, T, _ = x.shape
         q = self.q_proj(x).view(B, T, self.n_heads, self.head_dim).transpose(1, 2)
         k = self.k_proj(x).view(B, T, self.n_kv_heads, self.head_dim).transpose(1, 2)
         v = self.v_proj(x).view(B, T, self.n_kv_heads, self.head_dim).transpose(1, 2)
         if self.qk_norm:
             q, k = self._norm(q, self.q_norm_weight), self._norm(k, self.k_norm_weight)
-        if self.rope:
+        if self.rope and not checked:
+            q, k = (
+                apply_rope_at(q, positions, self.rope_base),
+                apply_rope_at(k, positions, self.rope_base),
+            )
+        elif self.rope:
             q = apply_rope(q, offset, self.rope_base, positions=positions)
             k = apply_rope(k, offset, self.rope_base, positions=positions)
         return q, k, v

@@ -83,6 +83,25 @@ class GatedDeltaNetLayer(nn.Module):
         ).clamp(min=1e-4)
         self.dt_bias.copy_(dt + torch.log(-torch.expm1(-dt)))  # inverse softplus
 
+    def step(self, x: torch.Tensor, state: tuple, pos=None) -> torch.Tensor:
+        """One decode token per row on fixed-shape buffers: x (B, d_model) -> (B, d_model);
+        ``state`` (S, conv) as :meth:`forward` returns it, updated in place. ``pos`` is ignored.
+        For :mod:`swax.decode`; the eager decode of :meth:`forward` is its reference."""
+        B, H = x.shape[0], self.n_heads
+        S, conv = state
+        u = torch.cat([self.q_proj(x), self.k_proj(x), self.v_proj(x)], dim=-1)[:, :, None]
+        u, new_conv = causal_conv1d(u, self.conv_weight, conv)
+        conv.copy_(new_conv)
+        u = F.silu(u[:, :, 0])
+        q, k, v = u.split([self.qk_dim, self.qk_dim, self.v_dim], dim=-1)
+        q = F.normalize(q.float().view(B, H, -1), dim=-1, eps=1e-6).to(u.dtype)
+        k = F.normalize(k.float().view(B, H, -1), dim=-1, eps=1e-6).to(u.dtype)
+        beta = torch.sigmoid(self.b_proj(x).float())  # (B, H)
+        g = -self.A_log.float().exp() * F.softplus(self.a_proj(x).float() + self.dt_bias.float())
+        o, S_new = gated_delta_step(q, k, v.reshape(B, H, -1), g, beta, S)
+        S.copy_(S_new)
+        return self.o_proj(self.norm(o) * F.silu(self.g_proj(x)))
+
     def forward(
         self, x: torch.Tensor, window=None, state=None, return_state: bool = False, doc_ids=None
     ):

@@ -105,10 +105,29 @@ class MLSTMLayer(nn.Module):
             bound = 1 / math.sqrt(self.conv_size)
             nn.init.uniform_(self.conv_weight, -bound, bound)
 
+    def step(self, x: torch.Tensor, state: tuple, pos=None) -> torch.Tensor:
+        """One decode token per row on fixed-shape buffers: x (B, d_model) -> (B, d_model);
+        ``state`` (C, n, m) or (C, n, m, conv) as :meth:`forward` returns it, updated in place.
+        ``pos`` is ignored. For :mod:`swax.decode`; the eager decode of :meth:`forward` is its
+        reference."""
+        B, H = x.shape[0], self.n_heads
+        xqk = x
+        if self.conv_weight is not None:
+            u, conv = causal_conv1d(x[:, :, None], self.conv_weight, state[3])
+            state[3].copy_(conv)
+            xqk = F.silu(u[:, :, 0])
+        q, k = self.q(xqk).view(B, H, -1), self.k(xqk).view(B, H, -1)
+        i = soft_cap(self.igate(x), self.gate_soft_cap)  # (B, H)
+        f = soft_cap(self.fgate(x), self.gate_soft_cap)
+        h, new = mlstm_step(q, k, self.v(x).view(B, H, -1), i, f, state[:3], eps=self.eps)
+        for buf, value in zip(state, new):
+            buf.copy_(value)
+        return self.out_proj(torch.sigmoid(self.ogate(x)) * self.norm(h))
+
     def forward(
         self, x: torch.Tensor, window=None, state=None, return_state: bool = False, doc_ids=None
     ):
-        """x: (B, T, d_model) -> (B, T, d_model) [, (C, n, m) or (C, n, m, conv)]. ``window``
+        """x: (B, T, d_model) -> (B, T, d_model) [, (C, n, m) or (C, n, m, conv)]. ``window
         is ignored. ``doc_ids`` (B, T): packed documents (see :mod:`swax.ops.docs`): state and
         convolution restart at each document; not with a state."""
         B, T, _ = x.shape

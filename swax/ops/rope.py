@@ -68,10 +68,29 @@ def apply_rope(
                 f"rope positions must be >= 0 with shape {(x.shape[0], x.shape[2])}, got "
                 f"{tuple(positions.shape)}"
             )
-        inv = rope_frequencies(d, base).to(x.device)
-        ang = positions.to(torch.float64)[..., None] * inv  # (B, T, d/2), exact in float64
-        ang = torch.cat([ang, ang], dim=-1)[:, None]  # (B, 1, T, d)
-        cos, sin = ang.cos().float(), ang.sin().float()
+        cos, sin = _cos_sin_at(positions, d, base, x.device)
+    return _rotate(x, d, cos, sin)
+
+
+def _cos_sin_at(positions: torch.Tensor, d: int, base: float, device) -> tuple:
+    """cos and sin (B, 1, T, d) in float32 for integer ``positions`` (B, T)."""
+    inv = rope_frequencies(d, base).to(device)
+    ang = positions.to(torch.float64)[..., None] * inv  # (B, T, d/2), exact in float64
+    ang = torch.cat([ang, ang], dim=-1)[:, None]  # (B, 1, T, d)
+    return ang.cos().float(), ang.sin().float()
+
+
+def apply_rope_at(x: torch.Tensor, positions: torch.Tensor, base: float = 10000.0) -> torch.Tensor:
+    """:func:`apply_rope` of ``x`` (B, H, T, D) at integer ``positions`` (B, T), with no check
+    that reads the values: nothing here syncs with the device or breaks a ``torch.compile``
+    graph (a fixed-shape decode step; the caller guarantees positions >= 0)."""
+    cos, sin = _cos_sin_at(positions, x.shape[-1], base, x.device)
+    return _rotate(x, x.shape[-1], cos, sin)
+
+
+def _rotate(x: torch.Tensor, d: int, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """The first ``d`` channels of ``x`` rotated by the angles of ``cos``/``sin`` in float32,
+    returned in ``x``'s dtype."""
     xr = x[..., :d].float()
     x1, x2 = xr[..., : d // 2], xr[..., d // 2 :]
     rotated = torch.cat([-x2, x1], dim=-1)
