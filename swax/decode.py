@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import os
 import time
 import types
 from collections.abc import Callable, Sequence
@@ -230,8 +231,17 @@ def _own_code(fn: Callable, n: int) -> Callable:
 
 
 BACKEND = "inductor"
-"""torch.compile's backend for the step (the fast tests trace with "aot_eager": dynamo and AOT
-autograd without inductor's C++ compile, seconds instead of tens of seconds)."""
+"""torch.compile's backend for the step unless ``$SWAX_COMPILE_BACKEND`` names another (the fast
+tests trace with "aot_eager": dynamo and AOT autograd without inductor's C++ compile, seconds
+instead of tens of seconds)."""
+
+BACKEND_ENV = "SWAX_COMPILE_BACKEND"
+
+
+def compile_backend() -> str:
+    """The backend the next compiled step uses: ``$SWAX_COMPILE_BACKEND``, else :data:`BACKEND`."""
+    return os.environ.get(BACKEND_ENV) or BACKEND
+
 
 INDUCTOR_OPTIONS = {"cpp_wrapper": True}
 """Inductor's wrapper in C++: the ~40 kernel and matmul calls of a step without a Python call
@@ -247,9 +257,10 @@ class StepRunner:
 
     def __init__(self, model: SwaxLM, sampling, n: int):
         self.model, self.sampling = model, sampling
-        options = INDUCTOR_OPTIONS if BACKEND == "inductor" else None
+        backend = compile_backend()
+        options = INDUCTOR_OPTIONS if backend == "inductor" else None
         self.fn = torch.compile(
-            _own_code(_step, n), fullgraph=True, dynamic=False, backend=BACKEND, options=options
+            _own_code(_step, n), fullgraph=True, dynamic=False, backend=backend, options=options
         )
         self.compile_s = 0.0
 

@@ -49,6 +49,16 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip)
 
 
+@pytest.fixture(autouse=True)
+def _traced_decode_in_the_fast_tier(request, monkeypatch):
+    """Outside the slow tier, compiled decode steps (swax.decode) are traced with torch.compile's
+    aot_eager backend, in this process and in the commands it starts: the same graph without
+    inductor's C++ compile (seconds instead of 30-70 s per test process). The slow tier compiles
+    with inductor, the default."""
+    if request.node.get_closest_marker("slow") is None:
+        monkeypatch.setenv("SWAX_COMPILE_BACKEND", "aot_eager")
+
+
 @pytest.fixture(scope="module")
 def one_thread():
     """Tiny tensors: intra-op threads only add sync overhead (large on a busy 2-core box).

@@ -119,9 +119,17 @@ def test_traced_greedy_matches_eager_sx(sx_traced, aot_eager):
 def test_compiled_greedy_matches_eager(pattern):
     """Inductor. SD: Gated DeltaNet; SA: full attention over a capacity buffer (prompt longer
     than the window); XS: a recurrent layer first."""
+    assert swax_decode.compile_backend() == "inductor"  # the slow tier compiles for real
     model = small_model(pattern, seed=2)
     ids = torch.randint(0, VOCAB, (2, 21), generator=torch.Generator().manual_seed(3))
     check_compiled_matches_eager(model, ids)
+
+
+def test_fast_tier_traces_with_aot_eager(monkeypatch):
+    """$SWAX_COMPILE_BACKEND picks the backend (conftest sets aot_eager outside the slow tier)."""
+    assert swax_decode.compile_backend() == "aot_eager"
+    monkeypatch.delenv("SWAX_COMPILE_BACKEND")
+    assert swax_decode.compile_backend() == swax_decode.BACKEND == "inductor"
 
 
 @pytest.mark.slow
