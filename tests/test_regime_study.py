@@ -110,7 +110,7 @@ def test_quick_study_writes_a_report_from_the_runs(tmp_path):
     cmd = [sys.executable, str(HERE / "run.py"), "--quick", "--report-dir", str(tmp_path / "r")]
     r = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=900)
     assert r.returncode == 0, r.stderr[-3000:]
-    text = (tmp_path / "r" / "REPORT.md").read_text()
+    text = (tmp_path / "r" / "FIRST_STUDY.md").read_text()
     assert "**A smoke run**" in text
     for f in ("recall_vs_length.png", "laziness_map.png"):
         assert (tmp_path / "r" / f).stat().st_size > 1000
@@ -325,3 +325,34 @@ def test_claims_with_fewer_seeds_than_planned_are_provisional(tmp_path):
         "(SD). With a long window the model relies on attention (it is lazy).** — **not yet run**"
         in text
     )
+
+
+def test_the_study_report_reads_the_map_and_the_claims_from_the_archive(tmp_path):
+    # REPORT.md states results only through numbers computed from the archived runs: two lazy
+    # seeds at 0 % (W = 32) and one of two at 1 %, a positive control lazy in both its seeds
+    # and a long window that learned the memory in both
+    report = _script("report")
+    lcfg = load_sweep(HERE / "laziness.yaml")
+    ccfg = load_sweep(HERE / "claims.yaml")
+    lcfg.archive, ccfg.archive = str(tmp_path / "map"), str(tmp_path / "claims")
+    runs = {
+        (lcfg.archive, "grid-w32-far0.0-lawuniform", 0): (100, 5),
+        (lcfg.archive, "grid-w32-far0.0-lawuniform", 1): (100, 3),
+        (lcfg.archive, "grid-w32-far0.01-lawuniform", 0): (100, 5),
+        (lcfg.archive, "grid-w32-far0.01-lawuniform", 1): (100, 90),
+        (ccfg.archive, "sx-long-near", 0): (100, 5),
+        (ccfg.archive, "sx-long-near", 1): (100, 8),
+        **{(ccfg.archive, n, s): (100, 95) for n in ("sx-short", "sx-stoch") for s in (0, 1)},
+        (ccfg.archive, "sx-long", 0): (100, 80),
+        (ccfg.archive, "sx-long", 1): (100, 100),
+    }
+    for (archive, name, seed), (inside, beyond) in runs.items():
+        p = Path(archive) / name / f"seed{seed}.json"
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text(json.dumps(_fake_run(inside, beyond, seed)))
+    text = report.write_report(tmp_path, lcfg, ccfg).read_text()
+    assert "| 32 (T/8) | 2/2 | – | 1/2 |" in text
+    assert "W = 32: 1% (between 0% and 1%)" in text
+    assert "the SX long window ended lazy in 2 of 2 seeds" in text
+    assert "the long window ended lazy in 0 of 2 seeds, so claim 2 does not hold here" in text
+    assert "- sx-long: s0 100/80/" in text and "memory" in text

@@ -1,4 +1,4 @@
-"""The window effect in the paper's regime: train, evaluate, write REPORT.md from the results.
+"""The window effect in the paper's regime: train, evaluate, write FIRST_STUDY.md from the results.
 
     python experiments/regime_study/run.py                # the CPU study (about 2 h on 2 cores)
     python experiments/regime_study/run.py --quick        # the reduced version (CI, < 5 min)
@@ -55,7 +55,7 @@ ws = _window_sweep_report()
 fmt, _table = ws.fmt, ws._table
 
 SCALES = {"cpu": ("sweep.yaml", "multipair.yaml"), "gpu": ("sweep_gpu.yaml", None)}
-REPORT_NAMES = {"cpu": "REPORT.md", "gpu": "REPORT_gpu.md"}
+REPORT_NAMES = {"cpu": "FIRST_STUDY.md", "gpu": "REPORT_gpu.md"}
 SHARE_AXIS = "data.synthetic.far_share"
 WINDOW_AXIS = "window.fixed+data.synthetic.far_from"
 
@@ -284,7 +284,8 @@ SUPERSEDED = (
 def write_report(cfg, cfg_path, results, agg, seq_len, mcfg, mresults, out, wall_s, quick,
                  command, report_name) -> Path:  # fmt: skip
     main = [n for n in results if n in cfg.runs]
-    scale = "" if report_name == "REPORT.md" else report_name.removesuffix(".md").split("_")[-1]
+    first = report_name == "FIRST_STUDY.md"
+    scale = "" if first else report_name.removesuffix(".md").split("_")[-1]
     prefix = f"{scale}_" if scale else ""
     paths = ws.figures(agg, out, main, prefix)
     lazy_fig = laziness_figure(laziness_cells(cfg, agg, seq_len), cfg, seq_len, out, prefix)
