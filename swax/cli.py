@@ -27,11 +27,11 @@ import numpy as np
 import torch
 import yaml
 
-from . import cliconfig as C
-from . import recall_demo
-from .config import SwaxConfig
-from .configutil import add_arguments, config_keys, from_args, resolve_window
-from .data import (
+from swax import cliconfig as C
+from swax import recall_demo
+from swax.config import SwaxConfig
+from swax.configutil import add_arguments, config_keys, from_args, resolve_window
+from swax.data import (
     DataConfig,
     SyntheticConfig,
     build_datasets,
@@ -39,15 +39,15 @@ from .data import (
     load_tokenizer,
     tokenize_documents,
 )
-from .data.prepare import prepare_shards
-from .data.shards import no_validation_reason, verify_shards
-from .data.sources import iter_documents, kjv_documents
-from .decode import compile_seconds
-from .errors import ConfigError, SwaxError, is_disk_full
-from .eval.buckets import bucket_table, distance_buckets, recall_by_bucket, verdict
-from .eval.compare import RESULT_FILES as COMPARE_RESULT_FILES
-from .eval.compare import compare
-from .eval.niah import (
+from swax.data.prepare import prepare_shards
+from swax.data.shards import no_validation_reason, verify_shards
+from swax.data.sources import iter_documents, kjv_documents
+from swax.decode import compile_seconds
+from swax.errors import ConfigError, SwaxError, is_disk_full
+from swax.eval.buckets import bucket_table, distance_buckets, recall_by_bucket, verdict
+from swax.eval.compare import RESULT_FILES as COMPARE_RESULT_FILES
+from swax.eval.compare import compare
+from swax.eval.niah import (
     DEFAULT_LENGTHS,
     SwaxPredictor,
     dump_files,
@@ -58,10 +58,10 @@ from .eval.niah import (
     results_files,
     run_niah,
 )
-from .eval.niah import format_table as niah_table
-from .eval.ppl import RESULT_FILES as PPL_RESULT_FILES
-from .eval.ppl import bucketize, position_losses, write_ppl
-from .eval.recall import (
+from swax.eval.niah import format_table as niah_table
+from swax.eval.ppl import RESULT_FILES as PPL_RESULT_FILES
+from swax.eval.ppl import bucketize, position_losses, write_ppl
+from swax.eval.recall import (
     RECALL_FILES,
     recall_by_window,
     recall_table,
@@ -69,28 +69,28 @@ from .eval.recall import (
     training_setup,
     write_recall,
 )
-from .eval.ruler import TASKS
-from .eval.tasks import RESULT_FILES as TASK_RESULT_FILES
-from .eval.tasks import TaskEvalSettings, evaluate_tasks, write_results
-from .eval.tasks import format_table as tasks_table
-from .eval.tasks import reading_note as tasks_reading_note
-from .eval.taskspecs import SAMPLES_DIR, convert_task_data, parse_tasks, sample_counts
-from .export import export_hf, export_onnx
-from .generate import generate, prefill, truncate_at_stop
-from .loading import load_model_and_tokenizer
-from .model import SwaxLM, run_config_file
-from .ops import cpu_flex_default
-from .paths import check_output_dir, check_writable_dir
-from .runplot import plot_run
-from .signals import Stopped, StopSignals
-from .sweep import aggregate, load_sweep, run_sweep
-from .threads import ACCEPTED as THREADS_ACCEPTED
-from .threads import AUTO, parse_threads, set_threads, threads_note, threads_setting
-from .threads import ENV as THREADS_ENV
-from .train import load_train_config, train
-from .train.checkpoint import latest_checkpoint
-from .train.config import TrainConfig
-from .version import __version__
+from swax.eval.ruler import TASKS
+from swax.eval.tasks import RESULT_FILES as TASK_RESULT_FILES
+from swax.eval.tasks import TaskEvalSettings, evaluate_tasks, write_results
+from swax.eval.tasks import format_table as tasks_table
+from swax.eval.tasks import reading_note as tasks_reading_note
+from swax.eval.taskspecs import SAMPLES_DIR, convert_task_data, parse_tasks, sample_counts
+from swax.export import export_hf, export_onnx
+from swax.generate import generate, prefill, truncate_at_stop
+from swax.loading import load_model_and_tokenizer
+from swax.model import SwaxLM, run_config_file
+from swax.ops import cpu_flex_default
+from swax.paths import check_output_dir, check_writable_dir
+from swax.runplot import plot_run
+from swax.signals import Stopped, StopSignals
+from swax.sweep import aggregate, load_sweep, run_sweep
+from swax.threads import ACCEPTED as THREADS_ACCEPTED
+from swax.threads import AUTO, parse_threads, set_threads, threads_note, threads_setting
+from swax.threads import ENV as THREADS_ENV
+from swax.train import load_train_config, train
+from swax.train.checkpoint import latest_checkpoint
+from swax.train.config import TrainConfig
+from swax.version import __version__
 
 
 def _load(cfg: C.LoadConfig):
@@ -833,7 +833,7 @@ def train_config_keys() -> list[tuple[str, str, str]]:
     """(key, default, doc) of every key ``swax train`` takes, the model's included: ``model``
     is a preset plus any SwaxConfig field, listed here as ``model.FIELD`` with the default run's
     value (the tiny preset's)."""
-    from .config import PRESETS
+    from swax.config import PRESETS
 
     rows = [r for r in config_keys(TrainConfig) if r[0] != "model"]
     default = TrainConfig().model

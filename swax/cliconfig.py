@@ -17,10 +17,10 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Literal
 
-from .config import PRESETS
-from .configutil import WindowSetting, bounded, check_fields, option, parse_window
-from .eval.tasks import TaskEvalSettings
-from .generate import PREFILL_CHUNK
+from swax.config import PRESETS
+from swax.configutil import WindowSetting, bounded, check_fields, option, parse_window
+from swax.eval.tasks import TaskEvalSettings
+from swax.generate import PREFILL_CHUNK
 
 
 class Command:

@@ -18,10 +18,10 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from .configutil import bounded, check_fields, from_dict, to_dict
-from .errors import ConfigError
-from .ops import list_backends
-from .version import __version__
+from swax.configutil import bounded, check_fields, from_dict, to_dict
+from swax.errors import ConfigError
+from swax.ops import list_backends
+from swax.version import __version__
 
 LAYER_KINDS: dict[str, str] = {
     "S": "sliding-window attention",

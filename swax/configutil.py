@@ -24,7 +24,7 @@ from collections.abc import Callable, Sequence
 from functools import cache
 from typing import Any, Literal, Union
 
-from .errors import ConfigError
+from swax.errors import ConfigError
 
 log = logging.getLogger("swax")
 

@@ -36,11 +36,11 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from .layers.attention import AttentionState
-from .state import SwaxState
+from swax.layers.attention import AttentionState
+from swax.state import SwaxState
 
 if TYPE_CHECKING:
-    from .model import SwaxLM
+    from swax.model import SwaxLM
 
 log = logging.getLogger("swax")
 

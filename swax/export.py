@@ -22,13 +22,13 @@ from pathlib import Path
 
 import torch
 
-from .data.tokenizer import CONFIG_FILE, ByteTokenizer, HFTokenizer, load_model_tokenizer
-from .errors import SwaxError
-from .integrity import write_checksum_file
-from .model import CONFIG_NAME, WEIGHTS_NAME, SwaxLM
-from .ops.gated_delta import plain_solve
-from .ops.registry import forced_backends
-from .version import __version__
+from swax.data.tokenizer import CONFIG_FILE, ByteTokenizer, HFTokenizer, load_model_tokenizer
+from swax.errors import SwaxError
+from swax.integrity import write_checksum_file
+from swax.model import CONFIG_NAME, WEIGHTS_NAME, SwaxLM
+from swax.ops.gated_delta import plain_solve
+from swax.ops.registry import forced_backends
+from swax.version import __version__
 
 _REMOTE_DOC = '"""Written by `swax export hf`: the classes come from the installed swax."""\n\n'
 REMOTE_FILES = {

@@ -16,11 +16,11 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from .decode import StaticState, capacity_for, sampling_probs, step_runner
-from .state import DEFAULT_WINDOW, SwaxState
+from swax.decode import StaticState, capacity_for, sampling_probs, step_runner
+from swax.state import DEFAULT_WINDOW, SwaxState
 
 if TYPE_CHECKING:
-    from .model import SwaxLM
+    from swax.model import SwaxLM
 
 PREFILL_CHUNK = 2048
 """Prompt tokens per forward pass of a prefill, unless a caller says otherwise: long enough to

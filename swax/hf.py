@@ -28,9 +28,9 @@ import torch.nn.functional as F
 from transformers import GenerationMixin, PretrainedConfig, PreTrainedModel
 from transformers.utils import ModelOutput
 
-from .config import SwaxConfig
-from .model import SwaxLM
-from .state import SwaxState
+from swax.config import SwaxConfig
+from swax.model import SwaxLM
+from swax.state import SwaxState
 
 MODEL_TYPE = "swax"
 SWAX_FIELDS = tuple(SwaxConfig.__dataclass_fields__)

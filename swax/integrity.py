@@ -12,7 +12,7 @@ import hashlib
 import os
 from pathlib import Path
 
-from .errors import CorruptCheckpointError
+from swax.errors import CorruptCheckpointError
 
 CHECKSUMS_NAME = "checksums.sha256"
 

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import torch
 
-from .config import SwaxConfig
-from .configutil import resolve_device
-from .data import ByteTokenizer, load_model_tokenizer
-from .model import SwaxLM, resolve_model_dir
+from swax.config import SwaxConfig
+from swax.configutil import resolve_device
+from swax.data import ByteTokenizer, load_model_tokenizer
+from swax.model import SwaxLM, resolve_model_dir
 
 __all__ = ["load_model_and_tokenizer"]
 

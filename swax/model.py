@@ -19,11 +19,11 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from .config import LAYER_KINDS, SwaxConfig
-from .errors import CheckpointError, ConfigError
-from .generate import generate
-from .integrity import CHECKSUMS_NAME, match_umask, verify_checksum_file, write_checksum_file
-from .layers import (
+from swax.config import LAYER_KINDS, SwaxConfig
+from swax.errors import CheckpointError, ConfigError
+from swax.generate import generate
+from swax.integrity import CHECKSUMS_NAME, match_umask, verify_checksum_file, write_checksum_file
+from swax.layers import (
     FullAttention,
     GatedDeltaNetLayer,
     MLSTMLayer,
@@ -32,10 +32,10 @@ from .layers import (
     SwiGLU,
     swiglu_hidden_dim,
 )
-from .ops._checks import check_window
-from .ops.docs import check_doc_ids
-from .paths import writing
-from .state import DEFAULT_WINDOW, SwaxState, _Default
+from swax.ops._checks import check_window
+from swax.ops.docs import check_doc_ids
+from swax.paths import writing
+from swax.state import DEFAULT_WINDOW, SwaxState, _Default
 
 WEIGHTS_NAME = "model.safetensors"
 CONFIG_NAME = "config.json"

@@ -15,11 +15,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from .data import DataConfig, SyntheticConfig, build_datasets, load_model_tokenizer
-from .eval.recall import recall_by_window
-from .model import SwaxLM
-from .train import load_train_config, train
-from .train.checkpoint import latest_checkpoint
+from swax.data import DataConfig, SyntheticConfig, build_datasets, load_model_tokenizer
+from swax.eval.recall import recall_by_window
+from swax.model import SwaxLM
+from swax.train import load_train_config, train
+from swax.train.checkpoint import latest_checkpoint
 
 SEQ_LEN = 64
 WINDOWS = {"short": 8, "long": 64}

@@ -11,8 +11,8 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from .eval.plots import pyplot
-from .train.plot import read_metrics
+from swax.eval.plots import pyplot
+from swax.train.plot import read_metrics
 
 
 def _window_key(label: str) -> tuple:

@@ -25,21 +25,21 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..errors import SwaxError
-from .config import DataConfig, SyntheticConfig
-from .episode import Episode
-from .mqar import check_mqar_vocab
-from .shards import (
+from swax.data.config import DataConfig, SyntheticConfig
+from swax.data.episode import Episode
+from swax.data.mqar import check_mqar_vocab
+from swax.data.shards import (
     ShardedTokens,
     is_shard_set,
     no_validation_reason,
     open_shard_set,
     shard_tokenizer,
 )
-from .sources import iter_documents
-from .synthetic import episode_overhead, make_episode
-from .tokenizer import load_tokenizer
-from .tokenizing import is_validation_document, tokenize_documents
+from swax.data.sources import iter_documents
+from swax.data.synthetic import episode_overhead, make_episode
+from swax.data.tokenizer import load_tokenizer
+from swax.data.tokenizing import is_validation_document, tokenize_documents
+from swax.errors import SwaxError
 
 log = logging.getLogger("swax")
 

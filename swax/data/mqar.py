@@ -29,9 +29,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..errors import SwaxError
-from .config import SyntheticConfig
-from .episode import Episode, draw_distance
+from swax.data.config import SyntheticConfig
+from swax.data.episode import Episode, draw_distance
+from swax.errors import SwaxError
 
 
 def mqar_ids(cfg: SyntheticConfig) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

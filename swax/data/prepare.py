@@ -22,15 +22,24 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import SwaxError
-from ..integrity import sha256_file
-from ..progress import progress_bar
-from ..signals import StopSignals
-from .shards import FORMAT, INDEX, PROGRESS, SPLITS, TOKENIZER_DIR, VERSION, shard_name, token_dtype
-from .sources import iter_documents
-from .tokenizer import load_tokenizer, save_tokenizer
-from .tokenizing import is_validation_document, tokenize_documents
-from .workers import OrderedWorkers
+from swax.data.shards import (
+    FORMAT,
+    INDEX,
+    PROGRESS,
+    SPLITS,
+    TOKENIZER_DIR,
+    VERSION,
+    shard_name,
+    token_dtype,
+)
+from swax.data.sources import iter_documents
+from swax.data.tokenizer import load_tokenizer, save_tokenizer
+from swax.data.tokenizing import is_validation_document, tokenize_documents
+from swax.data.workers import OrderedWorkers
+from swax.errors import SwaxError
+from swax.integrity import sha256_file
+from swax.progress import progress_bar
+from swax.signals import StopSignals
 
 log = logging.getLogger("swax")
 

@@ -25,10 +25,10 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import SwaxError
-from ..integrity import sha256_file
-from ..progress import progress_bar
-from .tokenizer import load_model_tokenizer
+from swax.data.tokenizer import load_model_tokenizer
+from swax.errors import SwaxError
+from swax.integrity import sha256_file
+from swax.progress import progress_bar
 
 INDEX = "index.json"
 PROGRESS = "progress.json"

@@ -18,7 +18,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Protocol
 
-from ..errors import SwaxError
+from swax.errors import SwaxError
 
 CONFIG_FILE = "tokenizer_config.json"
 """Written by :func:`save_tokenizer` next to a model: {"type": "byte" | "bpe", ...}."""

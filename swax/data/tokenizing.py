@@ -10,7 +10,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from .tokenizer import ByteTokenizer
+from swax.data.tokenizer import ByteTokenizer
 
 
 def tokenize_documents(docs: Sequence[str], tokenizer, batch_size: int = 512) -> np.ndarray:

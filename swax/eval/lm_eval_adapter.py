@@ -48,9 +48,9 @@ from collections.abc import Sequence
 
 import torch
 
-from ..configutil import resolve_device, resolve_window
-from ..data import ByteTokenizer
-from ..errors import ConfigError, SwaxError
+from swax.configutil import resolve_device, resolve_window
+from swax.data import ByteTokenizer
+from swax.errors import ConfigError, SwaxError
 
 try:
     import lm_eval.models  # noqa: F401  (fills lm-eval's registry of its own models first)
@@ -62,8 +62,8 @@ except ImportError as e:  # pragma: no cover - exercised only without the extra
         "pip install 'swax[eval]' (or pip install lm-eval)"
     ) from e
 
-from ..loading import load_model_and_tokenizer
-from .scoring import generate_texts, rolling_loglikelihood, score_continuations
+from swax.eval.scoring import generate_texts, rolling_loglikelihood, score_continuations
+from swax.loading import load_model_and_tokenizer
 
 __all__ = ["SwaxEvalLM", "main"]
 

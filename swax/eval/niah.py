@@ -30,12 +30,19 @@ from pathlib import Path
 
 import torch
 
-from ..errors import SwaxError
-from ..generate import PREFILL_CHUNK, generate
-from ..progress import progress_bar
-from ..state import DEFAULT_WINDOW
-from .plots import format_length, pyplot
-from .ruler import TASKS, generate_niah, postprocess_pred, read_jsonl, string_match_all, write_jsonl
+from swax.errors import SwaxError
+from swax.eval.plots import format_length, pyplot
+from swax.eval.ruler import (
+    TASKS,
+    generate_niah,
+    postprocess_pred,
+    read_jsonl,
+    string_match_all,
+    write_jsonl,
+)
+from swax.generate import PREFILL_CHUNK, generate
+from swax.progress import progress_bar
+from swax.state import DEFAULT_WINDOW
 
 log = logging.getLogger("swax")
 

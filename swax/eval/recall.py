@@ -13,10 +13,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from ..data.config import SyntheticConfig
-from ..model import run_config_file
-from ..train.config import load_train_config
-from .episodes import episode_accuracy
+from swax.data.config import SyntheticConfig
+from swax.eval.episodes import episode_accuracy
+from swax.model import run_config_file
+from swax.train.config import load_train_config
 
 RECALL_FILES = ("recall.json",)
 """What ``swax eval recall`` writes in its results folder."""

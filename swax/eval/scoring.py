@@ -21,10 +21,10 @@ from collections.abc import Sequence
 
 import torch
 
-from ..errors import SwaxError
-from ..generate import generate_batch, truncate_at_stop
-from ..progress import progress_bar as _bar
-from ..state import DEFAULT_WINDOW
+from swax.errors import SwaxError
+from swax.generate import generate_batch, truncate_at_stop
+from swax.progress import progress_bar as _bar
+from swax.state import DEFAULT_WINDOW
 
 __all__ = [
     "encode_pair",

@@ -33,12 +33,16 @@ from collections.abc import Sequence
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
 
-from ..errors import SwaxError
-from ..loading import load_model_and_tokenizer
-from ..state import DEFAULT_WINDOW, _Default
-from .sandbox import run_programs
-from .scoring import add_mean, encode_pair, generate_texts, progress_bar, score_continuations
-from .taskspecs import (
+from swax.errors import SwaxError
+from swax.eval.sandbox import run_programs
+from swax.eval.scoring import (
+    add_mean,
+    encode_pair,
+    generate_texts,
+    progress_bar,
+    score_continuations,
+)
+from swax.eval.taskspecs import (
     FEWSHOT_SEED,
     HUMANEVAL_STOP,
     MBPP_STOP,
@@ -52,6 +56,8 @@ from .taskspecs import (
     parse_tasks,
     task_file,
 )
+from swax.loading import load_model_and_tokenizer
+from swax.state import DEFAULT_WINDOW, _Default
 
 __all__ = [
     "TaskEvalSettings",

@@ -16,9 +16,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..ops import apply_rope, sliding_window_attention
-from ..ops.docs import doc_positions
-from ..ops.rope import apply_rope_at
+from swax.ops import apply_rope, sliding_window_attention
+from swax.ops.docs import doc_positions
+from swax.ops.rope import apply_rope_at
 
 
 @dataclass(frozen=True)

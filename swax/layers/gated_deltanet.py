@@ -16,10 +16,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..ops.conv import causal_conv1d
-from ..ops.docs import doc_conv1d
-from ..ops.gated_delta import gated_delta_rule, gated_delta_step
-from .norm import MultiHeadNorm
+from swax.layers.norm import MultiHeadNorm
+from swax.ops.conv import causal_conv1d
+from swax.ops.docs import doc_conv1d
+from swax.ops.gated_delta import gated_delta_rule, gated_delta_step
 
 
 class GatedDeltaNetLayer(nn.Module):

@@ -25,10 +25,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..ops.conv import causal_conv1d
-from ..ops.docs import doc_conv1d
-from ..ops.mlstm import mlstm, mlstm_step
-from .norm import MultiHeadNorm
+from swax.layers.norm import MultiHeadNorm
+from swax.ops.conv import causal_conv1d
+from swax.ops.docs import doc_conv1d
+from swax.ops.mlstm import mlstm, mlstm_step
 
 
 def soft_cap(x: torch.Tensor, cap: float | None) -> torch.Tensor:

@@ -49,9 +49,9 @@ from functools import lru_cache
 import torch
 import torch.nn.functional as F
 
-from ._checks import check_floating, check_ndim, check_window
-from .docs import check_doc_ids
-from .registry import log, register_backend, select_backend, warn_once
+from swax.ops._checks import check_floating, check_ndim, check_window
+from swax.ops.docs import check_doc_ids
+from swax.ops.registry import log, register_backend, select_backend, warn_once
 
 
 def _check_inputs(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, window) -> None:

@@ -69,10 +69,16 @@ from functools import lru_cache
 import torch
 import torch.nn.functional as F
 
-from ._checks import check_choice, check_floating, check_ndim, check_positive_int, check_shape
-from .docs import by_document, check_doc_ids
-from .registry import list_backends, register_backend, select_backend
-from .triton_env import device_problem, unusable_install
+from swax.ops._checks import (
+    check_choice,
+    check_floating,
+    check_ndim,
+    check_positive_int,
+    check_shape,
+)
+from swax.ops.docs import by_document, check_doc_ids
+from swax.ops.registry import list_backends, register_backend, select_backend
+from swax.ops.triton_env import device_problem, unusable_install
 
 __all__ = ["gated_delta_rule", "gated_delta_step"]
 

@@ -76,11 +76,17 @@ import math
 import torch
 import torch.nn.functional as F
 
-from ._checks import check_choice, check_floating, check_ndim, check_positive_int, check_shape
-from ._mlstm_chunkwise import mlstm_chunkwise
-from .docs import by_document, check_doc_ids
-from .mlstm_triton import triton_backend, triton_environment, triton_usable
-from .registry import list_backends, register_backend, select_backend
+from swax.ops._checks import (
+    check_choice,
+    check_floating,
+    check_ndim,
+    check_positive_int,
+    check_shape,
+)
+from swax.ops._mlstm_chunkwise import mlstm_chunkwise
+from swax.ops.docs import by_document, check_doc_ids
+from swax.ops.mlstm_triton import triton_backend, triton_environment, triton_usable
+from swax.ops.registry import list_backends, register_backend, select_backend
 
 MODES = ("parallel", "chunk", "recurrent")
 

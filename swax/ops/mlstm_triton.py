@@ -14,7 +14,7 @@ from functools import lru_cache
 import torch
 import torch.nn.functional as F
 
-from .triton_env import device_problem, triton_problem, unusable_install
+from swax.ops.triton_env import device_problem, triton_problem, unusable_install
 
 
 def _triton_prefix(T: int) -> int:

@@ -19,8 +19,8 @@ run's :func:`train_config`), :mod:`.run` (training and evaluating the runs: :fun
 and :mod:`.aggregate` (mean ± spread over seeds: :func:`aggregate`).
 """
 
-from .aggregate import EMERGED, aggregate, emergence, mean_spread
-from .config import (
+from swax.sweep.aggregate import EMERGED, aggregate, emergence, mean_spread
+from swax.sweep.config import (
     EvalSpec,
     GridSpec,
     SweepConfig,
@@ -32,7 +32,7 @@ from .config import (
     run_overrides,
     train_config,
 )
-from .run import STAGES, all_jobs, evaluate_run, run_sweep
+from swax.sweep.run import STAGES, all_jobs, evaluate_run, run_sweep
 
 __all__ = [
     "EMERGED",

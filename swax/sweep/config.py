@@ -13,10 +13,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..configutil import SEED_BOUNDS, bounded, check_fields, from_dict, load_yaml_mapping, to_dict
-from ..data.config import SyntheticConfig
-from ..errors import ConfigError
-from ..train.config import TrainConfig
+from swax.configutil import (
+    SEED_BOUNDS,
+    bounded,
+    check_fields,
+    from_dict,
+    load_yaml_mapping,
+    to_dict,
+)
+from swax.data.config import SyntheticConfig
+from swax.errors import ConfigError
+from swax.train.config import TrainConfig
 
 
 @dataclass

@@ -15,17 +15,14 @@ from pathlib import Path
 
 from safetensors.torch import load_file
 
-from ..data import DataConfig, build_datasets, load_model_tokenizer
-from ..errors import ConfigError
-from ..eval.buckets import chance_of, distance_buckets, recall_by_bucket, verdict
-from ..eval.episodes import episode_accuracy
-from ..eval.ppl import bucketize, position_losses
-from ..eval.recall import recall_by_window
-from ..model import SwaxLM
-from ..threads import applied_threads, auto_threads, last_setting, set_threads
-from ..train import train
-from ..train.checkpoint import latest_checkpoint, list_checkpoints
-from .config import (
+from swax.data import DataConfig, build_datasets, load_model_tokenizer
+from swax.errors import ConfigError
+from swax.eval.buckets import chance_of, distance_buckets, recall_by_bucket, verdict
+from swax.eval.episodes import episode_accuracy
+from swax.eval.ppl import bucketize, position_losses
+from swax.eval.recall import recall_by_window
+from swax.model import SwaxLM
+from swax.sweep.config import (
     EvalSpec,
     SweepConfig,
     archive_path,
@@ -34,6 +31,9 @@ from .config import (
     run_dir,
     train_config,
 )
+from swax.threads import applied_threads, auto_threads, last_setting, set_threads
+from swax.train import train
+from swax.train.checkpoint import latest_checkpoint, list_checkpoints
 
 
 def _train_one(cfg: SweepConfig, name: str, seed: int) -> dict:

@@ -18,10 +18,17 @@ from typing import Any, Literal
 
 import yaml
 
-from ..config import SwaxConfig
-from ..configutil import SEED_BOUNDS, bounded, check_fields, from_dict, load_yaml_mapping, to_dict
-from ..data import DataConfig
-from ..errors import ConfigError
+from swax.config import SwaxConfig
+from swax.configutil import (
+    SEED_BOUNDS,
+    bounded,
+    check_fields,
+    from_dict,
+    load_yaml_mapping,
+    to_dict,
+)
+from swax.data import DataConfig
+from swax.errors import ConfigError
 
 
 @dataclass

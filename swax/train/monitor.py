@@ -25,7 +25,7 @@ import math
 
 import torch
 
-from ..eval.buckets import chance_of, distance_buckets, recall_by_bucket, verdict
+from swax.eval.buckets import chance_of, distance_buckets, recall_by_bucket, verdict
 
 MONITOR_SEED = 4321
 """Seed of the monitor's episodes: the same episodes at every evaluation."""

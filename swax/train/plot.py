@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..data.jsonl import iter_jsonl
-from ..errors import SwaxError
-from ..eval.plots import pyplot
+from swax.data.jsonl import iter_jsonl
+from swax.errors import SwaxError
+from swax.eval.plots import pyplot
 
 
 def read_metrics(run_dir: str | Path) -> list[dict]:

@@ -25,8 +25,8 @@ import socket
 import time
 from pathlib import Path
 
-from ..errors import ConfigError
-from ..signals import Stopped, StopSignals
+from swax.errors import ConfigError
+from swax.signals import Stopped, StopSignals
 
 __all__ = ["RunLock", "StopSignals", "TrainingStopped", "remove_stale_files"]
 

@@ -28,21 +28,26 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from ..config import SwaxConfig
-from ..data import IGNORE_INDEX, PackedLoader, build_datasets, save_tokenizer
-from ..data.jsonl import json_safe
-from ..data.loader import data_tokenizer
-from ..errors import ConfigError, SwaxError
-from ..model import SwaxLM
-from ..paths import writing
-from ..threads import AutoThreads, set_threads, threads_note
-from . import distributed as D
-from .checkpoint import latest_checkpoint, list_checkpoints, load_latest_checkpoint, save_checkpoint
-from .config import TrainConfig, save_train_config
-from .monitor import LazinessMonitor
-from .peak import Peak, peak_flops
-from .runctl import RunLock, StopSignals, TrainingStopped, remove_stale_files
-from .schedules import FixedWindow, StochasticWindow, lr_at
+from swax.config import SwaxConfig
+from swax.data import IGNORE_INDEX, PackedLoader, build_datasets, save_tokenizer
+from swax.data.jsonl import json_safe
+from swax.data.loader import data_tokenizer
+from swax.errors import ConfigError, SwaxError
+from swax.model import SwaxLM
+from swax.paths import writing
+from swax.threads import AutoThreads, set_threads, threads_note
+from swax.train import distributed as D
+from swax.train.checkpoint import (
+    latest_checkpoint,
+    list_checkpoints,
+    load_latest_checkpoint,
+    save_checkpoint,
+)
+from swax.train.config import TrainConfig, save_train_config
+from swax.train.monitor import LazinessMonitor
+from swax.train.peak import Peak, peak_flops
+from swax.train.runctl import RunLock, StopSignals, TrainingStopped, remove_stale_files
+from swax.train.schedules import FixedWindow, StochasticWindow, lr_at
 
 log = logging.getLogger("swax")
 

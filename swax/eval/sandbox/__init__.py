@@ -11,6 +11,6 @@ runs in fresh interpreters (passed as text, they import nothing from swax).
 The guards: docs/sandbox.md.
 """
 
-from .host import ExecResult, landlock_abi, run_program, run_programs
+from swax.eval.sandbox.host import ExecResult, landlock_abi, run_program, run_programs
 
 __all__ = ["ExecResult", "run_program", "run_programs", "landlock_abi"]
