@@ -18,8 +18,8 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from swax.configutil import bounded, check_fields, from_dict, to_dict
-from swax.errors import ConfigError
+from swax.core.configs import bounded, check_fields, from_dict, to_dict
+from swax.core.errors import ConfigError
 from swax.ops import list_backends
 from swax.version import __version__
 

@@ -20,9 +20,15 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from swax.config import LAYER_KINDS, SwaxConfig
-from swax.errors import CheckpointError, ConfigError
+from swax.core.errors import CheckpointError, ConfigError
+from swax.core.integrity import (
+    CHECKSUMS_NAME,
+    match_umask,
+    verify_checksum_file,
+    write_checksum_file,
+)
+from swax.core.paths import writing
 from swax.generate import generate
-from swax.integrity import CHECKSUMS_NAME, match_umask, verify_checksum_file, write_checksum_file
 from swax.layers import (
     FullAttention,
     GatedDeltaNetLayer,
@@ -34,7 +40,6 @@ from swax.layers import (
 )
 from swax.ops._checks import check_window
 from swax.ops.docs import check_doc_ids
-from swax.paths import writing
 from swax.state import DEFAULT_WINDOW, SwaxState, _Default
 
 WEIGHTS_NAME = "model.safetensors"

@@ -1,5 +1,5 @@
 """One way to declare a constraint: every numeric field of every config states its interval on
-the field itself (swax.configutil.bounded / option), and one function checks them all.
+the field itself (swax.core.configs.bounded / option), and one function checks them all.
 
 These tests walk every config dataclass of swax: each int or float field must declare bounds,
 and a value just outside them (worked out here from the interval text, independently of the
@@ -14,14 +14,14 @@ import typing
 
 import pytest
 
-from swax.configutil import check_fields
-from swax.errors import ConfigError
+from swax.core.configs import check_fields
+from swax.core.errors import ConfigError
 from swax.train import load_train_config
 from swax.train.config import TrainConfig
 
 CONFIG_MODULES = [
     "swax.config",
-    "swax.cliconfig",
+    "swax.cli.options",
     "swax.train.config",
     "swax.data.config",
     "swax.sweep.config",
@@ -160,7 +160,7 @@ def test_a_training_key_outside_its_bounds_names_the_dotted_key(key, field, kind
 
 
 def test_check_fields_reads_intervals_as_written():
-    from swax.configutil import bounded
+    from swax.core.configs import bounded
 
     @dataclasses.dataclass
     class Inner:
@@ -191,7 +191,7 @@ def test_check_fields_reads_intervals_as_written():
 
 def test_an_integer_beyond_float_range_is_checked_not_a_crash():
     # math.isfinite(10**400) raises OverflowError: only floats are tested for finiteness
-    from swax.configutil import bounded
+    from swax.core.configs import bounded
 
     @dataclasses.dataclass
     class Small:
@@ -212,7 +212,7 @@ def test_zero_soft_caps_mean_off_and_are_accepted():
 
 
 def test_a_command_window_is_parsed_and_none_refused():
-    from swax.cliconfig import ExportOnnxConfig, GenerateConfig
+    from swax.cli.options import ExportOnnxConfig, GenerateConfig
 
     assert GenerateConfig(window="2048").window == 2048
     assert GenerateConfig(window="none").window == "full"

@@ -1,4 +1,4 @@
-"""Recall by distance bucket (swax.eval.buckets) against stand-in models whose memory is known
+"""Recall by distance bucket (swax.probes.buckets) against stand-in models whose memory is known
 by construction: one that sees only the last W tokens (purely lazy attention) and one that
 sees everything (a perfect memory)."""
 
@@ -12,7 +12,7 @@ import torch
 
 from swax.data import SyntheticConfig
 from swax.data.mqar import mqar_ids
-from swax.eval.buckets import distance_buckets, recall_by_bucket, verdict, wilson
+from swax.probes.buckets import distance_buckets, recall_by_bucket, verdict, wilson
 
 CFG = SyntheticConfig(task="mqar", num_needles=1, num_queries=1, min_distance=2)
 GUESS = int(mqar_ids(CFG)[1][0])  # what the stand-ins answer when they see no pair
@@ -180,8 +180,8 @@ def test_monitor_reads_a_lazy_and_a_remembering_model(tmp_path):
 def test_training_logs_the_monitor_and_plot_run_draws_it(tmp_path):
     import json
 
-    from swax.runplot import plot_run
     from swax.train import train
+    from swax.train.plot import plot_run
 
     train(_train_cfg(tmp_path, laziness_every=4, laziness_samples=4))
     recs = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]

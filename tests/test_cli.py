@@ -163,8 +163,8 @@ def test_every_command_has_help_with_defaults(capsys):
 
 def test_configs_are_the_same_from_python_and_the_command_line():
     from swax.cli import build_parser
-    from swax.cliconfig import GenerateConfig, NiahConfig
-    from swax.configutil import from_args
+    from swax.cli.options import GenerateConfig, NiahConfig
+    from swax.core.configs import from_args
 
     ns = build_parser().parse_args(
         [
@@ -190,8 +190,8 @@ def test_configs_are_the_same_from_python_and_the_command_line():
 
 
 def test_parse_window_and_resolve_device():
-    from swax.configutil import parse_window, resolve_device, resolve_window
-    from swax.errors import ConfigError
+    from swax.core.configs import parse_window, resolve_device, resolve_window
+    from swax.core.errors import ConfigError
 
     assert [parse_window(x) for x in ("default", "FULL", "none", "128", 64)] == [
         "default",
@@ -294,8 +294,8 @@ def test_unwritable_run_dir_from_the_command_line(tmp_path):
 
 
 def test_check_writable_dir_leaves_no_trace(tmp_path):
-    from swax.errors import SwaxError
-    from swax.paths import check_writable_dir
+    from swax.core.errors import SwaxError
+    from swax.core.paths import check_writable_dir
 
     (tmp_path / "old").mkdir()
     (tmp_path / "old" / "keep.txt").write_text("x")
@@ -348,7 +348,7 @@ def _stat(busy: int, idle: int, cpus=(0, 1)) -> str:
 
 
 def test_cpu_times_read_only_this_process_cpus(tmp_path):
-    import swax.threads as T
+    import swax.core.threads as T
 
     path = tmp_path / "stat"
     path.write_text(_stat(30, 70, cpus=(0, 1, 2)))
@@ -366,7 +366,7 @@ def test_cpu_times_read_only_this_process_cpus(tmp_path):
 def test_auto_threads_is_the_free_cpus(monkeypatch, others, cpus, expected, share):
     """auto = round(usable CPUs − the others' busy CPUs) per process of ours, at least 1, at
     most the usable CPUs (hand-worked cases)."""
-    import swax.threads as T
+    import swax.core.threads as T
 
     monkeypatch.setattr(T, "usable_cpus", lambda: cpus)
     monkeypatch.setattr(T, "other_load", lambda: None if others is None else (others, "test"))
@@ -383,7 +383,7 @@ def test_other_load_sees_a_busy_cpu():
         pytest.skip("needs Linux's affinity and /proc/stat")
     code = (
         "import os, subprocess, sys, time\n"
-        "import swax.threads as T\n"
+        "import swax.core.threads as T\n"
         "cpu = min(os.sched_getaffinity(0))\n"
         "os.sched_setaffinity(0, {cpu})\n"
         "spin = subprocess.Popen([sys.executable, '-c', 'while True: pass'])\n"
@@ -401,7 +401,7 @@ def test_other_load_sees_a_busy_cpu():
 def test_auto_is_the_default_and_says_what_it_chose(capsys, monkeypatch):
     """No --threads and no $SWAX_THREADS: a computing command watches the load (auto) and its
     header says what it chose; a command that computes nothing does not wait to look."""
-    import swax.threads as T
+    import swax.core.threads as T
 
     monkeypatch.delenv("SWAX_THREADS", raising=False)
     monkeypatch.setattr(T, "usable_cpus", lambda: 2)
@@ -547,7 +547,7 @@ def test_auto_threads_follow_the_load_during_a_run(monkeypatch):
     process 0.9 of a CPU, others 1.0 -> 1 thread; then others 0.1 -> 2 threads)."""
     import types
 
-    import swax.threads as T
+    import swax.core.threads as T
 
     clock = {"wall": 0.0, "cpu": 0.0}
     fake_time = types.SimpleNamespace(

@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 import torch
 
-from swax.configutil import field_docs, from_dict
+from swax.core.configs import field_docs, from_dict
+from swax.core.errors import ConfigError, SwaxError
 from swax.data import (
     ByteTokenizer,
     DataConfig,
@@ -25,7 +26,6 @@ from swax.data import (
     make_episode,
     save_tokenizer,
 )
-from swax.errors import ConfigError, SwaxError
 
 EOT = 256
 MAGIC = "One of the special magic numbers for {key} is: {value}."

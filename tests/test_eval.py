@@ -99,7 +99,7 @@ def test_results_folder(echo_results):
 
 
 def test_length_axes_are_labelled_with_lengths():
-    from swax.eval.plots import draw_curves, format_length, pyplot
+    from swax.core.plotting import draw_curves, format_length, pyplot
 
     lengths = [512, 1024, 4096, 131072, 2**20, 1536]
     assert [format_length(n) for n in lengths] == ["512", "1k", "4k", "128k", "1M", "1.5k"]
@@ -299,7 +299,7 @@ def test_episode_accuracy_matches_a_full_forward():
     """Chunked top-1 predictions at the answers vs one full forward, computed here."""
     from swax.data import SyntheticConfig
     from swax.data.synthetic import make_episode
-    from swax.eval.episodes import episode_accuracy
+    from swax.probes.episodes import episode_accuracy
 
     torch.manual_seed(0)
     model = SwaxLM(SwaxConfig(d_model=32, n_layers=2, n_heads=2, window=16)).eval()
@@ -375,7 +375,7 @@ class InductionStub:
 
 def test_episode_accuracy_with_a_perfect_retriever():
     from swax.data import SyntheticConfig
-    from swax.eval.episodes import episode_accuracy
+    from swax.probes.episodes import episode_accuracy
 
     tok = ByteTokenizer()
     hay = np.array(tok.encode("and the earth was without form, and void; " * 300))
@@ -533,8 +533,8 @@ def test_eval_ppl_overwrite_replaces_its_files(tmp_path, capsys):
 
 
 def test_check_output_dir(tmp_path):
-    from swax.errors import SwaxError
-    from swax.paths import check_output_dir
+    from swax.core.errors import SwaxError
+    from swax.core.paths import check_output_dir
 
     outputs = ["results.json", "summary-[0-9]*.csv", "pred/*.jsonl"]
     new = tmp_path / "new" / "out"

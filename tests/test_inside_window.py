@@ -12,12 +12,12 @@ import numpy as np
 import pytest
 import torch
 
+from swax.core.errors import SwaxError
 from swax.data import SyntheticConfig
 from swax.data.episode import draw_distance
 from swax.data.mqar import make_mqar_episode
 from swax.data.synthetic import make_episode
 from swax.data.tokenizer import ByteTokenizer
-from swax.errors import SwaxError
 from swax.ops import sliding_window_attention
 
 WINDOWS = (8, 16, 32, 64, 128)

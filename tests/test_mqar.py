@@ -7,11 +7,11 @@ import pytest
 import torch
 
 from swax import SwaxConfig, SwaxLM
+from swax.core.errors import ConfigError, SwaxError
 from swax.data import PackedLoader, SyntheticConfig, TokenDataset
 from swax.data.mqar import make_mqar_episode, mqar_ids
 from swax.data.tokenizer import ByteTokenizer
-from swax.errors import ConfigError, SwaxError
-from swax.eval.episodes import episode_accuracy
+from swax.probes.episodes import episode_accuracy
 
 CFG = SyntheticConfig(task="mqar", fraction=1.0, num_needles=4, num_queries=3, min_distance=8)
 
@@ -209,7 +209,7 @@ def test_window_cut_and_reset_leave_no_path_from_the_pair_to_the_answer():
     before the question, a 2-layer SX model's answer cannot depend on the pair: changing the
     stored value must not change the prediction (a reset right after the pair would fail this:
     the attention layer still sees the pair for W tokens and feeds it to the mLSTM)."""
-    from swax.eval.episodes import _top1
+    from swax.probes.episodes import _top1
 
     model = _model("SX")
     cfg = SyntheticConfig(task="mqar", num_needles=1, num_queries=1, min_distance=12)

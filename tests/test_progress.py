@@ -1,4 +1,4 @@
-"""Progress output (swax.progress): a bar on a terminal, whole lines every so often elsewhere,
+"""Progress output (swax.core.progress): a bar on a terminal, whole lines every so often elsewhere,
 never a carriage return in a log."""
 
 import io
@@ -7,7 +7,7 @@ import subprocess
 import sys
 
 from swax import SwaxConfig, SwaxLM
-from swax.progress import LineProgress, progress_bar
+from swax.core.progress import LineProgress, progress_bar
 
 
 class _Terminal(io.StringIO):

@@ -8,8 +8,8 @@ from test_train import small_cfg
 
 from swax.cli import main
 from swax.data import DataConfig, SyntheticConfig, build_datasets, load_model_tokenizer
-from swax.eval.episodes import episode_accuracy
 from swax.model import SwaxLM
+from swax.probes.episodes import episode_accuracy
 from swax.train import train
 
 MQAR = ["data.synthetic.task=mqar", "data.synthetic.fraction=1.0", "data.synthetic.num_needles=2",

@@ -183,7 +183,7 @@ def _fake_run(kind_inside, beyond, seed, T=256, W=32):
                 "probes": {"window_cut": dict(tally), "reset": dict(tally)}}  # fmt: skip
 
     rows = [row(0, 8, True, kind_inside), row(8, W, True, kind_inside), row(W, T, False, beyond)]
-    from swax.eval.buckets import verdict
+    from swax.probes.buckets import verdict
 
     return {"seq_len": T, "buckets": rows, "laziness": verdict(rows, 6.25, T), "seed": seed,
             "text_val_loss": 1.6, "summary": {"elapsed": 240.0, "tokens": 10240000}}  # fmt: skip
@@ -253,7 +253,7 @@ def test_the_claims_study_is_in_the_papers_regime():
 
 
 def _rec(beyond, inside=100.0, beyond_t=None, text=1.6, seed=0):
-    from swax.eval.buckets import LAZY_INSIDE, LAZY_MARGIN
+    from swax.probes.buckets import LAZY_INSIDE, LAZY_MARGIN
 
     lazy = inside >= LAZY_INSIDE and beyond <= 6.25 + LAZY_MARGIN
     kind = "lazy" if lazy else "memory" if beyond >= 50 else "partial"

@@ -15,7 +15,7 @@ import torch
 from test_train import SMALL, small_cfg
 
 from swax import SwaxLM
-from swax.errors import CheckpointError, ConfigError
+from swax.core.errors import CheckpointError, ConfigError
 from swax.train import train
 from swax.train.checkpoint import latest_checkpoint, list_checkpoints, read_trainer_state
 from swax.train.runctl import RunLock, TrainingStopped

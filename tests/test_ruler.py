@@ -11,8 +11,8 @@ import re
 
 import pytest
 
+from swax.core.errors import SwaxError
 from swax.data import key_vocabulary, load_tokenizer
-from swax.errors import SwaxError
 from swax.eval.ruler import (
     TASKS,
     NiahTask,

@@ -15,10 +15,10 @@ import numpy as np
 import pytest
 from test_train import SMALL
 
+from swax.core.errors import SwaxError
 from swax.data import DataConfig, PackedLoader, build_datasets, kjv_documents, load_tokenizer
 from swax.data.prepare import prepare_shards
 from swax.data.shards import ShardedTokens, open_shard_set, verify_shards
-from swax.errors import SwaxError
 from swax.train import load_train_config, train
 
 
@@ -30,7 +30,7 @@ def swax(*args, cwd=None):
 
 def is_val_reference(doc: str, fraction: float, seed: int) -> bool:
     """The validation hash, written out independently of
-    swax.data.tokenizing.is_validation_document."""
+    swax.data.tokenizer.is_validation_document."""
     h = hashlib.blake2b(str(seed).encode() + b"\0" + doc.encode("utf-8"), digest_size=8)
     return int.from_bytes(h.digest(), "little") < fraction * 2.0**64
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from swax.errors import ConfigError
+from swax.core.errors import ConfigError
 from swax.sweep import (
     aggregate,
     all_jobs,

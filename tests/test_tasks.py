@@ -14,7 +14,7 @@ from swax import SwaxConfig, SwaxError, SwaxLM
 from swax.data import load_tokenizer
 from swax.eval import scoring as SC
 from swax.eval import tasks as T
-from swax.eval import taskspecs as TS
+from swax.eval.tasks import specs as TS
 from swax.state import DEFAULT_WINDOW
 
 # ------------------------------------------------------------------------------------ fixtures

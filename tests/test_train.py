@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from swax import SwaxConfig, SwaxLM
-from swax.errors import ConfigError
+from swax.core.errors import ConfigError
 from swax.state import DEFAULT_WINDOW
 from swax.train import (
     FixedWindow,

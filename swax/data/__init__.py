@@ -11,8 +11,8 @@ from swax.data.tokenizer import (
     load_model_tokenizer,
     load_tokenizer,
     save_tokenizer,
+    tokenize_documents,
 )
-from swax.data.tokenizing import tokenize_documents
 
 __all__ = [
     "IGNORE_INDEX",

@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from swax.core.errors import SwaxError
 from swax.data.config import DataConfig, SyntheticConfig
 from swax.data.episode import Episode
 from swax.data.mqar import check_mqar_vocab
@@ -37,9 +38,7 @@ from swax.data.shards import (
 )
 from swax.data.sources import iter_documents
 from swax.data.synthetic import episode_overhead, make_episode
-from swax.data.tokenizer import load_tokenizer
-from swax.data.tokenizing import is_validation_document, tokenize_documents
-from swax.errors import SwaxError
+from swax.data.tokenizer import is_validation_document, load_tokenizer, tokenize_documents
 
 log = logging.getLogger("swax")
 

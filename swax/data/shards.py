@@ -25,10 +25,10 @@ from pathlib import Path
 
 import numpy as np
 
+from swax.core.errors import SwaxError
+from swax.core.integrity import sha256_file
+from swax.core.progress import progress_bar
 from swax.data.tokenizer import load_model_tokenizer
-from swax.errors import SwaxError
-from swax.integrity import sha256_file
-from swax.progress import progress_bar
 
 INDEX = "index.json"
 PROGRESS = "progress.json"

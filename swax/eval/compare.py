@@ -23,10 +23,10 @@ from pathlib import Path
 
 import yaml
 
-from swax.errors import SwaxError
-from swax.eval.plots import save_curves
+from swax.core.errors import SwaxError
+from swax.core.plotting import save_curves
 from swax.eval.tasks import _MAIN_METRICS
-from swax.eval.taskspecs import TASKS
+from swax.eval.tasks.specs import TASKS
 from swax.model import run_config_file
 
 RESULT_FILES = (

@@ -48,9 +48,9 @@ from collections.abc import Sequence
 
 import torch
 
-from swax.configutil import resolve_device, resolve_window
+from swax.core.configs import resolve_device, resolve_window
+from swax.core.errors import ConfigError, SwaxError
 from swax.data import ByteTokenizer
-from swax.errors import ConfigError, SwaxError
 
 try:
     import lm_eval.models  # noqa: F401  (fills lm-eval's registry of its own models first)
@@ -63,7 +63,7 @@ except ImportError as e:  # pragma: no cover - exercised only without the extra
     ) from e
 
 from swax.eval.scoring import generate_texts, rolling_loglikelihood, score_continuations
-from swax.loading import load_model_and_tokenizer
+from swax.export.loading import load_model_and_tokenizer
 
 __all__ = ["SwaxEvalLM", "main"]
 
@@ -81,7 +81,7 @@ _DTYPES = {
 
 def _parse_window(window, default):
     """None or "": the model's window; "full": full attention (None); else a positive integer
-    (see :func:`swax.configutil.parse_window`)."""
+    (see :func:`swax.core.configs.parse_window`)."""
     if window is None or window == "":
         return default
     try:

@@ -30,8 +30,9 @@ from pathlib import Path
 
 import torch
 
-from swax.errors import SwaxError
-from swax.eval.plots import format_length, pyplot
+from swax.core.errors import SwaxError
+from swax.core.plotting import format_length, pyplot
+from swax.core.progress import progress_bar
 from swax.eval.ruler import (
     TASKS,
     generate_niah,
@@ -41,7 +42,6 @@ from swax.eval.ruler import (
     write_jsonl,
 )
 from swax.generate import PREFILL_CHUNK, generate
-from swax.progress import progress_bar
 from swax.state import DEFAULT_WINDOW
 
 log = logging.getLogger("swax")

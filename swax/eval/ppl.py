@@ -21,10 +21,10 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from swax.errors import SwaxError
-from swax.eval.plots import save_curves
+from swax.core.errors import SwaxError
+from swax.core.plotting import save_curves
+from swax.core.progress import progress_bar
 from swax.generate import PREFILL_CHUNK
-from swax.progress import progress_bar
 from swax.state import DEFAULT_WINDOW
 
 RESULT_FILES = ("ppl.csv", "ppl.json", "ppl.png")

@@ -14,8 +14,8 @@ import json
 from pathlib import Path
 
 from swax.data.config import SyntheticConfig
-from swax.eval.episodes import episode_accuracy
 from swax.model import run_config_file
+from swax.probes.episodes import episode_accuracy
 from swax.train.config import load_train_config
 
 RECALL_FILES = ("recall.json",)
@@ -35,7 +35,7 @@ def recall_by_window(
     progress: bool = False,
 ) -> dict[str, dict]:
     """``{f"episodes_{label}": {str(length): result}}`` for each (label, window) of ``windows``
-    (see :func:`swax.eval.episodes.episode_accuracy` for a result)."""
+    (see :func:`swax.probes.episodes.episode_accuracy` for a result)."""
     out = {}
     for label, window in windows.items():
         res = episode_accuracy(
@@ -72,7 +72,7 @@ def training_setup(model_dir: str | Path) -> tuple[SyntheticConfig | None, dict,
 
 def run_bucket_edges(model_dir: str | Path) -> tuple[int, int, int] | None:
     """(window.short, window.long, seq_len) of the ``swax train`` run around ``model_dir``,
-    the edges of its distance buckets (swax.eval.buckets); None without a run folder."""
+    the edges of its distance buckets (swax.probes.buckets); None without a run folder."""
     run_yaml = run_config_file(model_dir)
     if run_yaml is None:
         return None

@@ -77,10 +77,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from swax.core.errors import SwaxError
 from swax.data.jsonl import read_jsonl, write_jsonl
 from swax.data.sources import kjv_documents
 from swax.data.synthetic import key_vocabulary
-from swax.errors import SwaxError
 
 __all__ = [
     "ANSWER_PREFIX",

@@ -50,7 +50,7 @@ def check_window(window: object, what: str = "window", fn: str = "") -> int | No
     """``window`` if it is a positive integer (keys each query sees) or None (no window);
     else ValueError naming ``what`` (prefixed by ``fn``, the op, when given) and the value.
     The one check of a window passed as a number: ops, the model's forward and the training
-    schedules use it (a window given as text is read by swax.configutil.parse_window)."""
+    schedules use it (a window given as text is read by swax.core.configs.parse_window)."""
     where = f"{fn}: " if fn else ""
     if window is None:
         return None

@@ -10,7 +10,7 @@ a finished run (its ``summary.json`` exists) is never retrained and a finished e
     swax sweep experiments/window_sweep/sweep.yaml --only swax-w16,swax-w256
 
 Evaluation of each run: validation loss (from training), retrieval accuracy on evaluation-key
-episodes (:mod:`swax.eval.episodes`) at multiples of the training length, with the model's long
+episodes (:mod:`swax.probes.episodes`) at multiples of the training length, with the model's long
 window and also with its training window where different, and loss by position
 (:mod:`swax.eval.ppl`). ``aggregate`` gathers mean ± spread over seeds.
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from swax.configutil import (
+from swax.core.configs import (
     SEED_BOUNDS,
     bounded,
     check_fields,
@@ -21,8 +21,8 @@ from swax.configutil import (
     load_yaml_mapping,
     to_dict,
 )
+from swax.core.errors import ConfigError
 from swax.data.config import SyntheticConfig
-from swax.errors import ConfigError
 from swax.train.config import TrainConfig
 
 
@@ -66,7 +66,7 @@ class EvalSpec:
     batch_size: int = bounded(16, "[1, inf)")
     """Episodes evaluated at once."""
     bucket_samples: int = bounded(0, "[0, inf)")
-    """Recall by distance bucket (swax.eval.buckets): episodes per bucket, each bucket also
+    """Recall by distance bucket (swax.probes.buckets): episodes per bucket, each bucket also
     with the window-cut and recurrent-reset probes; 0 = not evaluated."""
     bucket_far: list[int] = bounded(bounds="[2, inf)", default_factory=lambda: [4, 16])
     """Upper edges of the buckets beyond the training length, as multiples of it."""

@@ -15,13 +15,14 @@ from pathlib import Path
 
 from safetensors.torch import load_file
 
+from swax.core.errors import ConfigError
+from swax.core.threads import applied_threads, auto_threads, last_setting, set_threads
 from swax.data import DataConfig, build_datasets, load_model_tokenizer
-from swax.errors import ConfigError
-from swax.eval.buckets import chance_of, distance_buckets, recall_by_bucket, verdict
-from swax.eval.episodes import episode_accuracy
 from swax.eval.ppl import bucketize, position_losses
 from swax.eval.recall import recall_by_window
 from swax.model import SwaxLM
+from swax.probes.buckets import chance_of, distance_buckets, recall_by_bucket, verdict
+from swax.probes.episodes import episode_accuracy
 from swax.sweep.config import (
     EvalSpec,
     SweepConfig,
@@ -31,7 +32,6 @@ from swax.sweep.config import (
     run_dir,
     train_config,
 )
-from swax.threads import applied_threads, auto_threads, last_setting, set_threads
 from swax.train import train
 from swax.train.checkpoint import latest_checkpoint, list_checkpoints
 
@@ -235,7 +235,7 @@ class _EvalContext:
         return {"probe": out, "probe_window": cut}
 
     def buckets(self) -> dict:
-        """Recall by distance bucket of the run's windows (swax.eval.buckets), with the run's
+        """Recall by distance bucket of the run's windows (swax.probes.buckets), with the run's
         own window, the window cut to probe_window (default window.short) and the recurrent
         reset; the laziness verdict."""
         w, T = self.tcfg.window, self.tcfg.seq_len

@@ -25,10 +25,10 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from swax.errors import CheckpointError, CorruptCheckpointError
-from swax.integrity import checksums, match_umask, verify_checksums
+from swax.core.errors import CheckpointError, CorruptCheckpointError
+from swax.core.integrity import checksums, match_umask, verify_checksums
+from swax.core.paths import writing
 from swax.model import state_dict_mismatch
-from swax.paths import writing
 
 STEP_RE = re.compile(r"^step_(\d+)$")
 

@@ -19,7 +19,7 @@ from typing import Any, Literal
 import yaml
 
 from swax.config import SwaxConfig
-from swax.configutil import (
+from swax.core.configs import (
     SEED_BOUNDS,
     bounded,
     check_fields,
@@ -27,8 +27,8 @@ from swax.configutil import (
     load_yaml_mapping,
     to_dict,
 )
+from swax.core.errors import ConfigError
 from swax.data import DataConfig
-from swax.errors import ConfigError
 
 
 @dataclass
@@ -202,7 +202,7 @@ class TrainConfig:
         return cfg.replace(window=self.window.long) if cfg.window != self.window.long else cfg
 
     def validate(self) -> None:
-        """Every field against its declared bounds (:func:`swax.configutil.check_fields`, the
+        """Every field against its declared bounds (:func:`swax.core.configs.check_fields`, the
         data section included), then what relates fields to each other."""
         check_fields(self)
         w = self.window

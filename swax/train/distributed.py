@@ -16,7 +16,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from swax.configutil import resolve_device
+from swax.core.configs import resolve_device
 
 
 @dataclass(frozen=True)

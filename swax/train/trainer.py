@@ -29,13 +29,13 @@ import torch
 import torch.nn.functional as F
 
 from swax.config import SwaxConfig
+from swax.core.errors import ConfigError, SwaxError
+from swax.core.paths import writing
+from swax.core.threads import AutoThreads, set_threads, threads_note
 from swax.data import IGNORE_INDEX, PackedLoader, build_datasets, save_tokenizer
 from swax.data.jsonl import json_safe
 from swax.data.loader import data_tokenizer
-from swax.errors import ConfigError, SwaxError
 from swax.model import SwaxLM
-from swax.paths import writing
-from swax.threads import AutoThreads, set_threads, threads_note
 from swax.train import distributed as D
 from swax.train.checkpoint import (
     latest_checkpoint,

@@ -22,7 +22,7 @@ import os
 import time
 from typing import Any
 
-from swax.errors import ConfigError
+from swax.core.errors import ConfigError
 
 ENV = "SWAX_THREADS"
 """The environment variable holding the default thread count of every command."""

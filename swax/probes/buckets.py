@@ -23,9 +23,9 @@ from __future__ import annotations
 import dataclasses
 import math
 
+from swax.core.errors import SwaxError
 from swax.data.config import SyntheticConfig
-from swax.errors import SwaxError
-from swax.eval.episodes import episode_accuracy
+from swax.probes.episodes import episode_accuracy
 
 LAZY_INSIDE = 90.0
 """Recall (%) inside W_long at or above which a run that fails beyond it is lazy."""

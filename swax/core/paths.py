@@ -13,7 +13,7 @@ import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
-from swax.errors import DiskFullError, SwaxError, is_disk_full
+from swax.core.errors import DiskFullError, SwaxError, is_disk_full
 
 
 def check_writable_dir(path: str | Path, what: str, keep: bool = False) -> Path:

@@ -4,7 +4,7 @@
     swax generate --model DIR --prompt "In the beginning" --max-new-tokens 64
     swax demo                               # the default job (see README)
 
-Every command reads a dataclass config (:mod:`swax.cliconfig`; train and sweep: YAML files
+Every command reads a dataclass config (:mod:`swax.cli.options`; train and sweep: YAML files
 with key=value overrides); its options are made from the config's fields. User errors (a
 missing file, a bad value) print one line ``swax: error: …`` and exit with status 2; set
 SWAX_DEBUG=1 for a traceback.
@@ -27,10 +27,16 @@ import numpy as np
 import torch
 import yaml
 
-from swax import cliconfig as C
-from swax import recall_demo
+from swax.cli import demo as recall_demo
+from swax.cli import options as C
 from swax.config import SwaxConfig
-from swax.configutil import add_arguments, config_keys, from_args, resolve_window
+from swax.core.configs import add_arguments, config_keys, from_args, resolve_window
+from swax.core.errors import ConfigError, SwaxError, is_disk_full
+from swax.core.paths import check_output_dir, check_writable_dir
+from swax.core.signals import Stopped, StopSignals
+from swax.core.threads import ACCEPTED as THREADS_ACCEPTED
+from swax.core.threads import AUTO, parse_threads, set_threads, threads_note, threads_setting
+from swax.core.threads import ENV as THREADS_ENV
 from swax.data import (
     DataConfig,
     SyntheticConfig,
@@ -43,8 +49,6 @@ from swax.data.prepare import prepare_shards
 from swax.data.shards import no_validation_reason, verify_shards
 from swax.data.sources import iter_documents, kjv_documents
 from swax.decode import compile_seconds
-from swax.errors import ConfigError, SwaxError, is_disk_full
-from swax.eval.buckets import bucket_table, distance_buckets, recall_by_bucket, verdict
 from swax.eval.compare import RESULT_FILES as COMPARE_RESULT_FILES
 from swax.eval.compare import compare
 from swax.eval.niah import (
@@ -74,22 +78,18 @@ from swax.eval.tasks import RESULT_FILES as TASK_RESULT_FILES
 from swax.eval.tasks import TaskEvalSettings, evaluate_tasks, write_results
 from swax.eval.tasks import format_table as tasks_table
 from swax.eval.tasks import reading_note as tasks_reading_note
-from swax.eval.taskspecs import SAMPLES_DIR, convert_task_data, parse_tasks, sample_counts
+from swax.eval.tasks.specs import SAMPLES_DIR, convert_task_data, parse_tasks, sample_counts
 from swax.export import export_hf, export_onnx
+from swax.export.loading import load_model_and_tokenizer
 from swax.generate import generate, prefill, truncate_at_stop
-from swax.loading import load_model_and_tokenizer
 from swax.model import SwaxLM, run_config_file
 from swax.ops import cpu_flex_default
-from swax.paths import check_output_dir, check_writable_dir
-from swax.runplot import plot_run
-from swax.signals import Stopped, StopSignals
+from swax.probes.buckets import bucket_table, distance_buckets, recall_by_bucket, verdict
 from swax.sweep import aggregate, load_sweep, run_sweep
-from swax.threads import ACCEPTED as THREADS_ACCEPTED
-from swax.threads import AUTO, parse_threads, set_threads, threads_note, threads_setting
-from swax.threads import ENV as THREADS_ENV
 from swax.train import load_train_config, train
 from swax.train.checkpoint import latest_checkpoint
 from swax.train.config import TrainConfig
+from swax.train.plot import plot_run
 from swax.version import __version__
 
 
@@ -905,7 +905,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 COMPUTE_COMMANDS = ("train", "eval", "generate", "demo", "sweep", "export")
 """Commands whose speed depends on the thread count: ``auto`` watches the load before they run,
-and they say what it chose (:func:`swax.threads.threads_note`)."""
+and they say what it chose (:func:`swax.core.threads.threads_note`)."""
 
 
 def _subcommand(args) -> list[str]:

@@ -2,7 +2,7 @@
 
 Numbers are comparable with EleutherAI's lm-evaluation-harness (``lm_eval``) runs on the same
 data: the tasks, their data files, prompts and few-shot examples are those of
-:mod:`swax.eval.taskspecs`, scored as the harness scores a causal LM (:mod:`swax.eval.scoring`).
+:mod:`swax.eval.tasks.specs`, scored as the harness scores a causal LM (:mod:`swax.eval.scoring`).
 This module evaluates them: :func:`evaluate_task` / :func:`evaluate_tasks` with the settings of
 a :class:`TaskEvalSettings`, and writes the results (:func:`format_table`,
 :func:`write_results`).
@@ -33,7 +33,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
 
-from swax.errors import SwaxError
+from swax.core.errors import SwaxError
 from swax.eval.sandbox import run_programs
 from swax.eval.scoring import (
     add_mean,
@@ -42,7 +42,7 @@ from swax.eval.scoring import (
     progress_bar,
     score_continuations,
 )
-from swax.eval.taskspecs import (
+from swax.eval.tasks.specs import (
     FEWSHOT_SEED,
     HUMANEVAL_STOP,
     MBPP_STOP,
@@ -56,7 +56,7 @@ from swax.eval.taskspecs import (
     parse_tasks,
     task_file,
 )
-from swax.loading import load_model_and_tokenizer
+from swax.export.loading import load_model_and_tokenizer
 from swax.state import DEFAULT_WINDOW, _Default
 
 __all__ = [
@@ -250,7 +250,7 @@ def evaluate_task(
     **options,
 ) -> dict:
     """One task: ``{"task", "metrics": {...}, "records": [...]}`` (see :func:`evaluate_tasks`);
-    ``docs``: its records when already loaded (:func:`~swax.eval.taskspecs.load_docs`)."""
+    ``docs``: its records when already loaded (:func:`~swax.eval.tasks.specs.load_docs`)."""
     settings = _settings(settings, options)
     spec = TASKS[parse_tasks([task])[0]]
     if docs is None:

@@ -24,7 +24,7 @@ from collections.abc import Callable, Sequence
 from functools import cache
 from typing import Any, Literal, Union
 
-from swax.errors import ConfigError
+from swax.core.errors import ConfigError
 
 log = logging.getLogger("swax")
 

@@ -1,6 +1,6 @@
 """A model for inference: a checkpoint folder with its tokenizer, or a preset with random weights.
 
-from swax.loading import load_model_and_tokenizer
+from swax.export.loading import load_model_and_tokenizer
 model, tok = load_model_and_tokenizer("runs/tiny/model", device="cuda")
 """
 
@@ -11,7 +11,7 @@ from pathlib import Path
 import torch
 
 from swax.config import SwaxConfig
-from swax.configutil import resolve_device
+from swax.core.configs import resolve_device
 from swax.data import ByteTokenizer, load_model_tokenizer
 from swax.model import SwaxLM, resolve_model_dir
 
@@ -27,7 +27,7 @@ def load_model_and_tokenizer(
     seed: int = 0,
 ):
     """(model, tokenizer), the model in eval mode on ``device`` (see
-    :func:`swax.configutil.resolve_device`): ``SwaxLM.from_pretrained(model_dir)`` with the
+    :func:`swax.core.configs.resolve_device`): ``SwaxLM.from_pretrained(model_dir)`` with the
     tokenizer saved next to it; without ``model_dir``, the ``preset`` (default tiny) with random
     weights drawn from ``seed`` and the byte-level tokenizer."""
 

@@ -63,9 +63,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from swax.core.errors import SwaxError
 from swax.data.jsonl import iter_jsonl, read_jsonl
 from swax.data.sources import iter_rows, saved_split
-from swax.errors import SwaxError
 
 __all__ = [
     "TASKS",

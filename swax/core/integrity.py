@@ -2,7 +2,7 @@
 
 Exported models carry ``checksums.sha256`` beside their files, in the format of ``sha256sum``
 (``sha256sum -c checksums.sha256`` checks it by hand); training checkpoints keep theirs in
-``trainer.json``. A mismatch is a :class:`~swax.errors.CheckpointError` naming the file, so a
+``trainer.json``. A mismatch is a :class:`~swax.core.errors.CheckpointError` naming the file, so a
 flipped bit is an error instead of a model that silently prints garbage.
 """
 
@@ -12,7 +12,7 @@ import hashlib
 import os
 from pathlib import Path
 
-from swax.errors import CorruptCheckpointError
+from swax.core.errors import CorruptCheckpointError
 
 CHECKSUMS_NAME = "checksums.sha256"
 

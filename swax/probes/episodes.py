@@ -33,9 +33,9 @@ from collections import defaultdict
 import numpy as np
 import torch
 
+from swax.core.progress import progress_bar
 from swax.data.config import SyntheticConfig
 from swax.data.synthetic import make_episode
-from swax.progress import progress_bar
 
 DEPTH_BINS = 10
 RECURRENT_KINDS = ("X", "D")

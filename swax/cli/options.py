@@ -1,10 +1,10 @@
 """The configs of the ``swax`` commands: one dataclass per command, a docstring per field.
 
-The command line is made from them (:func:`swax.configutil.add_arguments`: ``--field-name``
+The command line is made from them (:func:`swax.core.configs.add_arguments`: ``--field-name``
 per field, the docstring and default as help), and the same objects can be built in Python::
 
     from swax.cli import cmd_generate
-    from swax.cliconfig import GenerateConfig
+    from swax.cli.options import GenerateConfig
     cmd_generate(GenerateConfig(model="runs/tiny/model", prompt="In the beginning"))
 
 ``swax train`` and ``swax sweep`` read their own dataclass configs from YAML files with
@@ -18,14 +18,14 @@ from dataclasses import dataclass
 from typing import Literal
 
 from swax.config import PRESETS
-from swax.configutil import WindowSetting, bounded, check_fields, option, parse_window
+from swax.core.configs import WindowSetting, bounded, check_fields, option, parse_window
 from swax.eval.tasks import TaskEvalSettings
 from swax.generate import PREFILL_CHUNK
 
 
 class Command:
     """The base of every command's config: on construction its fields are checked against
-    their declared bounds (:func:`swax.configutil.check_fields`) and a window setting is
+    their declared bounds (:func:`swax.core.configs.check_fields`) and a window setting is
     parsed, so a config built in Python is checked as the command line's is."""
 
     def __post_init__(self) -> None:

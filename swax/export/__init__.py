@@ -1,8 +1,9 @@
 """Export a swax checkpoint for other tools: ``swax export hf`` and ``swax export onnx``.
 
 - :func:`export_hf` writes a Hugging Face folder: swax's ``config.json`` fields plus
-  ``model_type``/``auto_map``, the same ``model.safetensors``, two remote-code files that import
-  :mod:`swax.hf`, and the tokenizer as ``tokenizer.json`` + ``tokenizer_config.json``. Neither
+  ``model_type``/``auto_map``, the same ``model.safetensors``, two remote-code files that
+  import :mod:`swax.export.hf_model`, and the tokenizer as ``tokenizer.json`` +
+  ``tokenizer_config.json``. Neither
   transformers nor a network is needed to write it; loading it needs transformers and swax.
 - :func:`export_onnx` traces a forward of fixed length and window with ``torch.onnx.export``
   (dynamo), the recurrent ops running their pure-torch reference backends.
@@ -22,9 +23,9 @@ from pathlib import Path
 
 import torch
 
+from swax.core.errors import SwaxError
+from swax.core.integrity import write_checksum_file
 from swax.data.tokenizer import CONFIG_FILE, ByteTokenizer, HFTokenizer, load_model_tokenizer
-from swax.errors import SwaxError
-from swax.integrity import write_checksum_file
 from swax.model import CONFIG_NAME, WEIGHTS_NAME, SwaxLM
 from swax.ops.gated_delta import plain_solve
 from swax.ops.registry import forced_backends
@@ -33,9 +34,9 @@ from swax.version import __version__
 _REMOTE_DOC = '"""Written by `swax export hf`: the classes come from the installed swax."""\n\n'
 REMOTE_FILES = {
     "configuration_swax.py": _REMOTE_DOC
-    + 'from swax.hf import SwaxHFConfig\n\n__all__ = ["SwaxHFConfig"]\n',
+    + 'from swax.export.hf_model import SwaxHFConfig\n\n__all__ = ["SwaxHFConfig"]\n',
     "modeling_swax.py": _REMOTE_DOC
-    + "from swax.hf import SwaxForCausalLM, SwaxHFConfig\n\n"
+    + "from swax.export.hf_model import SwaxForCausalLM, SwaxHFConfig\n\n"
     + '__all__ = ["SwaxForCausalLM", "SwaxHFConfig"]\n',
 }
 """The remote-code files of an exported folder (named in its config.json ``auto_map``)."""
