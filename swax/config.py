@@ -15,12 +15,13 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import typing
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 from swax.core.configs import bounded, check_fields, from_dict, to_dict
 from swax.core.errors import ConfigError
-from swax.ops import list_backends
 from swax.version import __version__
 
 LAYER_KINDS: dict[str, str] = {
@@ -31,6 +32,12 @@ LAYER_KINDS: dict[str, str] = {
 }
 """The letters of ``layer_pattern`` and the names of their mixers (what error messages list).
 :data:`swax.model.MIXERS` builds a layer for each."""
+
+
+AttnBackend = Literal["auto", "flash", "flex", "blockwise_fwd", "blockwise", "reference"]
+"""The sliding-window attention backends a config may name: "auto" and the built-in backends
+of the op registry (``swax.ops.list_backends("swa")``; a test holds the two equal). Named here,
+not read from the registry, so that the config does not import the ops."""
 
 
 @dataclass
@@ -98,9 +105,11 @@ class SwaxConfig:
     """Soft cap on output logits (xLSTM-7B uses 30); None or 0 = off."""
     init_std: float = bounded(0.02, "[0, inf)")
     """Standard deviation of the normal initialisation of linear and embedding weights."""
-    attn_backend: str = "auto"
-    """Sliding-window attention backend: auto or a name of ``swax.ops.list_backends("swa")``
-    (flash, flex, blockwise, reference)."""
+    attn_backend: AttnBackend = "auto"
+    """Sliding-window attention backend: auto (the most preferred one usable on the inputs) or
+    one of the built-in backends of ``swax.ops.list_backends("swa")``. A backend registered at
+    run time (``swax.ops.register_backend``) is chosen with
+    ``swax.ops.registry.forced_backends``."""
 
     def __post_init__(self) -> None:
         self.validate()
@@ -114,7 +123,7 @@ class SwaxConfig:
 
     def _validate_pattern(self) -> None:
         """Known layer letters that tile n_layers, and a known attention backend. (The letters
-        come from :data:`LAYER_KINDS` and the backend names from the op registry.)"""
+        come from :data:`LAYER_KINDS` and the backend names from :data:`AttnBackend`.)"""
         if not isinstance(self.layer_pattern, str) or not self.layer_pattern:
             raise ConfigError(
                 f"layer_pattern must be a non-empty string, got {self.layer_pattern!r}"
@@ -131,7 +140,7 @@ class SwaxConfig:
                 f"layer_pattern {self.layer_pattern!r} (length {len(self.layer_pattern)}) does not "
                 f"tile n_layers={self.n_layers}; n_layers must be a multiple of its length"
             )
-        backends = ["auto", *list_backends("swa")]
+        backends = typing.get_args(AttnBackend)
         if self.attn_backend not in backends:
             raise ConfigError(
                 f"attn_backend must be one of {', '.join(backends)}, got {self.attn_backend!r}"

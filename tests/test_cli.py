@@ -163,8 +163,8 @@ def test_every_command_has_help_with_defaults(capsys):
 
 def test_configs_are_the_same_from_python_and_the_command_line():
     from swax.cli import build_parser
+    from swax.cli.args import from_args
     from swax.cli.options import GenerateConfig, NiahConfig
-    from swax.core.configs import from_args
 
     ns = build_parser().parse_args(
         [
@@ -248,21 +248,31 @@ def _sweep_yaml(tmp_path, out: str) -> str:
     return str(p)
 
 
+EVAL = "swax.cli.evaluate"
 OUTPUT_COMMANDS = {
     # command line (OUT: the unwritable path) and what it must not reach: (module, attribute), the
-    # name the command calls (the cli imports these at its top)
-    "train": (["train", "run_dir=OUT", "steps=1"], ("swax.cli", "train")),
-    "demo": (["demo", "--run-dir", "OUT"], ("swax.cli", "train")),
-    "eval_niah": (["eval", "niah", "--preset", "tiny", "--out", "OUT"], ("swax.cli", "_load")),
-    "eval_niah_dump": (["eval", "niah", "--dump", "OUT"], ("swax.cli", "dump_records")),
-    "eval_tasks": (["eval", "tasks", "--preset", "tiny", "--out", "OUT"], ("swax.cli", "_load")),
-    "eval_ppl": (["eval", "ppl", "--preset", "tiny", "--out", "OUT"], ("swax.cli", "_load")),
+    # name the command calls (its swax.cli module imports these at its top)
+    "train": (["train", "run_dir=OUT", "steps=1"], ("swax.cli.train", "train")),
+    "demo": (["demo", "--run-dir", "OUT"], ("swax.cli.demo", "train")),
+    "eval_niah": (
+        ["eval", "niah", "--preset", "tiny", "--out", "OUT"],
+        (EVAL, "load_for"),
+    ),
+    "eval_niah_dump": (["eval", "niah", "--dump", "OUT"], (EVAL, "dump_records")),
+    "eval_tasks": (
+        ["eval", "tasks", "--preset", "tiny", "--out", "OUT"],
+        (EVAL, "load_for"),
+    ),
+    "eval_ppl": (
+        ["eval", "ppl", "--preset", "tiny", "--out", "OUT"],
+        (EVAL, "load_for"),
+    ),
     "eval_compare": (
         ["eval", "compare", "RESULTS", "--out", "OUT"],
-        ("swax.cli", "compare"),
+        (EVAL, "compare"),
     ),
-    "sweep": (["sweep", "SWEEP"], ("swax.cli", "run_sweep")),
-    "plot_run": (["plot-run", "RUN", "--out", "OUT/loss.png"], ("swax.cli", "plot_run")),
+    "sweep": (["sweep", "SWEEP"], ("swax.cli.sweep", "run_sweep")),
+    "plot_run": (["plot-run", "RUN", "--out", "OUT/loss.png"], ("swax.cli.train", "plot_run")),
 }
 
 
@@ -446,7 +456,6 @@ def test_bad_threads_are_one_line(capsys, monkeypatch, value):
 
 def test_train_threads_option_among_overrides(capsys, monkeypatch):
     # argparse ends the key=value list at the first option; the rest still count as overrides
-    import swax.train
 
     seen = {}
 
@@ -454,11 +463,11 @@ def test_train_threads_option_among_overrides(capsys, monkeypatch):
         seen["cfg"] = cfg
         return {"final_val_loss": 1.0, "tok_s": 1.0, "model_dir": "m", "steps_run": 1}
 
-    monkeypatch.setattr(swax.cli, "train", fake_train)  # the function the command calls
+    monkeypatch.setattr("swax.cli.train.train", fake_train)  # the function the command calls
     n = torch.get_num_threads()
     try:
         args = ["train", "steps=3", "--threads", "1", "seq_len=256", "run_dir=/tmp/swax-x"]
-        monkeypatch.setattr("swax.cli.check_writable_dir", lambda *a, **k: None)
+        monkeypatch.setattr("swax.cli.train.check_writable_dir", lambda *a, **k: None)
         assert run_inprocess(capsys, *args).returncode == 0
         assert torch.get_num_threads() == 1
     finally:

@@ -449,7 +449,7 @@ EVAL_OUTPUTS = {
 def test_eval_refuses_a_folder_of_earlier_results(tmp_path, capsys, monkeypatch, command):
     # a second swax eval niah into the same --out left the first run's summary-1024.csv and
     # pred/*-1024.jsonl beside the new results; swax eval ppl overwrote without notice
-    import swax.cli
+    import swax.cli.evaluate
     import swax.eval.compare
     import swax.eval.niah
 
@@ -457,16 +457,16 @@ def test_eval_refuses_a_folder_of_earlier_results(tmp_path, capsys, monkeypatch,
     if command == "compare":
         argv = ["eval", "compare", str(_niah_folder(tmp_path / "niah")), "--out", str(out)]
         compare([tmp_path / "niah"], out)
-        monkeypatch.setattr(swax.cli, "compare", _boom)
+        monkeypatch.setattr(swax.cli.evaluate, "compare", _boom)
     elif command == "dump":
         argv = ["eval", "niah", "--dump", str(out), "--lengths", "1k", "--tasks", "niah_single_1"]
         assert cli(*argv, "--samples", "1") == 0
-        monkeypatch.setattr(swax.cli, "dump_records", _boom)
+        monkeypatch.setattr(swax.cli.evaluate, "dump_records", _boom)
     else:
         args, write = EVAL_OUTPUTS[command]
         write(out)
         argv = [*args, "--out", str(out)]
-    monkeypatch.setattr(swax.cli, "_load", _boom)
+    monkeypatch.setattr(swax.cli.evaluate, "load_for", _boom)
     before = sorted(p.relative_to(out) for p in out.rglob("*"))
     rc, _, err = run_cli(capsys, *argv)
     assert rc == 2 and len(err) == 1, err
@@ -476,19 +476,19 @@ def test_eval_refuses_a_folder_of_earlier_results(tmp_path, capsys, monkeypatch,
 
 @pytest.mark.parametrize("command", [*EVAL_OUTPUTS, "compare"])
 def test_eval_never_deletes_other_files(tmp_path, capsys, monkeypatch, command):
-    import swax.cli
+    import swax.cli.evaluate
     import swax.eval.compare
 
     out = tmp_path / "out"
     if command == "compare":
         args = ["eval", "compare", str(_niah_folder(tmp_path / "niah"))]
         compare([tmp_path / "niah"], out)
-        monkeypatch.setattr(swax.cli, "compare", _boom)
+        monkeypatch.setattr(swax.cli.evaluate, "compare", _boom)
     else:
         args, write = EVAL_OUTPUTS[command]
         write(out)
     (out / "notes.txt").write_text("mine")
-    monkeypatch.setattr(swax.cli, "_load", _boom)
+    monkeypatch.setattr(swax.cli.evaluate, "load_for", _boom)
     for extra in ([], ["--overwrite"]):
         rc, _, err = run_cli(capsys, *args, "--out", str(out), *extra)
         assert rc == 2 and len(err) == 1 and "notes.txt" in err[0] and str(out) in err[0], err
@@ -502,7 +502,7 @@ def test_eval_niah_overwrite_removes_the_earlier_results(tmp_path, capsys, monke
     assert (out / "summary-2048.csv").is_file() and (
         out / "pred/niah_single_1-2048.jsonl"
     ).is_file()
-    monkeypatch.setattr(swax.cli, "SwaxPredictor", lambda *a, **k: constant)
+    monkeypatch.setattr(swax.cli.evaluate, "SwaxPredictor", lambda *a, **k: constant)
     args = ["eval", "niah", "--preset", "tiny", "--lengths", "1k", "--tasks", "niah_single_1"]
     rc, _, err = run_cli(capsys, *args, "--samples", "1", "--out", str(out), "--overwrite")
     assert rc == 0, err
@@ -627,9 +627,9 @@ def test_eval_niah_records_alone_takes_their_tasks_and_lengths(
     dumped, tmp_path, capsys, monkeypatch
 ):
     # --records DIR needed --tasks and --lengths repeated (else: "no niah_single_1-4096.jsonl")
-    import swax.cli
+    import swax.cli.evaluate
 
-    monkeypatch.setattr(swax.cli, "SwaxPredictor", lambda *a, **k: echo_needle)
+    monkeypatch.setattr(swax.cli.evaluate, "SwaxPredictor", lambda *a, **k: echo_needle)
     out = tmp_path / "o"
     rc, stdout, err = run_cli(
         capsys, "eval", "niah", "--preset", "tiny", "--records", str(dumped), "--out", str(out)
@@ -662,9 +662,9 @@ def test_eval_niah_records_alone_takes_their_tasks_and_lengths(
 
 
 def test_eval_niah_records_missing_cells_name_the_file(dumped, tmp_path, capsys, monkeypatch):
-    import swax.cli
+    import swax.cli.evaluate
 
-    monkeypatch.setattr(swax.cli, "_load", _boom)
+    monkeypatch.setattr(swax.cli.evaluate, "load_for", _boom)
     (dumped / "niah_multikey_1-2048.jsonl").unlink()
     base = [
         "eval",

@@ -444,3 +444,16 @@ def test_every_parameter_starts_as_specified(kw):
     for name, p in model.named_parameters():
         assert not (p == 7.0).any(), name
         _expect_init(name, p.detach(), cfg)
+
+
+def test_config_backend_names_match_the_op_registry():
+    # swax.config names the attention backends as a Literal so that it need not import the ops;
+    # the registry is the truth, and the two must not drift apart
+    import typing
+
+    from swax.config import AttnBackend
+    from swax.ops import list_backends
+
+    names = typing.get_args(AttnBackend)
+    assert names[0] == "auto"
+    assert sorted(names[1:]) == sorted(list_backends("swa"))

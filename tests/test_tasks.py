@@ -671,7 +671,7 @@ def test_bundled_samples_are_package_data():
 
     pyproject = Path(__file__).resolve().parents[1] / "pyproject.toml"
     setuptools = tomllib.loads(pyproject.read_text())["tool"]["setuptools"]
-    globs = setuptools["package-data"]["swax.eval"]
+    globs = setuptools["package-data"]["swax.eval.tasks"]
     for p in TS.SAMPLES_DIR.iterdir():
         assert any(fnmatch.fnmatch(f"samples/{p.name}", g) for g in globs), p.name
 

@@ -3,7 +3,7 @@
 The command line is made from them (:func:`swax.core.configs.add_arguments`: ``--field-name``
 per field, the docstring and default as help), and the same objects can be built in Python::
 
-    from swax.cli import cmd_generate
+    from swax.cli.generate import cmd_generate
     from swax.cli.options import GenerateConfig
     cmd_generate(GenerateConfig(model="runs/tiny/model", prompt="In the beginning"))
 
@@ -17,8 +17,9 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Literal
 
+from swax.cli.args import option
 from swax.config import PRESETS
-from swax.core.configs import WindowSetting, bounded, check_fields, option, parse_window
+from swax.core.configs import WindowSetting, bounded, check_fields, parse_window
 from swax.eval.tasks import TaskEvalSettings
 from swax.generate import PREFILL_CHUNK
 

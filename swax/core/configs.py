@@ -10,7 +10,6 @@ field, its docstring as help), so every ``swax`` command reads a config the same
 
 from __future__ import annotations
 
-import argparse
 import ast
 import dataclasses
 import difflib
@@ -20,7 +19,6 @@ import math
 import textwrap
 import types
 import typing
-from collections.abc import Callable, Sequence
 from functools import cache
 from typing import Any, Literal, Union
 
@@ -159,7 +157,7 @@ def from_dict(cls: type, data: dict, prefix: str = "") -> Any:
     return cls(**kwargs)
 
 
-def _interval(text: str) -> tuple[bool, float, float, bool]:
+def parse_interval(text: str) -> tuple[bool, float, float, bool]:
     """ "[0, 1)" -> (closed below, 0, 1, closed above); "inf" bounds allowed."""
     lo, hi = (s.strip() for s in text.strip()[1:-1].split(","))
 
@@ -172,10 +170,10 @@ def _interval(text: str) -> tuple[bool, float, float, bool]:
     return text.strip()[0] == "[", num(lo), num(hi), text.strip()[-1] == "]"
 
 
-def _interval_text(interval: str, integer: bool, below: bool = False) -> str:
+def interval_text(interval: str, integer: bool, below: bool = False) -> str:
     """How a message states the interval; ``below``: the value is under its lower bound (an
     upper bound beyond 2^53, such as a seed's, is then left out)."""
-    lo_in, lo, hi, hi_in = _interval(interval)
+    lo_in, lo, hi, hi_in = parse_interval(interval)
     if math.isinf(hi) and math.isinf(lo):
         return "a finite number" if not integer else "an integer"
     if math.isinf(hi) or (below and hi >= 2**53):
@@ -221,7 +219,7 @@ def check_fields(obj: Any, prefix: str = "") -> None:
                 if isinstance(v, float) and not math.isfinite(v):
                     raise ConfigError(f"{prefix}{f.name} must be a finite number, got {v!r}")
                 continue
-            _check_number(prefix + f.name, v, interval, item is int, optional=_optional(tp))
+            check_number(prefix + f.name, v, interval, item is int, optional=_optional(tp))
 
 
 def _optional(tp: Any) -> bool:
@@ -238,7 +236,7 @@ def _item_type(tp: Any) -> Any:
     return tp
 
 
-def _check_number(key: str, v: Any, interval: str, integer: bool, optional: bool = False) -> None:
+def check_number(key: str, v: Any, interval: str, integer: bool, optional: bool = False) -> None:
     """ConfigError unless ``v`` is a number (an integer if ``integer``) in ``interval``; None
     passes. ``optional``: the message says that None (unset) is allowed too."""
     if v is None:
@@ -249,10 +247,10 @@ def _check_number(key: str, v: Any, interval: str, integer: bool, optional: bool
         raise ConfigError(f"{key} must be {kind}{unset}, got {v!r}")
     if isinstance(v, float) and not math.isfinite(v):
         raise ConfigError(f"{key} must be a finite number{unset}, got {v!r}")
-    lo_in, lo, hi, hi_in = _interval(interval)
+    lo_in, lo, hi, hi_in = parse_interval(interval)
     below = v < lo or (v == lo and not lo_in)
     if below or v > hi or (v == hi and not hi_in):
-        text = _interval_text(interval, integer, below)
+        text = interval_text(interval, integer, below)
         raise ConfigError(f"{key} must be {text}{unset}, got {v!r}")
 
 
@@ -362,175 +360,3 @@ def resolve_window(setting: Any, default: int | None) -> int | None:
     """The window to pass to the model: ``default`` for "default", None for "full"."""
     w = parse_window(setting)
     return default if w == "default" else None if w == "full" else w
-
-
-# ------------------------------------------------------------------------------ command lines
-# made from dataclass configs: one option per field, help from the field's docstring
-
-
-def option(
-    default: Any = dataclasses.MISSING,
-    *,
-    default_factory: Any = dataclasses.MISSING,
-    positional: bool = False,
-    nargs: str | None = None,
-    repeat: bool = False,
-    group: str | None = None,
-    metavar: str | None = None,
-    choices: Sequence[str] | None = None,
-    bounds: str | None = None,
-    parse: Callable[[str], Any] | None = None,
-) -> Any:
-    """A :func:`bounded` field with how the command line shows it: ``positional`` (else
-    ``--field-name``), ``nargs``, ``repeat`` (the option may be given several times; a list),
-    ``group`` (options of one group exclude each other), ``metavar``, ``choices``, ``bounds``
-    (its interval: checked by the parser and, on construction, by :func:`check_fields`) and
-    ``parse`` (text -> value)."""
-    meta = dict(
-        positional=positional,
-        nargs=nargs,
-        repeat=repeat,
-        group=group,
-        metavar=metavar,
-        choices=choices,
-        parse=parse,
-    )
-    return dataclasses.field(
-        default=default,
-        default_factory=default_factory,
-        metadata={"cli": meta, **({"bounds": bounds} if bounds is not None else {})},
-    )
-
-
-def _parser_of(tp: Any, key: str, bounds: str | None) -> Callable[[str], Any]:
-    """Text -> value of type ``tp`` (int, float or str) within ``bounds``, as argparse's
-    ``type=``."""
-
-    def parse(text: str) -> Any:
-        if tp is int:
-            try:
-                value: Any = int(text)
-            except ValueError:
-                raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
-        elif tp is float:
-            try:
-                value = float(text)
-            except ValueError:
-                raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-        else:
-            value = text
-        if bounds is not None:
-            try:
-                _check_number(key, value, bounds, tp is int)
-            except ConfigError:
-                below = value < _interval(bounds)[1]
-                what = _interval_text(bounds, tp is int, below)
-                raise argparse.ArgumentTypeError(f"expected {what}, got {text}") from None
-        return value
-
-    return parse
-
-
-def _default_text(f: dataclasses.Field) -> str | None:
-    if f.default is not dataclasses.MISSING:
-        value = f.default
-    elif f.default_factory is not dataclasses.MISSING:
-        value = f.default_factory()
-    else:
-        return None
-    if value is None or value is False or value == [] or value == ():
-        return None
-    if isinstance(value, (list, tuple)):
-        return " ".join(map(str, value))
-    return str(value)
-
-
-def add_arguments(parser: argparse.ArgumentParser, cls: type) -> None:
-    """Add one argument per field of dataclass ``cls`` to ``parser``: ``--field-name`` (or a
-    positional), typed from the annotation (bool: --x / --no-x; Literal: choices; list:
-    several values), with the field's docstring and default as help. Options that are not
-    given are left out of the parsed namespace, so the dataclass defaults apply."""
-    hints = typing.get_type_hints(cls)
-    docs = field_docs(cls)
-    groups: dict[str, Any] = {}
-    for f in dataclasses.fields(cls):
-        meta = f.metadata.get("cli", {})
-        tp, args = hints[f.name], ()
-        if typing.get_origin(tp) in (Union, types.UnionType):  # X | None -> X
-            args = tuple(a for a in typing.get_args(tp) if a is not type(None))
-            tp = args[0] if len(args) == 1 else tp
-        doc = docs.get(f.name, "").replace("%", "%%")
-        default = _default_text(f)
-        if default is not None and "default" not in doc.lower():
-            doc += f" (default: {default})"
-        kw: dict[str, Any] = {"help": doc, "default": argparse.SUPPRESS}
-        if meta.get("metavar"):
-            kw["metavar"] = meta["metavar"]
-        item = tp
-        if typing.get_origin(tp) in (list, tuple):
-            item = typing.get_args(tp)[0]
-            if meta.get("repeat"):
-                kw["action"] = "append"
-            else:
-                kw["nargs"] = meta.get("nargs") or "+"
-        if tp is bool:
-            kw["action"] = argparse.BooleanOptionalAction
-        elif typing.get_origin(item) is Literal:
-            kw["choices"] = typing.get_args(item)
-        elif meta.get("parse"):
-            kw["type"] = _argparse_type(meta["parse"])
-        else:
-            kw["type"] = _parser_of(item, f.name, f.metadata.get("bounds"))
-            if item in (int, float) and "metavar" not in kw:
-                kw["metavar"] = "N" if item is int else "X"
-        if meta.get("choices"):
-            kw["choices"] = list(meta["choices"])
-        target = parser
-        if meta.get("group"):
-            if meta["group"] not in groups:
-                groups[meta["group"]] = parser.add_mutually_exclusive_group()
-            target = groups[meta["group"]]
-        if meta.get("positional"):
-            if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
-                del kw["default"]  # required
-            target.add_argument(f.name, **kw)
-        else:
-            if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
-                del kw["default"]  # a required option: argparse shows and checks it as such
-                kw["required"] = True
-            target.add_argument("--" + f.name.replace("_", "-"), dest=f.name, **kw)
-
-
-def _argparse_type(parse: Callable[[str], Any]) -> Callable[[str], Any]:
-    """A ``parse`` raising ConfigError, as argparse's ``type=`` (its message kept)."""
-
-    def convert(text: str) -> Any:
-        try:
-            return parse(text)
-        except ConfigError as e:
-            raise argparse.ArgumentTypeError(str(e)) from None
-
-    return convert
-
-
-def from_args(cls: type, namespace: argparse.Namespace) -> Any:
-    """The dataclass ``cls`` from the arguments :func:`add_arguments` parsed."""
-    names = {f.name for f in dataclasses.fields(cls)}
-    return from_dict(cls, {k: v for k, v in vars(namespace).items() if k in names})
-
-
-def config_keys(cls: type, prefix: str = "") -> list[tuple[str, str, str]]:
-    """(dotted key, default, first sentence of its docstring) of every field of dataclass
-    ``cls``, nested dataclasses flattened: the keys a YAML file or key=value may set."""
-    docs = field_docs(cls)
-    hints = typing.get_type_hints(cls)
-    rows = []
-    for f in dataclasses.fields(cls):
-        key = prefix + f.name
-        if dataclasses.is_dataclass(hints[f.name]):
-            rows += config_keys(hints[f.name], key + ".")
-            continue
-        doc = " ".join(docs.get(f.name, "").split())
-        first = doc.split(". ")[0].rstrip(".")
-        rows.append((key, _default_text(f) or "", first))
-    return rows
