@@ -49,8 +49,8 @@ from functools import lru_cache
 import torch
 import torch.nn.functional as F
 
-from swax.ops._checks import check_floating, check_ndim, check_window
-from swax.ops.docs import check_doc_ids
+from swax.ops.checks import check_floating, check_ndim, check_window
+from swax.ops.packing import check_doc_ids
 from swax.ops.registry import log, register_backend, select_backend, warn_once
 
 
@@ -100,7 +100,7 @@ def sliding_window_attention(
         scale: score scale, default D ** -0.5.
         backend: ``"auto"``/None, ``"blockwise"``, ``"flash"``, ``"flex"`` or ``"reference"``.
         doc_ids: (B, T) document index of each token (packed documents, see
-            :mod:`swax.ops.docs`): a query sees only keys of its own document. Needs Tq == Tk
+            :mod:`swax.ops.packing`): a query sees only keys of its own document. Needs Tq == Tk
             (no cache); blockwise and reference do it, flash and flex fall back to blockwise.
 
     Returns:

@@ -69,14 +69,14 @@ from functools import lru_cache
 import torch
 import torch.nn.functional as F
 
-from swax.ops._checks import (
+from swax.ops.checks import (
     check_choice,
     check_floating,
     check_ndim,
     check_positive_int,
     check_shape,
 )
-from swax.ops.docs import by_document, check_doc_ids
+from swax.ops.packing import by_document, check_doc_ids
 from swax.ops.registry import list_backends, register_backend, select_backend
 from swax.ops.triton_env import device_problem, unusable_install
 
@@ -252,7 +252,7 @@ def gated_delta_rule(
             inputs falls back to the automatic choice, with a warning logged once. The
             recurrent mode is the reference and ignores it.
         doc_ids: ``(B, T)`` document index of each token (packed documents, see
-            :mod:`swax.ops.docs`): the state restarts from zero at each document start, and the
+            :mod:`swax.ops.packing`): the state restarts from zero at each document start, and the
             final state is that of each row's last document. Not with an ``initial_state``.
 
     Returns:

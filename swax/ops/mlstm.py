@@ -76,16 +76,16 @@ import math
 import torch
 import torch.nn.functional as F
 
-from swax.ops._checks import (
+from swax.ops._mlstm_chunkwise import mlstm_chunkwise
+from swax.ops.checks import (
     check_choice,
     check_floating,
     check_ndim,
     check_positive_int,
     check_shape,
 )
-from swax.ops._mlstm_chunkwise import mlstm_chunkwise
-from swax.ops.docs import by_document, check_doc_ids
 from swax.ops.mlstm_triton import triton_backend, triton_environment, triton_usable
+from swax.ops.packing import by_document, check_doc_ids
 from swax.ops.registry import list_backends, register_backend, select_backend
 
 MODES = ("parallel", "chunk", "recurrent")
@@ -271,7 +271,7 @@ def mlstm(
             cannot run on these inputs falls back to the automatic choice, with a warning
             logged once. The other modes are references and ignore it.
         doc_ids: (B, T) document index of each token (packed documents, see
-            :mod:`swax.ops.docs`): the state restarts from empty at each document start, and
+            :mod:`swax.ops.packing`): the state restarts from empty at each document start, and
             the final state is that of each row's last document. Not with an initial_state.
 
     Returns:
@@ -323,7 +323,7 @@ _IGATE_OFF, _FGATE_KEEP = -1.0e4, 1.0e4  # padding: i = exp(-1e4 - m) = 0, f = s
 
 def _by_document(q, k, v, i, f, want_state, mode, chunk_size, eps, backend, initial_state,
                  doc_ids):  # fmt: skip
-    """mlstm on each packed document alone (swax.ops.docs.by_document)."""
+    """mlstm on each packed document alone (swax.ops.packing.by_document)."""
     B, _, T, _ = q.shape
     check_doc_ids(doc_ids, B, T, "mlstm")
     if initial_state is not None:
