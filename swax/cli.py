@@ -79,7 +79,7 @@ from swax.export import export_hf, export_onnx
 from swax.generate import generate, prefill, truncate_at_stop
 from swax.loading import load_model_and_tokenizer
 from swax.model import SwaxLM, run_config_file
-from swax.ops import cpu_flex_default
+from swax.ops import cpu_flex
 from swax.paths import check_output_dir, check_writable_dir
 from swax.runplot import plot_run
 from swax.signals import Stopped, StopSignals
@@ -207,7 +207,7 @@ def cmd_generate(cfg: C.GenerateConfig) -> int:
     compiled_before = compile_seconds(model)
 
     # one prompt: a flex compile on the CPU (3-9 s) would cost more than it saves
-    with cpu_flex_default(False):
+    with cpu_flex(False):
         out = generate(
             model,
             ids,
