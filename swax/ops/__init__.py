@@ -1,6 +1,12 @@
 """Pure tensor functions: the math of swax. Imports nothing from the rest of the package.
 
 Tensors are (batch, heads, time, dim); gates (batch, heads, time); states float32.
+
+One package per op, its dispatch in the ``__init__`` and one file per algorithm:
+:mod:`swax.ops.swa` (sliding-window attention), :mod:`swax.ops.mlstm` and
+:mod:`swax.ops.gated_delta`. Shared by them: ``registry`` (named backends), ``checks`` (input
+checks), ``packing`` (packed documents), ``triton_env`` (Triton's environment); ``rope`` and
+``conv`` are the layers' small ops.
 """
 
 from swax.ops.gated_delta import gated_delta_rule, gated_delta_step
