@@ -38,8 +38,8 @@ from swax.layers import (
     SwiGLU,
     swiglu_hidden_dim,
 )
-from swax.ops._checks import check_window
-from swax.ops.docs import check_doc_ids
+from swax.ops.checks import check_window
+from swax.ops.packing import check_doc_ids
 from swax.state import DEFAULT_WINDOW, SwaxState, _Default
 
 WEIGHTS_NAME = "model.safetensors"
@@ -258,7 +258,7 @@ class SwaxLM(nn.Module):
                 of logits (for chunked losses).
             doc_ids: packed documents: (B, T) integer, each token's document index, not
                 decreasing along a row (a new value starts a document; see
-                :mod:`swax.ops.docs`). Every layer then sees only its own document, so the
+                :mod:`swax.ops.packing`). Every layer then sees only its own document, so the
                 logits equal those of each document run alone; the returned state continues
                 each row's last document. Not with ``state``.
         """

@@ -201,7 +201,7 @@ def test_flex_path_compiles_once_per_shape_class():
     flex = pytest.importorskip("torch.nn.attention.flex_attention")
     from torch._dynamo.utils import counters
 
-    from swax.ops import attention
+    from swax.ops.swa import flex as swa_flex
 
     try:  # plain torch, not swax: inductor's CPU flex template needs a vector ISA
         x = torch.zeros(1, 1, 128, 16)
@@ -209,8 +209,8 @@ def test_flex_path_compiles_once_per_shape_class():
     except Exception as e:  # noqa: BLE001
         pytest.skip(f"flex attention does not compile on this CPU: {str(e).splitlines()[0]}")
     torch._dynamo.reset()
-    attention._compiled_flex.cache_clear()
-    attention._flex_block_mask.cache_clear()
+    swa_flex._compiled_flex.cache_clear()
+    swa_flex._flex_block_mask.cache_clear()
     before = counters["stats"]["unique_graphs"]
     W = 48
     shapes = [(100, 100, W), (64, 64, 32)]  # no cache: one class
@@ -218,7 +218,7 @@ def test_flex_path_compiles_once_per_shape_class():
     for i, (tq, tk, window) in enumerate(shapes):
         q, k, v = _inputs(1, 4, 2, tq, tk, 16, 16, torch.float32, seed=i)
         with torch.no_grad():
-            out = attention._flex(q, k, v, window, 16**-0.5)
+            out = swa_flex._flex(q, k, v, window, 16**-0.5)
         (floor,), (ref,) = noise_floor(
             lambda q, k, v, dtype, w=window: [naive_swa(q, k, v, w, dtype=dtype)], [q, k, v]
         )
@@ -243,10 +243,10 @@ FWD_CASES = CASES + [
 def fwd_path(request, monkeypatch):
     """blockwise_fwd's two layouts, each for every case whatever its rule would take: all heads
     in one key stream (small calls) and head by head with padded edge blocks."""
-    from swax.ops import attention
+    from swax.ops.swa import forward as swa_forward
 
     flat = request.param == "one stream"
-    monkeypatch.setattr(attention, "_flat_fits", lambda *a: flat)
+    monkeypatch.setattr(swa_forward, "_flat_fits", lambda *a: flat)
     return request.param
 
 
@@ -264,10 +264,10 @@ def test_blockwise_fwd_matches_naive_float32(tq, tk, window, hq, hkv, fwd_path):
 def test_blockwise_fwd_edge_blocks_in_batch_slices(monkeypatch):
     """The first blocks (windows reaching left of key 0) and a last partial block go through one
     product over all heads; with a budget of one batch row per slice the result is the same."""
-    from swax.ops import attention
+    from swax.ops.swa import forward as swa_forward
 
-    monkeypatch.setattr(attention, "_FWD_EDGE_BYTES", 1)
-    monkeypatch.setattr(attention, "_flat_fits", lambda *a: False)  # the per-head edge path
+    monkeypatch.setattr(swa_forward, "_FWD_EDGE_BYTES", 1)
+    monkeypatch.setattr(swa_forward, "_flat_fits", lambda *a: False)  # the per-head edge path
     q, k, v = (t.detach() for t in _inputs(3, 4, 2, 301, 301, 16, 12, torch.float32, seed=4))
     with torch.no_grad():
         o = sliding_window_attention(q, k, v, 70, backend="blockwise_fwd")
@@ -307,9 +307,10 @@ def test_cpu_dispatch_by_gradient_window_and_length(monkeypatch):
     torch.compile); otherwise compiled flex for windows from 512 in calls of 256 queries or
     more, where it is usable and not turned off, and the forward-only kernel for the rest — on
     any number of threads."""
-    from swax.ops import attention
+    from swax.ops import swa
+    from swax.ops.swa import flex as swa_flex
 
-    monkeypatch.setattr(attention, "_FLEX_CPU_STATE", {"failed": None, "shapes": set(),
+    monkeypatch.setattr(swa_flex, "_FLEX_CPU_STATE", {"failed": None, "shapes": set(),
                                                       "announced": False})  # fmt: skip
     monkeypatch.delenv("SWAX_CPU_FLEX", raising=False)
 
@@ -318,8 +319,8 @@ def test_cpu_dispatch_by_gradient_window_and_length(monkeypatch):
         with torch.set_grad_enabled(not no_grad):
             return select_backend("swa", name, q, k, v, window, **kw).name
 
-    flex = "flex" if attention._flex_cpu_template() is None else "blockwise_fwd"
-    assert attention.CPU_FLEX_MIN_WINDOW == 512 and attention.CPU_FLEX_MIN_QUERIES == 256
+    flex = "flex" if swa_flex._flex_cpu_template() is None else "blockwise_fwd"
+    assert swa_flex.CPU_FLEX_MIN_WINDOW == 512 and swa_flex.CPU_FLEX_MIN_QUERIES == 256
     for threads in (1, 2):
         monkeypatch.setattr(torch, "get_num_threads", lambda n=threads: n)
         assert pick(1024, 128) == "blockwise_fwd"
@@ -344,13 +345,16 @@ def test_cpu_dispatch_by_gradient_window_and_length(monkeypatch):
         assert pick(4096, 2048, name="flex") == flex  # by name it is still taken
     monkeypatch.setenv("SWAX_CPU_FLEX", "1")
     assert pick(4096, 2048) == flex
-    with attention.cpu_flex_default(False):  # as in swax generate: off unless the env says 1
+    with swa.cpu_flex(False):  # as in swax generate: off unless the env says 1
         assert pick(4096, 2048) == flex
         monkeypatch.delenv("SWAX_CPU_FLEX")
         assert pick(4096, 2048) == "blockwise_fwd"
         assert pick(4096, 2048, name="flex") == flex
-        with attention.cpu_flex_default(True):
+        with swa.cpu_flex(True):
             assert pick(4096, 2048) == flex
+        with swa.cpu_flex_default(True):  # the former name of cpu_flex, kept
+            assert pick(4096, 2048) == flex and swa.cpu_flex_enabled()
+        assert not swa.cpu_flex_enabled()
         assert pick(4096, 2048) == "blockwise_fwd"
         monkeypatch.setenv("SWAX_CPU_FLEX", "off")
         assert pick(4096, 2048) == "blockwise_fwd"
@@ -358,11 +362,11 @@ def test_cpu_dispatch_by_gradient_window_and_length(monkeypatch):
     assert pick(4096, 2048) == flex
     assert pick(4096, 2048, grad=True, name="flex") == "blockwise"  # no CPU backward: fallback
     failed = {"failed": "compiling it failed (test)", "shapes": set(), "announced": True}
-    monkeypatch.setattr(attention, "_FLEX_CPU_STATE", failed)
+    monkeypatch.setattr(swa_flex, "_FLEX_CPU_STATE", failed)
     assert pick(4096, 2048) == "blockwise_fwd"
-    monkeypatch.setattr(attention, "_FLEX_CPU_STATE", {"failed": None, "shapes": set(),
+    monkeypatch.setattr(swa_flex, "_FLEX_CPU_STATE", {"failed": None, "shapes": set(),
                                                       "announced": True})  # fmt: skip
-    monkeypatch.setattr(attention, "_flex_cpu_template", lambda: "no template (test)")
+    monkeypatch.setattr(swa_flex, "_flex_cpu_template", lambda: "no template (test)")
     assert pick(4096, 2048) == "blockwise_fwd"
     assert pick(4096, 2048, name="flex") == "blockwise_fwd"
     monkeypatch.setattr(torch.compiler, "is_compiling", lambda: True)
@@ -374,37 +378,37 @@ def test_cpu_dispatch_by_gradient_window_and_length(monkeypatch):
 def test_cpu_flex_compile_budget(monkeypatch):
     """Once torch._dynamo's recompile limit worth of kernels is compiled, a new shape leaves
     flex (which would otherwise run eagerly, with T×T scores); a shape run before stays."""
-    from swax.ops import attention
+    from swax.ops.swa import flex as swa_flex
 
     monkeypatch.delenv("SWAX_CPU_FLEX", raising=False)
-    budget = attention._flex_cpu_budget()
+    budget = swa_flex._flex_cpu_budget()
     state = {"failed": None, "shapes": set(), "announced": True}
-    monkeypatch.setattr(attention, "_FLEX_CPU_STATE", state)
-    monkeypatch.setattr(attention, "_flex_cpu_template", lambda: None)
+    monkeypatch.setattr(swa_flex, "_FLEX_CPU_STATE", state)
+    monkeypatch.setattr(swa_flex, "_flex_cpu_template", lambda: None)
     compiled = {"n": budget - 1}
-    monkeypatch.setattr(attention, "_flex_cpu_compiled", lambda: compiled["n"])
+    monkeypatch.setattr(swa_flex, "_flex_cpu_compiled", lambda: compiled["n"])
     q = torch.zeros(1, 2, 4096, 8)
-    assert attention._flex_usable(q, q, q, 2048) is None
+    assert swa_flex._flex_usable(q, q, q, 2048) is None
     assert select_backend("swa", None, q, q, q, 2048).name == "flex"
     compiled["n"] = budget
-    assert "recompile limit" in attention._flex_usable(q, q, q, 2048)
+    assert "recompile limit" in swa_flex._flex_usable(q, q, q, 2048)
     assert select_backend("swa", None, q, q, q, 2048).name == "blockwise_fwd"
-    state["shapes"].add(attention._flex_shape_key(q, q, q, 2048))  # a shape compiled already
-    assert attention._flex_usable(q, q, q, 2048) is None
+    state["shapes"].add(swa_flex._flex_shape_key(q, q, q, 2048))  # a shape compiled already
+    assert swa_flex._flex_usable(q, q, q, 2048) is None
 
 
 def test_cpu_flex_falls_back_when_compile_fails(monkeypatch, caplog):
     """A compile error in the flex path: a warning naming both backends, the right output from
     the next backend, and flex unusable from then on."""
-    from swax.ops import attention
+    from swax.ops.swa import flex as swa_flex
 
     def broken(*a, **kw):
         raise RuntimeError("InductorError: no working C++ compiler (test)")
 
     state = {"failed": None, "shapes": set(), "announced": False}
-    monkeypatch.setattr(attention, "_FLEX_CPU_STATE", state)
-    monkeypatch.setattr(attention, "_flex_cpu_template", lambda: None)
-    monkeypatch.setattr(attention, "_compiled_flex", lambda *a, **kw: broken)
+    monkeypatch.setattr(swa_flex, "_FLEX_CPU_STATE", state)
+    monkeypatch.setattr(swa_flex, "_flex_cpu_template", lambda: None)
+    monkeypatch.setattr(swa_flex, "_compiled_flex", lambda *a, **kw: broken)
     monkeypatch.setattr(torch, "get_num_threads", lambda: 1)
     q, k, v = (t.detach() for t in _inputs(1, 2, 2, 600, 600, 16, 16, torch.float32, seed=9))
     with torch.no_grad():
@@ -413,7 +417,7 @@ def test_cpu_flex_falls_back_when_compile_fails(monkeypatch, caplog):
             o = sliding_window_attention(q, k, v, 512, backend="flex")
         assert "'flex' unavailable" in caplog.text and "'blockwise_fwd'" in caplog.text
         assert "C++ compiler" in caplog.text
-        assert attention._flex_usable(q, k, v, 512).startswith("compiling it failed")
+        assert swa_flex._flex_usable(q, k, v, 512).startswith("compiling it failed")
     floors, refs = _floors(q, k, v, 512)
     assert_within_noise([o], floors, refs, ["after the fallback"])
 
@@ -422,11 +426,11 @@ def test_cpu_flex_falls_back_when_compile_fails(monkeypatch, caplog):
 def test_flex_band_blocks_match_dense_mask(tq, tk, window):
     """The block mask built from the blocks' corners classifies every (query block, key block)
     pair as the dense T×T band does: no pair seen, some, or all."""
-    from swax.ops import attention
+    from swax.ops.swa import flex as swa_flex
 
-    _, tq_p, tk_p = attention._flex_shapes(tq, tk, window)
-    blk = attention._FLEX_BLOCK
-    partial, full = attention._band_blocks(tq_p // blk, tk_p // blk, tk - tq, window, "cpu")
+    _, tq_p, tk_p = swa_flex._flex_shapes(tq, tk, window)
+    blk = swa_flex._FLEX_BLOCK
+    partial, full = swa_flex._band_blocks(tq_p // blk, tk_p // blk, tk - tq, window, "cpu")
     qi = torch.arange(tq_p)[:, None] + (tk - tq)
     ki = torch.arange(tk_p)[None, :]
     dense = (ki <= qi) & (qi - ki < window)
@@ -439,19 +443,19 @@ def test_cpu_flex_dispatch_matches_naive(monkeypatch):
     """Compiled flex on the CPU, asked for by name, for a long window without gradient: its
     output equals the float64 reference within float32 noise (padded lengths, GQA, a cache),
     and neither new lengths nor another memory layout compile again."""
-    from swax.ops import attention
+    from swax.ops.swa import flex as swa_flex
 
     reason = _flex_compiles_here()
     if reason:
         pytest.skip(f"flex attention does not compile on this CPU: {reason}")
     torch._dynamo.reset()
-    monkeypatch.setattr(attention, "_FLEX_CPU_STATE", {"failed": None, "shapes": set(),
+    monkeypatch.setattr(swa_flex, "_FLEX_CPU_STATE", {"failed": None, "shapes": set(),
                                                       "announced": False})  # fmt: skip
 
     def run(tq, tk, hkv):
         q, k, v = (t.detach() for t in _inputs(1, 2, hkv, tq, tk, 16, 16, torch.float32))
         with torch.no_grad():
-            why = attention._flex_usable(q, k, v, 512)
+            why = swa_flex._flex_usable(q, k, v, 512)
             assert select_backend("swa", "flex", q, k, v, 512).name == "flex", why
             o = sliding_window_attention(q, k, v, 512, backend="flex")
         floors, refs = _floors(q, k, v, 512)
@@ -459,11 +463,11 @@ def test_cpu_flex_dispatch_matches_naive(monkeypatch):
 
     for tq, tk, hkv in ((600, 600, 2), (520, 1300, 1), (700, 700, 2), (390, 1100, 1)):
         run(tq, tk, hkv)
-    compiled = attention._flex_cpu_compiled()
+    compiled = swa_flex._flex_cpu_compiled()
     assert 0 < compiled <= 4
     for tq, tk, hkv in ((830, 830, 2), (450, 1200, 1)):  # new lengths: symbolic, no compile
         run(tq, tk, hkv)
-    assert attention._flex_cpu_compiled() == compiled
+    assert swa_flex._flex_cpu_compiled() == compiled
     # the attention layer's (B, T, H, D) views, transposed (896: no padding copies them)
     g = torch.Generator().manual_seed(3)
     q, k, v = (torch.randn(1, 896, 2, 16, generator=g).transpose(1, 2) for _ in range(3))
@@ -471,7 +475,7 @@ def test_cpu_flex_dispatch_matches_naive(monkeypatch):
         o = sliding_window_attention(q, k, v, 512, backend="flex")
     floors, refs = _floors(q, k, v, 512)
     assert_within_noise([o], floors, refs, ["flex on the CPU, transposed inputs"])
-    assert attention._flex_cpu_compiled() == compiled
+    assert swa_flex._flex_cpu_compiled() == compiled
 
 
 @pytest.mark.slow
@@ -484,8 +488,8 @@ def test_long_window_prefill_through_cpu_flex_matches_float64_model(monkeypatch)
 
     from swax import SwaxConfig, SwaxLM
     from swax.generate import prefill
-    from swax.ops import attention
     from swax.ops.registry import forced_backends
+    from swax.ops.swa import flex as swa_flex
 
     reason = _flex_compiles_here()
     if reason:
@@ -495,10 +499,10 @@ def test_long_window_prefill_through_cpu_flex_matches_float64_model(monkeypatch)
     cfg = SwaxConfig(d_model=32, n_layers=2, n_heads=2, vocab_size=64, window=2048)
     model = SwaxLM(cfg).eval()
     ids = torch.randint(0, 64, (1, 6144))
-    before = len(attention._FLEX_CPU_STATE["shapes"])
+    before = len(swa_flex._FLEX_CPU_STATE["shapes"])
     with torch.no_grad():
         auto, _ = prefill(model, ids, chunk_size=2048)
-        assert len(attention._FLEX_CPU_STATE["shapes"]) > before, "flex was not taken"
+        assert len(swa_flex._FLEX_CPU_STATE["shapes"]) > before, "flex was not taken"
         with forced_backends(swa="blockwise_fwd"):
             peer, _ = prefill(model, ids, chunk_size=2048)
         with forced_backends(swa="reference"):
@@ -511,7 +515,7 @@ def test_blockwise_fwd_layout_rule():
     """Which calls take the one-stream layout: a few thousand query rows over all heads, a
     window whose lead rounds up by at most a quarter block, and at least as many real slots
     as padding ones (by hand: W=128 has blocks of 16 and a lead of 8 blocks)."""
-    from swax.ops.attention import _FWD_FLAT_ROWS, _flat_fits, _fwd_block
+    from swax.ops.swa.forward import _FWD_FLAT_ROWS, _flat_fits, _fwd_block
 
     assert _fwd_block(128) == 16 and _fwd_block(511) == 63
     assert _flat_fits(4, 1024, 128, 16)
@@ -535,12 +539,12 @@ def test_blockwise_fwd_layout_rule():
 )
 def test_flex_cuda_branch_matches_naive_with_gradients(tq, tk, window, hq, hkv, monkeypatch):
     """flex's CUDA branch (dropping the keys no query sees, padding to blocks, the block mask,
-    GQA, the output's slice: swax.ops.attention._flex_banded) around eager flex_attention on
+    GQA, the output's slice: swax.ops.swa.flex._flex_banded) around eager flex_attention on
     the CPU, forward and backward, against the float64 loop (on CUDA it wraps the compiled
     call, which the gpu tier checks). torch refuses gradients through flex on the CPU by a
     device check only; its eager path (the math of flex's reference implementation) runs them."""
     flex = pytest.importorskip("torch.nn.attention.flex_attention")
-    from swax.ops.attention import _flex_banded
+    from swax.ops.swa.flex import _flex_banded
 
     if not hasattr(flex, "_validate_device"):
         pytest.skip("this torch has no flex device check to lift")

@@ -32,7 +32,6 @@ from helpers import (
     rel_err,
 )
 
-import swax.ops._mlstm_chunkwise as kernel
 from swax.ops import (
     available_backends,
     gated_delta_rule,
@@ -41,7 +40,8 @@ from swax.ops import (
     select_backend,
     sliding_window_attention,
 )
-from swax.ops._mlstm_chunkwise import mlstm_chunkwise
+from swax.ops.mlstm import chunkwise_fwd as kernel_fwd
+from swax.ops.mlstm.chunkwise import mlstm_chunkwise
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -342,7 +342,7 @@ def test_kernel_gradcheck_float64(exact, with_state, monkeypatch):
     """Finite differences in float64 on the raw kernel, both ways of forming the chunk
     weights (the factorised one and the exact L×L exponents used for extreme gates)."""
     if exact:
-        monkeypatch.setattr(kernel, "_SPREAD", -1e9)
+        monkeypatch.setattr(kernel_fwd, "_SPREAD", -1e9)
     xs = inputs(12, B=1, H=2, D=3, Dv=2, seed=3, dtype=torch.float64)
     if with_state:
         st = state0(B=1, H=2, D=3, Dv=2, dtype=torch.float64)
@@ -586,7 +586,7 @@ def test_triton_mlstm_gradient_is_the_cells(T, case, stats):
     order of eps, so the gradient through m matters. The side of the denominator's max is read
     from the kernel's forward statistics or, where those cannot be imported, from an eps = 0
     call on the ones column. Without the correction the check fails."""
-    mod = sys.modules["swax.ops.mlstm_triton"]
+    mod = sys.modules["swax.ops.mlstm.triton"]
     Dv = 32
     xs = inputs(T, Dv=Dv, seed=3)
     if case == "eps-scale":

@@ -518,7 +518,8 @@ def test_generate_keeps_cpu_flex_off_unless_asked(tmp_path, capsys, monkeypatch)
     it saves there) for a long-window model where "auto" would, unless SWAX_CPU_FLEX=1 says so;
     the same prefill from Python does take it."""
     from swax.generate import prefill
-    from swax.ops import attention
+    from swax.ops.swa import flex as swa_flex
+    from swax.ops.swa.forward import _blockwise_fwd
 
     torch.manual_seed(0)
     d = tmp_path / "w512"
@@ -528,11 +529,11 @@ def test_generate_keeps_cpu_flex_off_unless_asked(tmp_path, capsys, monkeypatch)
 
     def recorder(q, k, v, window, scale, padded):  # stands in for the compiled kernel
         calls.append(q.shape[2])
-        return attention._blockwise_fwd(q, k, v, window, scale)
+        return _blockwise_fwd(q, k, v, window, scale)
 
-    monkeypatch.setattr(attention, "_flex_cpu_call", recorder)
-    monkeypatch.setattr(attention, "_flex_cpu_template", lambda: None)
-    monkeypatch.setattr(attention, "_FLEX_CPU_STATE", {"failed": None, "shapes": set(),
+    monkeypatch.setattr(swa_flex, "_flex_cpu_call", recorder)
+    monkeypatch.setattr(swa_flex, "_flex_cpu_template", lambda: None)
+    monkeypatch.setattr(swa_flex, "_FLEX_CPU_STATE", {"failed": None, "shapes": set(),
                                                       "announced": True})  # fmt: skip
     monkeypatch.delenv("SWAX_CPU_FLEX", raising=False)
     args = ["generate", "--model", str(d), "--prompt", "x" * 300, "--max-new-tokens", "2",

@@ -19,7 +19,7 @@ from swax import SwaxConfig, SwaxLM
 from swax.layers import FullAttention, GatedDeltaNetLayer, MLSTMLayer, SlidingWindowAttention
 from swax.ops import gated_delta_rule, mlstm, sliding_window_attention
 from swax.ops.conv import causal_conv1d
-from swax.ops.docs import doc_conv1d, doc_positions, document_spans
+from swax.ops.packing import doc_conv1d, doc_positions, document_spans
 
 # two rows: one with a 1-token document and one (38 … 127) crossing the chunk boundaries at 64
 # and 128 of chunk size 64 (and 16, 32), one row a single document

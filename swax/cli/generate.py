@@ -14,7 +14,7 @@ from swax.core.errors import SwaxError
 from swax.core.threads import threads_note
 from swax.decode import compile_seconds
 from swax.generate import generate, truncate_at_stop
-from swax.ops import cpu_flex_default
+from swax.ops import cpu_flex
 
 
 class _Streamer:
@@ -73,7 +73,7 @@ def cmd_generate(cfg: C.GenerateConfig) -> int:
     compiled_before = compile_seconds(model)
 
     # one prompt: a flex compile on the CPU (3-9 s) would cost more than it saves
-    with cpu_flex_default(False):
+    with cpu_flex(False):
         out = generate(
             model,
             ids,

@@ -16,7 +16,7 @@ import hashlib
 import math
 import struct
 
-from swax.ops._checks import check_window
+from swax.ops.checks import check_window
 
 
 def _uniform(seed: int, step: int, stream: int = 0) -> float:

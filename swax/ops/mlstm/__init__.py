@@ -49,50 +49,55 @@ Backends of ``mode="chunk"`` (chosen through :mod:`swax.ops.registry`, op name `
   **Gradients.** mlstm_kernels' backward is the gradient with the denominator and the
   stabiliser held constant (dq, dk, di, df off by ~100% against the cell; dv exact; the same
   as NX-AI/mlstm_kernels issue #16). Where gradients are needed, this backend restores the
-  missing terms (:func:`swax.ops.mlstm_triton._triton_with_true_grad`; the adapter is in
-  :mod:`swax.ops.mlstm_triton`): one extra value column of ones (16 columns, the kernel's
+  missing terms (:func:`swax.ops.mlstm.triton._triton_with_true_grad`; the adapter is in
+  :mod:`swax.ops.mlstm.triton`): one extra value column of ones (16 columns, the kernel's
   granularity) gives the kernel's own ``nᵀq̃ / den`` and its gradient, and a
   gradient-free forward (mlstm_kernels' forward function, which also returns each step's
   ``max(|nᵀq̃|, exp(-m))`` and m) says which side of that max each step is on; the sequence
   is padded at the end to the kernel's lengths instead of finishing on ``native``. Cost:
   Dv + 16 value columns, plus a forward with 16. (Should that function not import, an
   ``eps = 0`` call on the ones column reads the side instead, to within 2^-8 on CUDA.)
-* ``native`` (any device; the CPU default): :mod:`swax.ops._mlstm_chunkwise`, a chunkwise
+* ``native`` (any device; the CPU default): :mod:`swax.ops.mlstm.chunkwise`, a chunkwise
   kernel with a hand-written backward that recomputes the intra-chunk tiles instead of
   saving them; registered as ``torch.library`` custom ops, so ``torch.compile`` keeps it.
-* ``autograd``: the chunkwise form below, differentiated by autograd (a reference).
+* ``autograd``: the chunkwise form (``parallel.py``), differentiated by autograd (a reference).
 
 All arithmetic is float32 whatever the input dtype (except bfloat16/float16 tiles inside the
 Triton kernel); ``h`` is returned in ``q``'s dtype.
 Log-decays inside a chunk are formed as segment sums of ``log f`` (never as differences of
 a long cumulative sum), so very long sequences processed with state passing keep full
 precision.
+
+Files: this ``__init__`` holds the dispatch (:func:`mlstm`, :func:`mlstm_step`, their input
+checks) and registers the backends; ``recurrent.py`` the state and the step (``recurrent``
+mode, decode); ``parallel.py`` the quadratic and chunkwise forms in autograd (``parallel``
+mode, the ``autograd`` backend); ``chunkwise.py`` (with ``chunkwise_fwd.py`` and
+``chunkwise_bwd.py``) the ``native`` kernel; ``triton.py`` the adapter to mlstm_kernels.
+(``swax.ops.mlstm`` as an attribute of :mod:`swax.ops` is the function; import the files as
+``from swax.ops.mlstm import chunkwise``, not ``import swax.ops.mlstm.chunkwise as …``.)
 """
 
 from __future__ import annotations
 
-import math
-
 import torch
-import torch.nn.functional as F
 
-from swax.ops._checks import (
+from swax.ops.checks import (
     check_choice,
     check_floating,
     check_ndim,
     check_positive_int,
     check_shape,
 )
-from swax.ops._mlstm_chunkwise import mlstm_chunkwise
-from swax.ops.docs import by_document, check_doc_ids
-from swax.ops.mlstm_triton import triton_backend, triton_environment, triton_usable
+from swax.ops.mlstm.chunkwise import native_backend
+from swax.ops.mlstm.parallel import _autograd_chunks, autograd_backend
+from swax.ops.mlstm.recurrent import State, _init_state, _step, recurrent
+from swax.ops.mlstm.triton import triton_backend, triton_environment, triton_usable
+from swax.ops.packing import by_document, check_doc_ids
 from swax.ops.registry import list_backends, register_backend, select_backend
 
 MODES = ("parallel", "chunk", "recurrent")
 
-State = tuple[torch.Tensor, torch.Tensor, torch.Tensor]
-
-__all__ = ["mlstm", "mlstm_step", "MODES"]
+__all__ = ["mlstm", "mlstm_step", "MODES", "State"]
 
 
 # --------------------------------------------------------------------------- validation
@@ -122,121 +127,6 @@ def _check_inputs(q, k, v, i, f, seq: bool) -> None:
     check_shape(fn, "v", v, (*q.shape[:-1], v.shape[-1]), f"{lead}, Dv) from q")
     for name, x in (("i", i), ("f", f)):
         check_shape(fn, name, x, q.shape[:-1], f"{lead}) from q")
-
-
-def _init_state(
-    state: State | None, B: int, H: int, Dqk: int, Dv: int, device: torch.device
-) -> State:
-    """``state`` as float32 (no copy if already float32), or the empty state (C=0, n=0, m=-inf)."""
-    if state is None:
-        return (
-            torch.zeros(B, H, Dqk, Dv, dtype=torch.float32, device=device),
-            torch.zeros(B, H, Dqk, dtype=torch.float32, device=device),
-            torch.full((B, H), -math.inf, dtype=torch.float32, device=device),
-        )
-    C, n, m = state
-    return C.float(), n.float(), m.float()
-
-
-# --------------------------------------------------------------------------- kernels
-
-
-def _segsum(lf: torch.Tensor) -> torch.Tensor:
-    """``out[..., t, j] = Σ_{j<s≤t} lf[..., s]`` for ``j ≤ t``, ``-inf`` above the diagonal.
-
-    Summed directly (a masked cumulative sum over an ``L × L`` tile) rather than as a
-    difference of prefix sums, so entries near zero stay exact whatever the prefix.
-    """
-    L = lf.shape[-1]
-    ones = torch.ones(L, L, dtype=torch.bool, device=lf.device)
-    x = lf[..., :, None].expand(*lf.shape, L)  # x[..., s, j] = lf_s
-    x = x.masked_fill(~torch.tril(ones, diagonal=-1), 0.0)
-    out = x.cumsum(-2)
-    return out.masked_fill(~torch.tril(ones), -math.inf)
-
-
-def _chunks_forward(
-    q: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    i: torch.Tensor,
-    lf: torch.Tensor,
-    state: State,
-    eps: float,
-) -> tuple[torch.Tensor, State]:
-    """Process ``N`` consecutive chunks of equal length ``L`` starting from ``state``.
-
-    Args: float32 ``q`` (already scaled by Dqk^-1/2) and ``k``: (B, H, N, L, Dqk);
-    ``v``: (B, H, N, L, Dv); ``i`` and ``lf = logsigmoid(f)``: (B, H, N, L);
-    ``state``: (C, n, m) at the start of the first chunk.
-    Returns ``h``: (B, H, N, L, Dv) and the state after the last chunk.
-    """
-    C, n, m = state
-
-    seg = _segsum(lf)  # (B, H, N, L, L) log-decay from step j to step t
-    log_d = seg + i[..., None, :]  # intra-chunk log D_{t,j}
-    b = lf.cumsum(-1)  # (B, H, N, L) log-decay from chunk start to t
-    a = seg[..., -1, :] + i  # (B, H, N, L) log-weight of step j in the chunk-end state
-    g = b[..., -1]  # (B, H, N) log-decay over the whole chunk
-    a_max = a.amax(-1)  # (B, H, N)
-
-    # Chunk summaries, stabilised by their own max: kv_c = Σ_j exp(a_j - a_max) k_j v_jᵀ.
-    kw = k * torch.exp(a - a_max[..., None])[..., None]
-    kv = kw.transpose(-1, -2) @ v  # (B, H, N, Dqk, Dv)
-    ks = kw.sum(-2)  # (B, H, N, Dqk)
-
-    # Inter-chunk recurrence (a loop over chunks, not over time). unbind, not kv[:, :, c]:
-    # the backward of N separate selects would allocate N full-size zero tensors.
-    Cs, ns, ms = [], [], []
-    for g_c, amax_c, kv_c, ks_c in zip(g.unbind(2), a_max.unbind(2), kv.unbind(2), ks.unbind(2)):
-        Cs.append(C)
-        ns.append(n)
-        ms.append(m)
-        m_new = torch.maximum(g_c + m, amax_c)
-        decay = torch.exp(g_c + m - m_new)  # 0 when m = -inf (empty state)
-        scale = torch.exp(amax_c - m_new)
-        C = decay[..., None, None] * C + scale[..., None, None] * kv_c
-        n = decay[..., None] * n + scale[..., None] * ks_c
-        m = m_new
-    C0 = torch.stack(Cs, 2)  # (B, H, N, Dqk, Dv) state at each chunk start
-    n0 = torch.stack(ns, 2)  # (B, H, N, Dqk)
-    m0 = torch.stack(ms, 2)  # (B, H, N)
-
-    # Outputs of all chunks at once: intra-chunk quadratic part + chunk-start state.
-    m_inter = b + m0[..., None]  # (B, H, N, L), -inf for an empty start state
-    m_t = torch.maximum(m_inter, log_d.amax(-1))  # true stabiliser m_t
-    s = (q @ k.transpose(-1, -2)) * torch.exp(log_d - m_t[..., None])  # (B, H, N, L, L)
-    q_inter = q * torch.exp(m_inter - m_t)[..., None]
-    num = q_inter @ C0 + s @ v  # (B, H, N, L, Dv)
-    den = (q_inter @ n0[..., None]).squeeze(-1) + s.sum(-1)  # (B, H, N, L)
-    h = num / (torch.maximum(den.abs(), torch.exp(-m_t)) + eps)[..., None]
-    return h, (C, n, m)
-
-
-def _step(
-    q: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    i: torch.Tensor,
-    f: torch.Tensor,
-    state: State,
-    eps: float,
-) -> tuple[torch.Tensor, State]:
-    """One recurrent step in float32; ``q`` already scaled. Shapes as in :func:`mlstm_step`."""
-    C, n, m = state
-    lf = F.logsigmoid(f)
-    m_new = torch.maximum(lf + m, i)
-    fa = torch.exp(lf + m - m_new)  # 0 when m = -inf (empty state)
-    ia = torch.exp(i - m_new)
-    C = fa[..., None, None] * C + ia[..., None, None] * (k[..., :, None] * v[..., None, :])
-    n = fa[..., None] * n + ia[..., None] * k
-    num = (q[..., None, :] @ C).squeeze(-2)  # (B, H, Dv)
-    den = (q * n).sum(-1)
-    h = num / (torch.maximum(den.abs(), torch.exp(-m_new)) + eps)[..., None]
-    return h, (C, n, m_new)
-
-
-# --------------------------------------------------------------------------- public API
 
 
 def mlstm(
@@ -271,7 +161,7 @@ def mlstm(
             cannot run on these inputs falls back to the automatic choice, with a warning
             logged once. The other modes are references and ignore it.
         doc_ids: (B, T) document index of each token (packed documents, see
-            :mod:`swax.ops.docs`): the state restarts from empty at each document start, and
+            :mod:`swax.ops.packing`): the state restarts from empty at each document start, and
             the final state is that of each row's last document. Not with an initial_state.
 
     Returns:
@@ -307,12 +197,7 @@ def mlstm(
     kf, vf, i_f = k.float(), v.float(), i.float()
 
     if mode == "recurrent" or T == 0:
-        hs = []
-        # unbind, not x[:, :, t]: the backward of T selects would cost O(T^2) memory.
-        for q_t, k_t, v_t, i_t, f_t in zip(*(x.unbind(2) for x in (qf, kf, vf, i_f, f.float()))):
-            h_t, state = _step(q_t, k_t, v_t, i_t, f_t, state, eps)
-            hs.append(h_t)
-        h = torch.stack(hs, 2) if hs else vf.new_zeros(B, H, 0, Dv)
+        h, state = recurrent(qf, kf, vf, i_f, f, state, eps)
     else:
         h, state = _autograd_chunks(qf, kf, vf, i_f, f, state, T, eps)
     return h.to(out_dtype), (state if output_final_state else None)
@@ -323,7 +208,7 @@ _IGATE_OFF, _FGATE_KEEP = -1.0e4, 1.0e4  # padding: i = exp(-1e4 - m) = 0, f = s
 
 def _by_document(q, k, v, i, f, want_state, mode, chunk_size, eps, backend, initial_state,
                  doc_ids):  # fmt: skip
-    """mlstm on each packed document alone (swax.ops.docs.by_document)."""
+    """mlstm on each packed document alone (swax.ops.packing.by_document)."""
     B, _, T, _ = q.shape
     check_doc_ids(doc_ids, B, T, "mlstm")
     if initial_state is not None:
@@ -338,65 +223,9 @@ def _by_document(q, k, v, i, f, want_state, mode, chunk_size, eps, backend, init
     return by_document(op, (q, k, v, i, f), neutral, doc_ids, chunk_size, want_state)
 
 
-def _autograd_chunks(qf, kf, vf, i_f, f, state, L, eps):
-    """The chunkwise form in plain autograd: full chunks of L steps, then the shorter tail
-    chunk on its own (unpadded). qf already scaled; float32."""
-    B, H, T, Dqk = qf.shape
-    Dv = vf.shape[-1]
-    lf = F.logsigmoid(f.float())
-    L = min(L, T)
-    n_full = T // L
-    pieces = []
-    for lo, hi, nc in ((0, n_full * L, n_full), (n_full * L, T, 1)):
-        if hi == lo:
-            continue
-        ln = (hi - lo) // nc
-        h_p, state = _chunks_forward(
-            qf[:, :, lo:hi].reshape(B, H, nc, ln, Dqk),
-            kf[:, :, lo:hi].reshape(B, H, nc, ln, Dqk),
-            vf[:, :, lo:hi].reshape(B, H, nc, ln, Dv),
-            i_f[:, :, lo:hi].reshape(B, H, nc, ln),
-            lf[:, :, lo:hi].reshape(B, H, nc, ln),
-            state,
-            eps,
-        )
-        pieces.append(h_p.reshape(B, H, hi - lo, Dv))
-    h = torch.cat(pieces, 2) if len(pieces) > 1 else pieces[0]
-    return h, state
-
-
-# --------------------------------------------------------------------------- chunk backends
-
-
-def _autograd_backend(q, k, v, i, f, state, chunk_size, eps):
-    Dqk = q.shape[-1]
-    return _autograd_chunks(
-        q.float() * Dqk**-0.5, k.float(), v.float(), i.float(), f, state, chunk_size, eps
-    )
-
-
-def _native_backend(q, k, v, i, f, state, chunk_size, eps):
-    """Full chunks of ``chunk_size`` steps in one kernel call, the shorter tail in a second
-    call continuing from the first one's state."""
-    T, Dqk = q.shape[2], q.shape[3]
-    L = min(chunk_size, T)
-    cut = T // L * L
-    xs = [x.float() for x in (q, k, v, i, f)]
-    C, n, m = state
-    pieces = []
-    for lo, hi in ((0, cut), (cut, T)):
-        if hi > lo:
-            h, (C, n, m) = mlstm_chunkwise(
-                *(x[:, :, lo:hi] for x in xs), C, n, m, min(L, hi - lo), Dqk**-0.5, eps
-            )
-            pieces.append(h)
-    h = torch.cat(pieces, 2) if len(pieces) > 1 else pieces[0]
-    return h, (C, n, m)
-
-
 def _triton_backend(q, k, v, i, f, state, chunk_size, eps):
-    """mlstm_kernels' Triton kernel (:mod:`swax.ops.mlstm_triton`), native on the tail."""
-    return triton_backend(q, k, v, i, f, state, chunk_size, eps, rest=_native_backend)
+    """mlstm_kernels' Triton kernel (:mod:`swax.ops.mlstm.triton`), native on the tail."""
+    return triton_backend(q, k, v, i, f, state, chunk_size, eps, rest=native_backend)
 
 
 register_backend(
@@ -413,14 +242,14 @@ register_backend(
 register_backend(
     "mlstm",
     "native",
-    _native_backend,
+    native_backend,
     priority=10,
     doc="chunkwise kernel with a hand-written backward; any device",
 )
 register_backend(
     "mlstm",
     "autograd",
-    _autograd_backend,
+    autograd_backend,
     priority=0,
     doc="chunkwise form differentiated by autograd; a reference",
 )

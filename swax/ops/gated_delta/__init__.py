@@ -16,71 +16,52 @@ i.e. ``S_t = exp(g_t) (I - beta_t k_t k_t^T) S_{t-1} + beta_t k_t v_t^T`` in the
 beta_t v_t k_t^T`` written with ``(Dv, Dk)`` states). This is exactly fla's
 ``naive_recurrent_gated_delta_rule``; ``scale`` defaults to ``Dk ** -0.5``.
 
-Chunkwise (WY / UT) form, used by ``mode="chunk"``: split time into chunks of ``C`` steps.
-Inside a chunk with start state ``S0`` let ``G_t = g_1 + ... + g_t`` (local cumulative
-log-decay, so ``G_t - G_j <= 0`` for ``j <= t``). Unrolling the recurrence gives
-``S_t = exp(G_t) S0 + sum_{j<=t} exp(G_t - G_j) k_j u_j^T`` and therefore::
-
-    u_t + sum_{j<t} beta_t exp(G_t - G_j) (k_t . k_j) u_j = beta_t v_t - beta_t exp(G_t) S0^T k_t
-
-In matrix form ``(I + A) U = diag(beta) V - diag(beta exp(G)) K S0`` with ``A`` strictly
-lower triangular, ``A[t, j] = beta_t exp(G_t - G_j) k_t . k_j``. With the UT transform
-``T = (I + A)^{-1}`` (a unit-lower-triangular solve, independent of the state)::
-
-    U     = T diag(beta) V  -  T diag(beta exp(G)) K S0  =:  U_v - W_k S0
-    O     = diag(exp(G)) Q S0 + (Q K^T * D) U,           D[t, j] = exp(G_t - G_j) [j <= t]
-    S_C   = exp(G_C) S0 + (diag(exp(G_C - G)) K)^T U
-
-where ``Q`` already carries ``scale``. ``G_t - G_j`` is summed directly over the segment
-``g_{j+1} + ... + g_t`` rather than as a difference of cumulative sums, which would lose
-digits in float32 once ``G`` is large (e.g. a few ``g = -20`` steps in one chunk).
-Everything except the three state lines is computed for all chunks at once; only the state
-is carried chunk to chunk in a Python loop. Every exponent is ``<= 0``, so no term can
-overflow, and memory is ``O(T * C)``, never ``T x T``.
-The last chunk is padded with ``q = k = v = 0``, ``g = 0``, ``beta = 0``, which is an exact
-identity step (the state is unchanged), so padding never reaches the final state.
+The chunkwise (WY / UT) form used by ``mode="chunk"`` — chunks of ``C`` steps, a
+unit-lower-triangular solve per chunk independent of the state, only the state carried chunk to
+chunk, every exponent ``<= 0``, memory ``O(T * C)``, never ``T x T`` — is derived in
+``chunk.py``.
 
 Backends of ``mode="chunk"`` (chosen through :mod:`swax.ops.registry`, op name
 ``"gated_delta"``):
 
 * ``fla`` (CUDA, ``flash-linear-attention`` installed, bfloat16/float16 inputs): fla's Triton
-  ``chunk_gated_delta_rule``. Conventions adapted: fla takes ``(B, T, H, D)`` tensors (we
-  transpose), its own L2-norm is off (``use_qk_l2norm_in_kernel=False``: the op's q, k are
-  normalised by the caller), ``scale`` is passed through, ``g`` is the same per-step log-decay,
-  states are ``(B, H, Dk, Dv)`` float32 as here. ``beta`` is passed in the input dtype (as fla's
-  own layer does) and the kernel's tiles are in the input dtype, so the two agree to bfloat16
-  precision, not float32; fla always uses chunks of 64 (``chunk_size`` is ignored).
-* ``native`` (any device): the chunkwise form below, differentiated by autograd.
+  ``chunk_gated_delta_rule``, its conventions adapted (``fla.py`` says how). Its tiles are in
+  the input dtype, so it agrees with ``native`` to bfloat16 precision, not float32; it always
+  uses chunks of 64 (``chunk_size`` is ignored).
+* ``native`` (any device): the chunkwise form (``chunk.py``), differentiated by autograd.
 
 Precision: inputs may be float32 or bfloat16 (or float16); the math runs in float32 and the
 returned state is float32. Float64 inputs are computed in float64 (state float64 too), which
 lets tests check the chunk algebra to round-off and run ``torch.autograd.gradcheck``.
 Backward is plain autograd through both modes (the chunk mode's graph holds ``C × C`` tiles per
 chunk, never ``T × T``, and loops over chunks, never over time steps).
+
+Files: this ``__init__`` holds the dispatch (:func:`gated_delta_rule`,
+:func:`gated_delta_step`, their input checks) and registers the backends; ``recurrent.py`` the
+step and the loop over time; ``chunk.py`` the chunkwise WY form (the ``native`` backend) and
+:func:`plain_solve`; ``fla.py`` the adapter to flash-linear-attention.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
-from contextlib import contextmanager
-from functools import lru_cache
 
 import torch
-import torch.nn.functional as F
 
-from swax.ops._checks import (
+from swax.ops.checks import (
     check_choice,
     check_floating,
     check_ndim,
     check_positive_int,
     check_shape,
 )
-from swax.ops.docs import by_document, check_doc_ids
+from swax.ops.gated_delta.chunk import _chunk, plain_solve
+from swax.ops.gated_delta.fla import _fla, _fla_environment, _fla_usable
+from swax.ops.gated_delta.recurrent import _recurrent, _recurrent_step
+from swax.ops.packing import by_document, check_doc_ids
 from swax.ops.registry import list_backends, register_backend, select_backend
-from swax.ops.triton_env import device_problem, unusable_install
 
-__all__ = ["gated_delta_rule", "gated_delta_step"]
+__all__ = ["gated_delta_rule", "gated_delta_step", "plain_solve"]
 
 _MODES = ("chunk", "recurrent")
 
@@ -125,99 +106,6 @@ def _check_sequence_inputs(
         check_shape(fn, name, x, q.shape[:3], "(B, H, T) from q")
 
 
-def _recurrent_step(
-    q_t: torch.Tensor,
-    k_t: torch.Tensor,
-    v_t: torch.Tensor,
-    g_t: torch.Tensor,
-    beta_t: torch.Tensor,
-    S: torch.Tensor,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """One step in compute dtype. q_t, k_t: (B,H,Dk) (q_t scaled); v_t: (B,H,Dv);
-    g_t, beta_t: (B,H); S: (B,H,Dk,Dv). Returns (o_t (B,H,Dv), new S). Out of place."""
-    S = S * torch.exp(g_t)[..., None, None]
-    kS = (k_t.unsqueeze(-2) @ S).squeeze(-2)  # S^T k_t: (B, H, Dv)
-    u = (v_t - kS) * beta_t.unsqueeze(-1)
-    S = S + k_t.unsqueeze(-1) * u.unsqueeze(-2)
-    o_t = (q_t.unsqueeze(-2) @ S).squeeze(-2)
-    return o_t, S
-
-
-def _recurrent(q, k, v, g, beta, S):
-    T = q.shape[2]
-    outs = []
-    for t in range(T):
-        o_t, S = _recurrent_step(q[:, :, t], k[:, :, t], v[:, :, t], g[:, :, t], beta[:, :, t], S)
-        outs.append(o_t)
-    if outs:
-        o = torch.stack(outs, dim=2)
-    else:
-        o = q.new_zeros(*q.shape[:3], v.shape[-1])
-    return o, S
-
-
-def _chunk(q, k, v, g, beta, S, chunk_size: int):
-    B, H, T, Dk = q.shape
-    Dv = v.shape[-1]
-    C = chunk_size if T >= chunk_size else max(T, 1)  # a short sequence is one short chunk
-    N = -(-T // C)
-    pad = N * C - T
-    if pad:
-        # q = k = v = 0, g = 0, beta = 0: an exact identity step (S unchanged, o_t = 0).
-        q, k, v = (F.pad(x, (0, 0, 0, pad)) for x in (q, k, v))
-        g, beta = (F.pad(x, (0, pad)) for x in (g, beta))
-    q = q.reshape(B, H, N, C, Dk)
-    k = k.reshape(B, H, N, C, Dk)
-    v = v.reshape(B, H, N, C, Dv)
-    g = g.reshape(B, H, N, C)
-    beta = beta.reshape(B, H, N, C)
-
-    G = g.cumsum(-1)  # (B, H, N, C) local cumulative log-decay
-    idx = torch.arange(C, device=q.device)
-    incl = idx[:, None] >= idx[None, :]  # j <= t
-    strict = idx[:, None] > idx[None, :]  # j < t
-    # seg[t, j] = g_{j+1} + ... + g_t = G_t - G_j for j <= t, summed directly ("segment
-    # sum") rather than as a difference of cumsums, which loses digits when G is large.
-    seg = g.unsqueeze(-1).expand(*g.shape, C).masked_fill(~strict, 0.0).cumsum(-2)
-    # seg is 0 above the diagonal; -inf there makes exp exactly 0 (with zero gradient).
-    decay = torch.exp(seg.masked_fill(~incl, float("-inf")))  # D[t, j] <= 1
-    eG = torch.exp(G)
-
-    # Per step (Dk, Dv layout): S_t = e^{g_t} S_{t-1} + k_t u_tᵀ with the write
-    # u_t = beta_t (v_t - (e^{g_t} S_{t-1})ᵀ k_t). Inside a chunk from S0,
-    # e^{g_t} S_{t-1} = e^{G_t} S0 + sum_{j<t} D[t, j] k_j u_jᵀ, so the writes solve the
-    # unit lower-triangular system (the WY form)
-    #   (I + A) U = beta ⊙ V - (beta e^{G} ⊙ K) S0,   A[t, j] = beta_t D[t, j] k_t·k_j (j < t),
-    # solved once for [beta V | beta e^G K]: U = Uv - Wk S0 for whatever S0 the chunk starts at.
-    A = (k @ k.transpose(-1, -2)) * decay.masked_fill(~strict, 0.0) * beta.unsqueeze(-1)
-    rhs = torch.cat([beta.unsqueeze(-1) * v, (beta * eG).unsqueeze(-1) * k], dim=-1)
-    # (I + A) X = rhs; unitriangular=True uses the implicit unit diagonal of I + A.
-    X = _solve_unit_lower(A, rhs)
-    Uv, Wk = X[..., :Dv], X[..., Dv:]  # U = Uv - Wk @ S0
-
-    # o_t = S_tᵀ q_t = (e^{G_t} q_t)ᵀ S0 + sum_{j<=t} D[t, j] (q_t·k_j) u_j, and the chunk's
-    # end state S_C = e^{G_C} S0 + sum_j e^{G_C - G_j} k_j u_jᵀ
-    attn = (q @ k.transpose(-1, -2)) * decay  # (B, H, N, C, C)
-    qg = q * eG.unsqueeze(-1)  # reads the chunk's start state
-    kd = k * decay[..., -1, :].unsqueeze(-1)  # exp(G_C - G_j): writes into the end state
-    eGC = torch.exp(G[..., -1])  # (B, H, N) whole-chunk decay
-
-    # unbind (not per-chunk indexing): the backward of x[:, :, n] would allocate and fill a
-    # full-size zero gradient per chunk, which makes backward quadratic in N.
-    kdT = kd.transpose(-1, -2)
-    per_chunk = zip(*(x.unbind(2) for x in (Uv, Wk, qg, attn, kdT, eGC[..., None, None])))
-    outs = []
-    for Uv_n, Wk_n, qg_n, attn_n, kdT_n, eGC_n in per_chunk:
-        U = Uv_n - Wk_n @ S
-        outs.append(qg_n @ S + attn_n @ U)
-        S = eGC_n * S + kdT_n @ U
-    if outs:
-        o = torch.stack(outs, dim=2).reshape(B, H, N * C, Dv)[:, :, :T]
-    else:
-        o = v.new_zeros(B, H, 0, Dv)
-    return o, S
-
-
 def gated_delta_rule(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -252,7 +140,7 @@ def gated_delta_rule(
             inputs falls back to the automatic choice, with a warning logged once. The
             recurrent mode is the reference and ignores it.
         doc_ids: ``(B, T)`` document index of each token (packed documents, see
-            :mod:`swax.ops.docs`): the state restarts from zero at each document start, and the
+            :mod:`swax.ops.packing`): the state restarts from zero at each document start, and the
             final state is that of each row's last document. Not with an ``initial_state``.
 
     Returns:
@@ -298,32 +186,6 @@ def gated_delta_rule(
     return o, (S if output_final_state else None)
 
 
-_PLAIN_SOLVE = False
-
-
-@contextmanager
-def plain_solve() -> Iterator[None]:
-    """Within the block the chunk form solves its triangular system by forward substitution in
-    plain tensor ops (for exporters without ``linalg_solve_triangular``, such as ONNX)."""
-    global _PLAIN_SOLVE
-    saved, _PLAIN_SOLVE = _PLAIN_SOLVE, True
-    try:
-        yield
-    finally:
-        _PLAIN_SOLVE = saved
-
-
-def _solve_unit_lower(A: torch.Tensor, rhs: torch.Tensor) -> torch.Tensor:
-    """X with (I + A) X = rhs for A strictly lower triangular (..., C, C)."""
-    if not _PLAIN_SOLVE:
-        return torch.linalg.solve_triangular(A, rhs, upper=False, unitriangular=True)
-    rows = [rhs[..., 0, :]]
-    for t in range(1, A.shape[-1]):  # x_t = r_t - sum_{j<t} A[t, j] x_j
-        done = torch.stack(rows, -2)
-        rows.append(rhs[..., t, :] - (A[..., t : t + 1, :t] @ done).squeeze(-2))
-    return torch.stack(rows, -2)
-
-
 def _native(q, k, v, g, beta, initial_state, output_final_state, chunk_size, scale, mode="chunk"):
     B, H, T, Dk = q.shape
     Dv = v.shape[-1]
@@ -341,49 +203,6 @@ def _native(q, k, v, g, beta, initial_state, output_final_state, chunk_size, sca
     else:
         o, S = _chunk(q, k, v, g, beta, S, chunk_size)
     return o.to(out_dtype), S
-
-
-@lru_cache(maxsize=1)
-def _fla_chunk():
-    """fla's chunk kernel, or the reason it cannot be imported (imported on first use only)."""
-    try:
-        from fla.ops.gated_delta_rule import chunk_gated_delta_rule
-    except Exception as e:  # noqa: BLE001 - missing package, triton, or a broken install
-        missing = isinstance(e, ModuleNotFoundError) and e.name in ("fla", "triton")
-        why = f"flash-linear-attention is not available ({type(e).__name__}: {e})"
-        return None, unusable_install("gated_delta 'fla'", why, missing)
-    return chunk_gated_delta_rule, None
-
-
-def _fla_environment(device: str | None) -> str | None:
-    return device_problem(device) or _fla_chunk()[1]
-
-
-def _fla_usable(q, k, v, g, beta, initial_state=None):
-    """None when fla's kernel takes these inputs (its environment checked before)."""
-    if q.dtype not in (torch.bfloat16, torch.float16):
-        return f"fla's chunk kernel needs bfloat16/float16 inputs, got {q.dtype}"
-    if q.shape[-1] > 256 or v.shape[-1] > 256:
-        return f"fla's chunk kernel needs head dims <= 256, got Dk={q.shape[-1]}, Dv={v.shape[-1]}"
-    return None
-
-
-def _fla(q, k, v, g, beta, initial_state, output_final_state, chunk_size, scale):
-    kernel, _ = _fla_chunk()
-    dt = q.dtype
-    S0 = None if initial_state is None else initial_state.float()
-    o, S = kernel(
-        q.transpose(1, 2),
-        k.to(dt).transpose(1, 2),
-        v.to(dt).transpose(1, 2),
-        g.float().transpose(1, 2),
-        beta.to(dt).transpose(1, 2),
-        scale=scale,
-        initial_state=S0,
-        output_final_state=True,
-        use_qk_l2norm_in_kernel=False,
-    )
-    return o.transpose(1, 2).to(dt), (S.float() if S is not None else S)
 
 
 register_backend(
