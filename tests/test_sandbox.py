@@ -759,7 +759,7 @@ def _python_for_nobody() -> str | None:
     return None
 
 
-SANDBOX_FILES = ("host.py", "launcher.py", "runner.py")
+SANDBOX_FILES = ("host.py", "launcher.py", "runner.py", "runner_guard.py", "runner_audit.py")
 
 
 @needs_root

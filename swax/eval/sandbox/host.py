@@ -61,13 +61,15 @@ class ExecResult:
         return asdict(self)
 
 
-# The two programs (swax/eval/sandbox/launcher.py and runner.py), each run by a fresh
+# The two programs (swax/eval/sandbox/launcher.py and the runner), each run by a fresh
 # interpreter that gets its text on the command line: the launcher, started by the evaluating
 # process as `python -I -S -B -c`, and the runner, which the launcher execs as `python -I -B -c`.
+# The runner's text is its three files joined in this order (runner.py, last, calls main).
 # They import nothing from swax.
 _HERE = Path(__file__).parent
 _LAUNCHER = (_HERE / "launcher.py").read_text(encoding="utf-8")
-_RUNNER = (_HERE / "runner.py").read_text(encoding="utf-8")
+_RUNNER_FILES = ("runner_guard.py", "runner_audit.py", "runner.py")
+_RUNNER = "\n".join((_HERE / name).read_text(encoding="utf-8") for name in _RUNNER_FILES)
 
 _SANDBOX_UID = 65534  # nobody
 _GRACE = 30.0  # seconds the evaluating process waits beyond the timeout for the launcher
