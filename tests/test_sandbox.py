@@ -759,9 +759,6 @@ def _python_for_nobody() -> str | None:
     return None
 
 
-SANDBOX_FILES = ("host.py", "launcher.py", "runner.py")
-
-
 @needs_root
 @needs_landlock
 def test_non_root_evaluator():
@@ -771,22 +768,26 @@ def test_non_root_evaluator():
     python = _python_for_nobody()
     if python is None:
         pytest.skip("no Python >= 3.10 that uid 65534 can run")
-    # the texts of the host module and of the two programs beside it go in on stdin, not as
-    # paths: uid 65534 may not be able to read the checkout (a clone in a 0700 folder); the
-    # evaluator writes them to a folder of its own and runs the host module from there
+    # the texts of the sandbox package (the host modules and the programs they run) go in on
+    # stdin, not as paths: uid 65534 may not be able to read the checkout (a clone in a 0700
+    # folder); the evaluator writes them to a folder of its own, as swax.eval.sandbox below
+    # empty swax and swax.eval packages, and imports the host module from there
     package = Path(host.__file__).resolve().parent
-    files = {name: (package / name).read_text() for name in SANDBOX_FILES}
+    files = {p.name: p.read_text() for p in package.glob("*.py")}
     evaluator = f"""
-import json, os, shutil, sys, tempfile, types
+import importlib, json, os, shutil, sys, tempfile
 given = json.load(sys.stdin)
 folder = tempfile.mkdtemp()
+sandbox = os.path.join(folder, "swax", "eval", "sandbox")
+os.makedirs(sandbox)
+for init in (("swax",), ("swax", "eval")):
+    open(os.path.join(folder, *init, "__init__.py"), "w").close()
 for name, text in given["files"].items():
-    with open(os.path.join(folder, name), "w", encoding="utf-8") as f:
+    with open(os.path.join(sandbox, name), "w", encoding="utf-8") as f:
         f.write(text)
-ce = types.ModuleType("sandbox_host")
-ce.__file__ = os.path.join(folder, "host.py")
-sys.modules["sandbox_host"] = ce
-exec(compile(given["files"]["host.py"], ce.__file__, "exec"), ce.__dict__)
+sys.path.insert(0, folder)
+ce = importlib.import_module("swax.eval.sandbox.host")
+assert ce.__file__ == os.path.join(sandbox, "host.py"), ce.__file__
 scan = given["scan"].replace("EVALUATOR_PID", str(os.getpid()))
 for program in (scan, {SPAWN!r}):
     print(json.dumps(ce.run_program(program, timeout=60).to_dict()), flush=True)
