@@ -16,7 +16,7 @@ FEWSHOT_SEED = 1234
 """lm-evaluation-harness's default ``fewshot_random_seed``."""
 
 
-MBPP_FEWSHOT_FILE = Path(__file__).parents[2] / "fewshot" / "mbpp.jsonl"
+MBPP_FEWSHOT_FILE = Path(__file__).parents[1] / "fewshot" / "mbpp.jsonl"
 """The three prompt-split examples (task ids 2, 3, 4) that the harness's mbpp.yaml uses as
 few-shot examples, in the upstream MBPP schema."""
 

