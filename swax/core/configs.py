@@ -17,6 +17,7 @@ import difflib
 import inspect
 import logging
 import math
+import re
 import textwrap
 import types
 import typing
@@ -142,9 +143,18 @@ def coerce(value: Any, tp: Any, key: str) -> Any:
 
 
 def from_dict(cls: type, data: dict, prefix: str = "") -> Any:
-    """Build dataclass ``cls`` from ``data``; unknown keys and wrong types raise ConfigError."""
+    """Build dataclass ``cls`` from ``data``; unknown keys and wrong types raise ConfigError.
+
+    A class may define a classmethod ``expand_keys(data, prefix)`` that rewrites its plain data
+    before the keys are checked: a shorthand key that stands for several (SwaxConfig's
+    ``preset``), or a default that depends on another section (TrainConfig's model window).
+    An error of a nested section's own checks (its ``__post_init__``) names the section's dotted
+    key (``model.d_model must be ...``)."""
     if not isinstance(data, dict):
         raise ConfigError(f"{prefix.rstrip('.') or cls.__name__}: expected a mapping, got {data!r}")
+    expand = getattr(cls, "expand_keys", None)
+    if expand is not None:
+        data = expand(data, prefix)
     hints = typing.get_type_hints(cls)
     fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
     unknown = [k for k in data if k not in fields]
@@ -156,7 +166,22 @@ def from_dict(cls: type, data: dict, prefix: str = "") -> Any:
             f"(valid keys: {', '.join(sorted(fields))})"
         )
     kwargs = {k: coerce(v, hints[k], f"{prefix}{k}") for k, v in data.items()}
-    return cls(**kwargs)
+    try:
+        return cls(**kwargs)
+    except ConfigError as e:
+        if not prefix or str(e).startswith(prefix):
+            raise
+        raise ConfigError(_under(prefix, str(e), fields)) from None
+
+
+def _under(prefix: str, message: str, fields: Any) -> str:
+    """``message`` of a nested section's check, named by the section's dotted ``prefix``: a
+    message that starts with one of its field names gets the prefix on that name
+    ("model.d_model must be ..."), any other is led by the section ("model: ...")."""
+    head = re.match(r"[A-Za-z_]\w*", message)
+    if head is not None and head.group() in fields:
+        return prefix + message
+    return f"{prefix.rstrip('.')}: {message}"
 
 
 def _interval(text: str) -> tuple[bool, float, float, bool]:
