@@ -18,7 +18,7 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from swax.core.configs import bounded, check_fields, from_dict, to_dict
 from swax.core.errors import ConfigError
@@ -264,6 +264,19 @@ class SwaxConfig:
         if data.get("model_type") == "swax":  # written by `swax export hf`: drop HF's keys
             data = {k: v for k, v in data.items() if k in cls.__dataclass_fields__}
         return cls.from_dict(data)
+
+    # ------------------------------------------------------------------ read as a mapping
+    # TrainConfig.model was a dict {preset, field: value} before it became a SwaxConfig; code
+    # written for it reads on: swax.cli's help (its train_config_keys; to be replaced by
+    # swax.train.config.train_config_keys, which makes these two and the model field's
+    # flatten=False removable).
+    def get(self, key: str, default: Any = None) -> Any:
+        """The field ``key``'s value (``default`` for a name that is not a field)."""
+        return getattr(self, key) if key in self.__dataclass_fields__ else default
+
+    def items(self):
+        """(field, value) pairs, as plain data (:meth:`to_dict`)."""
+        return self.to_dict().items()
 
     def save(self, path: str | Path) -> None:
         Path(path).write_text(

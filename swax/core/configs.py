@@ -546,13 +546,14 @@ def from_args(cls: type, namespace: argparse.Namespace) -> Any:
 
 def config_keys(cls: type, prefix: str = "") -> list[tuple[str, str, str]]:
     """(dotted key, default, first sentence of its docstring) of every field of dataclass
-    ``cls``, nested dataclasses flattened: the keys a YAML file or key=value may set."""
+    ``cls``, nested dataclasses flattened (except a field whose metadata says
+    ``flatten=False``: one row): the keys a YAML file or key=value may set."""
     docs = field_docs(cls)
     hints = typing.get_type_hints(cls)
     rows = []
     for f in dataclasses.fields(cls):
         key = prefix + f.name
-        if dataclasses.is_dataclass(hints[f.name]):
+        if dataclasses.is_dataclass(hints[f.name]) and f.metadata.get("flatten", True):
             rows += config_keys(hints[f.name], key + ".")
             continue
         doc = " ".join(docs.get(f.name, "").split())

@@ -404,13 +404,12 @@ def _prepare_run_dir(cfg: TrainConfig, info: D.DistInfo) -> tuple[Path, Path | N
 def _build_data(cfg: TrainConfig, info: D.DistInfo):
     """(tokenizer, model config, training tokens, train loader, validation loader or None)."""
     tok = data_tokenizer(cfg.data)  # a shard set's own tokenizer, else data.tokenizer
-    mcfg = cfg.model_config()
-    if "vocab_size" not in cfg.model and mcfg.vocab_size < tok.vocab_size:
+    mcfg = cfg.model
+    if mcfg.vocab_size < tok.vocab_size:  # e.g. a byte-level preset on GPT-2 tokens
         mcfg = mcfg.replace(vocab_size=128 * math.ceil(tok.vocab_size / 128))
-    if mcfg.vocab_size < tok.vocab_size:
-        raise ConfigError(
-            f"model.vocab_size={mcfg.vocab_size} is smaller than the tokenizer's "
-            f"vocabulary ({tok.name}: {tok.vocab_size})"
+        _warn_main(info)(
+            f"note: model.vocab_size={cfg.model.vocab_size} is smaller than the tokenizer's "
+            f"vocabulary ({tok.name}: {tok.vocab_size}); the model has {mcfg.vocab_size}"
         )
     train_ds, val_ds = build_datasets(cfg.data, tok, cfg.seq_len, cfg.seed)
     micro = cfg.micro_batch(info.world_size)
