@@ -84,6 +84,29 @@ def test_per_layer_windows_are_independent_draws():
     assert sum(len(set(d)) > 1 for d in draws) > 1000  # layers disagree often
 
 
+def test_per_layer_draws_go_to_the_layers_that_take_a_window():
+    """window.per_layer on "SXSA": the schedule draws one window per sliding-window layer and
+    the model config lays them out (SwaxConfig.layer_windows); X and A layers get None."""
+    from swax.train.schedules import PerLayerWindows, window_schedule
+
+    cfg = load_train_config(None, ["window.per_layer=true", "model.layer_pattern=SXSA",
+                                   "window.short=8", "window.long=32", "steps=100"])  # fmt: skip
+    sched = window_schedule(cfg, cfg.model)
+    assert isinstance(sched, PerLayerWindows) and sched.long == 32
+    draws = [sched(s) for s in range(90)]
+    for d in draws:
+        assert len(d) == 4 and d[1] is None and d[3] is None and {d[0], d[2]} <= {8, 32}
+    assert any(d[0] != d[2] for d in draws)  # the two S layers draw apart
+    assert sched(95) == (32, None, 32, None)  # the anneal: the long window
+    step = 7
+    a, b = sched.sched(step)
+    assert sched(step) == (a, None, b, None)
+    # one S layer: one draw for the whole model
+    one = load_train_config(None, ["window.per_layer=true", "model.layer_pattern=SXA",
+                                   "model.n_layers=3"])  # fmt: skip
+    assert isinstance(window_schedule(one, one.model), StochasticWindow)
+
+
 def _rank_windows(rank, world, port, out):
     import torch.distributed as dist
 

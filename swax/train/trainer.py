@@ -47,7 +47,7 @@ from swax.train.config import TrainConfig, save_train_config
 from swax.train.monitor import LazinessMonitor
 from swax.train.peak import Peak, peak_flops
 from swax.train.runctl import RunLock, StopSignals, TrainingStopped, remove_stale_files
-from swax.train.schedules import FixedWindow, StochasticWindow, lr_at
+from swax.train.schedules import lr_at, window_schedule
 
 log = logging.getLogger("swax")
 
@@ -73,43 +73,6 @@ def param_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:
         {"params": decay, "weight_decay": weight_decay},
         {"params": no_decay, "weight_decay": 0.0},
     ]
-
-
-class _PerLayerWindows:
-    """Per-layer window draws spread over the layer positions: each S layer takes the next draw
-    of ``sched``; the other layers get the long window (ignored by them)."""
-
-    def __init__(self, sched: StochasticWindow, layer_types: str):
-        self.sched, self.layer_types, self.long = sched, layer_types, sched.long
-
-    def describe(self) -> str:
-        return self.sched.describe()
-
-    def __call__(self, step: int) -> tuple[int, ...]:
-        draws = iter(self.sched(step))
-        return tuple(next(draws) if k == "S" else self.long for k in self.layer_types)
-
-    def __repr__(self) -> str:
-        return repr(self.sched)
-
-
-def window_schedule(cfg: TrainConfig, n_layers: int, layer_types: str, plan_steps=None):
-    """The run's window schedule: step -> window (or a tuple of per-layer windows), laid over
-    ``plan_steps`` (default ``cfg.steps``; steps past it are in the long-window anneal)."""
-    w = cfg.window
-    if w.kind == "fixed":
-        return FixedWindow(w.fixed or w.long)
-    n_swa = layer_types.count("S")
-    sched = StochasticWindow(
-        w.short,
-        w.long,
-        w.p_short,
-        w.anneal_frac,
-        plan_steps or cfg.steps,
-        cfg.seed,
-        per_layer=n_swa if (w.per_layer and n_swa > 1) else None,
-    )
-    return sched if sched.per_layer is None else _PerLayerWindows(sched, layer_types)
 
 
 def _fmt_time(s: float) -> str:
@@ -476,7 +439,7 @@ def setup_run(cfg: TrainConfig, info: D.DistInfo) -> RunState:
         raw_model=raw_model,
         fwd=fwd,
         optimizer=optimizer,
-        sched=window_schedule(cfg, mcfg.n_layers, mcfg.layer_types),
+        sched=window_schedule(cfg, mcfg),
         amp_dtype=torch.bfloat16 if bf16 else None,
         n_params=raw_model.num_parameters(),
         summary={"run_dir": str(run_dir), "params": raw_model.num_parameters()},
@@ -489,7 +452,7 @@ def setup_run(cfg: TrainConfig, info: D.DistInfo) -> RunState:
         run.start_step = state["step"]
         run.plan_steps = int(state.get("plan_steps") or cfg.steps)  # older: re-stretched
         if run.plan_steps != cfg.steps:
-            run.sched = window_schedule(cfg, mcfg.n_layers, mcfg.layer_types, run.plan_steps)
+            run.sched = window_schedule(cfg, mcfg, run.plan_steps)
         loader.load_state_dict(state["loader"])
         run.elapsed0 = state.get("elapsed", 0.0)
         run.tokens_seen = state.get("tokens", 0)
