@@ -295,7 +295,7 @@ def test_existing_run_is_never_overwritten(tmp_path):
 
 
 def test_nan_loss_stops_and_keeps_last_checkpoint(tmp_path, monkeypatch):
-    import swax.train.trainer as T
+    import swax.train.step as T
 
     real = T.F.cross_entropy
     calls = {"n": 0}
