@@ -129,10 +129,10 @@ class Mixer:
 
 
 MIXERS: dict[str, Mixer] = {
-    "S": Mixer(LAYER_KINDS["S"], SlidingWindowAttention, _swa_args, True),
-    "X": Mixer(LAYER_KINDS["X"], MLSTMLayer, _mlstm_args, False),
-    "D": Mixer(LAYER_KINDS["D"], GatedDeltaNetLayer, _gated_delta_args, False),
-    "A": Mixer(LAYER_KINDS["A"], FullAttention, _full_attention_args, True),
+    "S": Mixer(LAYER_KINDS["S"].name, SlidingWindowAttention, _swa_args, True),
+    "X": Mixer(LAYER_KINDS["X"].name, MLSTMLayer, _mlstm_args, False),
+    "D": Mixer(LAYER_KINDS["D"].name, GatedDeltaNetLayer, _gated_delta_args, False),
+    "A": Mixer(LAYER_KINDS["A"].name, FullAttention, _full_attention_args, True),
 }
 """The layer letters of ``layer_pattern``: letter -> mixer. A new mixer is one entry here and
 one in :data:`swax.config.LAYER_KINDS` (the letters a config accepts)."""
@@ -267,7 +267,7 @@ class SwaxLM(nn.Module):
         if state is not None:
             if not isinstance(state, SwaxState) or len(state.layers) != len(self.blocks):
                 raise ValueError("state must be a SwaxState returned by this model")
-            if state.window != window and any(k == "S" for k in self.config.layer_types):
+            if state.window != window and self.config.window_layers:
                 raise ValueError(
                     f"state was built with window {state.window}, but window {window} was given"
                 )

@@ -156,7 +156,19 @@ def test_a_training_key_outside_its_bounds_names_the_dotted_key(key, field, kind
     values = _outside(field.metadata.get("bounds") or "(-inf, inf)", kind)
     for bad in values:
         with pytest.raises(ConfigError, match=rf"^{key} must be .*, got "):
-            load_train_config(None, [f"{key}={bad!r}"])
+            load_train_config(None, [f"{key}={_override_text(field, bad)}"])
+
+
+def _override_text(field, bad) -> str:
+    """The key=value text of ``bad``; for a list or tuple field a YAML list of it, as many
+    items as its default has (YAML spells NaN and infinity .nan and .inf)."""
+    default = field.default
+    if default is dataclasses.MISSING and field.default_factory is not dataclasses.MISSING:
+        default = field.default_factory()
+    if not isinstance(default, (list, tuple)):
+        return repr(bad)
+    item = ".nan" if bad != bad else ".inf" if bad == math.inf else repr(bad)
+    return "[" + ", ".join([item] * max(1, len(default))) + "]"
 
 
 def test_check_fields_reads_intervals_as_written():

@@ -215,6 +215,38 @@ def test_config_from_dict_rejects_unknown_keys_and_types():
         SwaxConfig.preset("huge")
 
 
+def test_a_preset_key_expands_to_the_preset_with_the_other_keys_overriding_it():
+    got = SwaxConfig.from_dict({"preset": "small", "layer_pattern": "SD", "d_model": 64})
+    assert got == SwaxConfig.preset("small", layer_pattern="SD", d_model=64)
+    assert (got.n_layers, got.d_model, got.mlstm_igate_bias_init) == (6, 64, -6.0)
+    assert SwaxConfig.from_dict({}) == SwaxConfig.preset("tiny")  # no preset: the tiny one
+    with pytest.raises(ConfigError, match="unknown preset 'huge'"):
+        SwaxConfig.from_dict({"preset": "huge"})
+
+
+def test_layer_windows_follow_the_layer_kinds():
+    """One window or a per-layer draw -> one window per layer, by which kinds take a window
+    (LAYER_KINDS), written out by hand for "SXSA"."""
+    from swax.config import LAYER_KINDS
+
+    assert [k for k, kind in LAYER_KINDS.items() if kind.windowed] == ["S"]
+    cfg = SwaxConfig(layer_pattern="SXSA", n_layers=4)
+    assert cfg.window_layers == (0, 2)
+    assert cfg.layer_windows(16) == (16, None, 16, None)
+    assert cfg.layer_windows(None) == (None, None, None, None)  # full attention
+    assert cfg.layer_windows((8, 32)) == (8, None, 32, None)
+    assert cfg.layer_windows([32, 8]) == (32, None, 8, None)
+    with pytest.raises(ConfigError, match="one window per windowed layer .*2.*got 3"):
+        cfg.layer_windows((8, 32, 8))
+    tiled = SwaxConfig(layer_pattern="SXSA", n_layers=8)
+    assert tiled.layer_windows((1, 2, 3, 4)) == (1, None, 2, None, 3, None, 4, None)
+    assert SwaxConfig(layer_pattern="XD", n_layers=2).layer_windows(64) == (None, None)
+    # what the model does with it: the same as one window for every S layer
+    model = SwaxLM(SwaxConfig(d_model=32, n_layers=4, n_heads=2, layer_pattern="SXSA"))
+    ids = torch.randint(0, 257, (1, 24))
+    assert torch.equal(model(ids, window=cfg.layer_windows(8)), model(ids, window=8))
+
+
 def test_flops_per_token_hand_computed():
     # pattern "A", no tied head difference: count by hand
     cfg = SwaxConfig(

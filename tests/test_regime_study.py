@@ -47,7 +47,7 @@ def test_the_study_is_in_the_papers_regime(config):
         short, long_, stoch = (_resolved(cfg, roles[r]) for r in ("short", "long", "stochastic"))
         T = short.seq_len
         assert T >= 256
-        patterns = {c.model["layer_pattern"] for c in (short, long_, stoch)}
+        patterns = {c.model.layer_pattern for c in (short, long_, stoch)}
         assert len(patterns) == 1
         assert {"S", family[1]} <= set(patterns.pop())  # SWA with mLSTM / DeltaNet / attention
         assert short.window.kind == long_.window.kind == "fixed"
@@ -241,7 +241,7 @@ def test_the_claims_study_is_in_the_papers_regime():
         T = short.seq_len
         assert short.window.fixed * 32 == T and long_.window.fixed * 8 == T
         assert (stoch.window.short, stoch.window.long) == (short.window.fixed, long_.window.fixed)
-        assert {c.model["layer_pattern"] for c in (short, long_, stoch)} == {family}
+        assert {c.model.layer_pattern for c in (short, long_, stoch)} == {family}
         for c in (short, long_, stoch):  # one far share, beyond the long window, for all roles
             assert c.data.synthetic.far_from == long_.window.fixed
             assert c.data.synthetic.far_share == cfg.base["data"]["synthetic"]["far_share"]

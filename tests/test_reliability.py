@@ -67,7 +67,7 @@ def test_signal_mid_step_stops_at_the_boundary_and_resumes_exactly(
     """The signal arrives inside step 7's forward/backward (its batch already taken from the
     loader): the step finishes, step 7 is saved with the loader, optimizer and RNG of step 7,
     and the resumed run ends with the reference's weights, bit for bit."""
-    import swax.train.trainer as T
+    import swax.train.step as T
 
     _signal_during(monkeypatch, T, "_forward_backward", 7, [signum])
     with pytest.raises(TrainingStopped) as info:
@@ -125,7 +125,7 @@ def test_second_signal_stops_at_once_and_keeps_the_last_checkpoint(
 def test_repeated_sigterm_still_saves(tmp_path, monkeypatch, reference):
     """SLURM signals every process of a job step and torchrun forwards its own copy: a worker
     gets SIGTERM twice. The second is not an escalation: the checkpoint is still written."""
-    import swax.train.trainer as T
+    import swax.train.step as T
 
     _signal_during(monkeypatch, T, "_forward_backward", 6, [signal.SIGTERM, signal.SIGTERM])
     with pytest.raises(TrainingStopped, match="after step 6"):
@@ -183,7 +183,7 @@ def test_corrupt_latest_checkpoint_falls_back_to_the_one_before(
     """Stop after step 9, flip one bit of step 9's weights, leave a partial metrics line and
     stale temporary files: resume warns naming step_000009 and the metrics file, resumes from
     step 8, removes the leftovers and still ends exactly at the reference."""
-    import swax.train.trainer as T
+    import swax.train.step as T
 
     _signal_during(monkeypatch, T, "_forward_backward", 9, [signal.SIGTERM])
     with pytest.raises(TrainingStopped):

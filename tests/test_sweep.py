@@ -78,7 +78,7 @@ def test_grid_points_expand_and_reuse_equal_runs(tmp_path):
     assert cfg.aliases == {"grid-b-3-w8": "w8"}  # the same config as run w8
     assert run_dir(cfg, "grid-b-3-w8", 0) == run_dir(cfg, "w8", 0)
     tc = train_config(cfg, "grid-b-10-w16", 0)
-    assert tc.window.fixed == 16 and tc.model["mlstm_igate_bias_init"] == -10
+    assert tc.window.fixed == 16 and tc.model.mlstm_igate_bias_init == -10
     jobs = all_jobs(cfg)
     assert jobs[0] == ("w8", 0) and ("grid-b-3-w8", 0) not in jobs and len(jobs) == 4
     cfg.grid.seeds = [0, 7]  # a grid seed the sweep's runs do not have: the shared run trains it

@@ -9,6 +9,7 @@ import textwrap
 
 import pytest
 import torch
+import yaml
 
 from swax import SwaxConfig, SwaxLM
 from swax.core.errors import ConfigError
@@ -83,6 +84,29 @@ def test_per_layer_windows_are_independent_draws():
     assert sum(len(set(d)) > 1 for d in draws) > 1000  # layers disagree often
 
 
+def test_per_layer_draws_go_to_the_layers_that_take_a_window():
+    """window.per_layer on "SXSA": the schedule draws one window per sliding-window layer and
+    the model config lays them out (SwaxConfig.layer_windows); X and A layers get None."""
+    from swax.train.schedules import PerLayerWindows, window_schedule
+
+    cfg = load_train_config(None, ["window.per_layer=true", "model.layer_pattern=SXSA",
+                                   "window.short=8", "window.long=32", "steps=100"])  # fmt: skip
+    sched = window_schedule(cfg, cfg.model)
+    assert isinstance(sched, PerLayerWindows) and sched.long == 32
+    draws = [sched(s) for s in range(90)]
+    for d in draws:
+        assert len(d) == 4 and d[1] is None and d[3] is None and {d[0], d[2]} <= {8, 32}
+    assert any(d[0] != d[2] for d in draws)  # the two S layers draw apart
+    assert sched(95) == (32, None, 32, None)  # the anneal: the long window
+    step = 7
+    a, b = sched.sched(step)
+    assert sched(step) == (a, None, b, None)
+    # one S layer: one draw for the whole model
+    one = load_train_config(None, ["window.per_layer=true", "model.layer_pattern=SXA",
+                                   "model.n_layers=3"])  # fmt: skip
+    assert isinstance(window_schedule(one, one.model), StochasticWindow)
+
+
 def _rank_windows(rank, world, port, out):
     import torch.distributed as dist
 
@@ -144,8 +168,9 @@ def test_overrides_and_errors(tmp_path):
         ["optim.lr=3e-4", "window.p_short=0.75", "model.layer_pattern=SD", "resume=false"],
     )
     assert cfg.optim.lr == 3e-4 and cfg.window.p_short == 0.75
-    assert cfg.model_config().layer_pattern == "SD"
-    assert cfg.model_config().window == cfg.window.long
+    assert isinstance(cfg.model, SwaxConfig) and cfg.model.layer_pattern == "SD"
+    assert cfg.model == SwaxConfig.preset("tiny", layer_pattern="SD")
+    assert cfg.model.window == cfg.window.long
     with pytest.raises(ConfigError, match="optim.lrr"):
         load_train_config(None, ["optim.lrr=1"])
     with pytest.raises(ConfigError, match="steps: expected an integer"):
@@ -154,8 +179,14 @@ def test_overrides_and_errors(tmp_path):
         load_train_config(None, ["window.long=1024"])
     with pytest.raises(ConfigError, match="window.short must be a positive integer, got 0"):
         load_train_config(None, ["window.short=0"])
-    with pytest.raises(ConfigError, match="model: unknown config key widht"):
+    with pytest.raises(ConfigError, match="unknown config key model.widht"):
         load_train_config(None, ["model.widht=3"])
+    with pytest.raises(ConfigError, match="model.preset: unknown preset 'huge'"):
+        load_train_config(None, ["model.preset=huge"])
+    with pytest.raises(ConfigError, match="model.d_model must be a positive integer, got 0"):
+        load_train_config(None, ["model.d_model=0"])
+    with pytest.raises(ConfigError, match="model: unknown layer letter 'Q'"):
+        load_train_config(None, ["model.layer_pattern=SQ"])
     with pytest.raises(ConfigError, match="does not exist"):
         load_train_config(tmp_path / "nope.yaml")
     with pytest.raises(ConfigError, match="key=value"):
@@ -264,7 +295,7 @@ def test_existing_run_is_never_overwritten(tmp_path):
 
 
 def test_nan_loss_stops_and_keeps_last_checkpoint(tmp_path, monkeypatch):
-    import swax.train.trainer as T
+    import swax.train.step as T
 
     real = T.F.cross_entropy
     calls = {"n": 0}
@@ -453,6 +484,78 @@ def test_resume_auto_starts_fresh_then_resumes_exactly(tmp_path):
                         name="nockpt"))  # fmt: skip
 
 
+def test_the_model_section_is_a_swax_config_with_a_preset(tmp_path):
+    """model: {preset, fields} is a SwaxConfig: the preset's fields, the others overriding
+    them; no preset is the tiny one; the model's window is window.long when left out."""
+    cfg = load_train_config(
+        None, ["model.preset=small", "model.d_model=64", "window.long=256", "window.short=64"]
+    )
+    assert cfg.model == SwaxConfig.preset("small", d_model=64, window=256)
+    yaml_file = tmp_path / "m.yaml"
+    yaml_file.write_text("model:\n  layer_pattern: SD\n  n_layers: 2\nwindow:\n  long: 64\n")
+    cfg = load_train_config(yaml_file, ["model.d_model=96"])
+    assert cfg.model == SwaxConfig.preset("tiny", layer_pattern="SD", n_layers=2, d_model=96,
+                                          window=64)  # fmt: skip
+    # a window the model section sets must be the long window
+    assert load_train_config(None, ["model.window=128"]).model.window == 128
+    with pytest.raises(ConfigError, match=r"model.window=64 differs from window.long=128"):
+        load_train_config(None, ["model.window=64"])
+    with pytest.raises(ConfigError, match=r"model.window=256 differs from window.long=64"):
+        load_train_config(None, ["model.preset=125m", "model.window=256", "window.long=64",
+                                 "window.short=16"])  # fmt: skip
+    # built in Python, the same rule
+    from swax.train.config import TrainConfig, WindowConfig
+
+    with pytest.raises(ConfigError, match=r"model.window=2048 differs from window.long=128"):
+        TrainConfig(model=SwaxConfig.preset("125m"))
+    TrainConfig(model=SwaxConfig.preset("125m", window=512), window=WindowConfig(long=512),
+                seq_len=512)  # fmt: skip
+
+
+def test_train_help_keys_list_the_models_fields_and_preset():
+    from swax.train.config import train_config_keys
+
+    rows = {k: (d, doc) for k, d, doc in train_config_keys()}
+    keys = list(rows)
+    assert keys.index("model.preset") + 1 == keys.index("model.vocab_size")
+    assert keys.index("seed") < keys.index("model.preset") < keys.index("data.source")
+    assert rows["model.d_model"][0] == "128" and rows["model.layer_pattern"][0] == "SX"
+    assert "model" not in rows and "1.4b" in rows["model.preset"][1]
+    # swax train --help lists every one of them
+    import argparse
+
+    from swax.cli import build_parser
+
+    sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    epilog = sub.choices["train"].epilog
+    assert all(f"  {k} " in epilog for k in keys)
+
+
+def test_resume_compares_a_preset_field_by_field(tmp_path):
+    """A run's config.yaml holds every field of its model; a model section given again on
+    resume (a preset and overrides, as in the YAML the run started from) is compared with it
+    field by field; an old config.yaml (preset + overrides) still resumes."""
+    first = ["steps=2", "checkpoint.every=1", "model.preset=tiny"]
+    train(small_cfg(tmp_path, *first, name="p"))
+    saved = yaml.safe_load((tmp_path / "p" / "config.yaml").read_text())
+    assert "preset" not in saved["model"] and saved["model"]["d_model"] == 32
+    assert saved["model"]["window"] == 32 and saved["model"]["layer_pattern"] == "SX"
+    again = small_cfg(tmp_path, *first, "resume=true", "steps=3", name="p")
+    assert again.model.d_model == 32 and again.steps == 3
+    with pytest.raises(ConfigError, match=r"model.d_model=128 \(of model.preset=tiny\) differs"):
+        load_train_config(None, [f"run_dir={tmp_path / 'p'}", "resume=true", "model.preset=tiny"])
+    with pytest.raises(ConfigError, match=r"model.n_layers=6 \(of model.preset=small\)"):
+        load_train_config(None, [f"run_dir={tmp_path / 'p'}", "resume=true", "model.preset=small",
+                                 "model.d_model=32"])  # fmt: skip
+    # the config.yaml of a run from before the typed model section: preset + overrides
+    old = dict(saved, model={"preset": "tiny", "d_model": 32, "n_layers": 2, "n_heads": 2,
+                             "layer_pattern": "SX"})  # fmt: skip
+    (tmp_path / "p" / "config.yaml").write_text(yaml.safe_dump(old, sort_keys=False))
+    cfg = load_train_config(None, [f"run_dir={tmp_path / 'p'}", "resume=true", "steps=3"])
+    assert cfg.model == again.model
+    assert train(cfg)["steps_run"] == 1
+
+
 def test_resume_reads_the_runs_config_and_names_a_disagreeing_key(tmp_path):
     """`resume=true` with only run_dir continues the run with its own settings (here a
     seq_len, window and steps that differ from the defaults); keys that may change (steps) are
@@ -460,7 +563,7 @@ def test_resume_reads_the_runs_config_and_names_a_disagreeing_key(tmp_path):
     first = ["steps=4", "checkpoint.every=2", "seq_len=96", "window.long=48"]
     train(small_cfg(tmp_path, *first, name="r"))
     cfg = load_train_config(None, [f"run_dir={tmp_path / 'r'}", "resume=true", "steps=6"])
-    assert (cfg.seq_len, cfg.window.long, cfg.steps, cfg.model["d_model"]) == (96, 48, 6, 32)
+    assert (cfg.seq_len, cfg.window.long, cfg.steps, cfg.model.d_model) == (96, 48, 6, 32)
     assert train(cfg)["steps_run"] == 2
     with pytest.raises(ConfigError, match=r"seq_len=64 differs .* has seq_len=96"):
         load_train_config(None, [f"run_dir={tmp_path / 'r'}", "resume=true", "seq_len=64"])

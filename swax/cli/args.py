@@ -11,7 +11,14 @@ import typing
 from collections.abc import Callable, Sequence
 from typing import Any, Literal, Union
 
-from swax.core.configs import check_number, field_docs, from_dict, interval_text, parse_interval
+from swax.core.configs import (
+    check_number,
+    default_text,
+    field_docs,
+    from_dict,
+    interval_text,
+    parse_interval,
+)
 from swax.core.errors import ConfigError
 
 
@@ -78,20 +85,6 @@ def _parser_of(tp: Any, key: str, bounds: str | None) -> Callable[[str], Any]:
     return parse
 
 
-def _default_text(f: dataclasses.Field) -> str | None:
-    if f.default is not dataclasses.MISSING:
-        value = f.default
-    elif f.default_factory is not dataclasses.MISSING:
-        value = f.default_factory()
-    else:
-        return None
-    if value is None or value is False or value == [] or value == ():
-        return None
-    if isinstance(value, (list, tuple)):
-        return " ".join(map(str, value))
-    return str(value)
-
-
 def add_arguments(parser: argparse.ArgumentParser, cls: type) -> None:
     """Add one argument per field of dataclass ``cls`` to ``parser``: ``--field-name`` (or a
     positional), typed from the annotation (bool: --x / --no-x; Literal: choices; list:
@@ -107,7 +100,7 @@ def add_arguments(parser: argparse.ArgumentParser, cls: type) -> None:
             args = tuple(a for a in typing.get_args(tp) if a is not type(None))
             tp = args[0] if len(args) == 1 else tp
         doc = docs.get(f.name, "").replace("%", "%%")
-        default = _default_text(f)
+        default = default_text(f)
         if default is not None and "default" not in doc.lower():
             doc += f" (default: {default})"
         kw: dict[str, Any] = {"help": doc, "default": argparse.SUPPRESS}
@@ -164,20 +157,3 @@ def from_args(cls: type, namespace: argparse.Namespace) -> Any:
     """The dataclass ``cls`` from the arguments :func:`add_arguments` parsed."""
     names = {f.name for f in dataclasses.fields(cls)}
     return from_dict(cls, {k: v for k, v in vars(namespace).items() if k in names})
-
-
-def config_keys(cls: type, prefix: str = "") -> list[tuple[str, str, str]]:
-    """(dotted key, default, first sentence of its docstring) of every field of dataclass
-    ``cls``, nested dataclasses flattened: the keys a YAML file or key=value may set."""
-    docs = field_docs(cls)
-    hints = typing.get_type_hints(cls)
-    rows = []
-    for f in dataclasses.fields(cls):
-        key = prefix + f.name
-        if dataclasses.is_dataclass(hints[f.name]):
-            rows += config_keys(hints[f.name], key + ".")
-            continue
-        doc = " ".join(docs.get(f.name, "").split())
-        first = doc.split(". ")[0].rstrip(".")
-        rows.append((key, _default_text(f) or "", first))
-    return rows

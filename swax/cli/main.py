@@ -10,7 +10,7 @@ import re
 import sys
 
 from swax.cli import options as C
-from swax.cli.args import add_arguments, config_keys, from_args
+from swax.cli.args import add_arguments, from_args
 from swax.cli.data import cmd_data_prepare, cmd_data_verify
 from swax.cli.demo import cmd_demo
 from swax.cli.evaluate import (
@@ -26,12 +26,11 @@ from swax.cli.generate import cmd_generate
 from swax.cli.info import cmd_info
 from swax.cli.sweep import cmd_sweep
 from swax.cli.train import cmd_plot_run, cmd_train
-from swax.config import SwaxConfig
 from swax.core.errors import ConfigError, SwaxError, is_disk_full
 from swax.core.threads import ACCEPTED as THREADS_ACCEPTED
 from swax.core.threads import AUTO, parse_threads, set_threads, threads_setting
 from swax.core.threads import ENV as THREADS_ENV
-from swax.train.config import TrainConfig
+from swax.train.config import train_config_keys
 from swax.version import __version__
 
 DESCRIPTION = (
@@ -94,23 +93,6 @@ COMMANDS: dict = {
     },
 }
 """command -> (config dataclass, function, one-line help); "eval" holds its subcommands."""
-
-
-def train_config_keys() -> list[tuple[str, str, str]]:
-    """(key, default, doc) of every key ``swax train`` takes, the model's included: ``model``
-    is a preset plus any SwaxConfig field, listed here as ``model.FIELD`` with the default run's
-    value (the tiny preset's)."""
-    from swax.config import PRESETS
-
-    rows = [r for r in config_keys(TrainConfig) if r[0] != "model"]
-    default = TrainConfig().model
-    preset = default.get("preset", "tiny")
-    model_rows = [("model.preset", preset, f"Named preset, one of {', '.join(PRESETS)}")]
-    values = SwaxConfig.preset(preset, **{k: v for k, v in default.items() if k != "preset"})
-    for key, _, doc in config_keys(SwaxConfig, "model."):
-        model_rows.append((key, repr(getattr(values, key.split(".", 1)[1])), doc))
-    i = next((j for j, r in enumerate(rows) if r[0].startswith("data.")), len(rows))
-    return rows[:i] + model_rows + rows[i:]
 
 
 def _train_keys() -> str:

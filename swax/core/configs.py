@@ -16,6 +16,7 @@ import difflib
 import inspect
 import logging
 import math
+import re
 import textwrap
 import types
 import typing
@@ -140,9 +141,18 @@ def coerce(value: Any, tp: Any, key: str) -> Any:
 
 
 def from_dict(cls: type, data: dict, prefix: str = "") -> Any:
-    """Build dataclass ``cls`` from ``data``; unknown keys and wrong types raise ConfigError."""
+    """Build dataclass ``cls`` from ``data``; unknown keys and wrong types raise ConfigError.
+
+    A class may define a classmethod ``expand_keys(data, prefix)`` that rewrites its plain data
+    before the keys are checked: a shorthand key that stands for several (SwaxConfig's
+    ``preset``), or a default that depends on another section (TrainConfig's model window).
+    An error of a nested section's own checks (its ``__post_init__``) names the section's dotted
+    key (``model.d_model must be ...``)."""
     if not isinstance(data, dict):
         raise ConfigError(f"{prefix.rstrip('.') or cls.__name__}: expected a mapping, got {data!r}")
+    expand = getattr(cls, "expand_keys", None)
+    if expand is not None:
+        data = expand(data, prefix)
     hints = typing.get_type_hints(cls)
     fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
     unknown = [k for k in data if k not in fields]
@@ -154,7 +164,22 @@ def from_dict(cls: type, data: dict, prefix: str = "") -> Any:
             f"(valid keys: {', '.join(sorted(fields))})"
         )
     kwargs = {k: coerce(v, hints[k], f"{prefix}{k}") for k, v in data.items()}
-    return cls(**kwargs)
+    try:
+        return cls(**kwargs)
+    except ConfigError as e:
+        if not prefix or str(e).startswith(prefix):
+            raise
+        raise ConfigError(_under(prefix, str(e), fields)) from None
+
+
+def _under(prefix: str, message: str, fields: Any) -> str:
+    """``message`` of a nested section's check, named by the section's dotted ``prefix``: a
+    message that starts with one of its field names gets the prefix on that name
+    ("model.d_model must be ..."), any other is led by the section ("model: ...")."""
+    head = re.match(r"[A-Za-z_]\w*", message)
+    if head is not None and head.group() in fields:
+        return prefix + message
+    return f"{prefix.rstrip('.')}: {message}"
 
 
 def parse_interval(text: str) -> tuple[bool, float, float, bool]:
@@ -360,3 +385,36 @@ def resolve_window(setting: Any, default: int | None) -> int | None:
     """The window to pass to the model: ``default`` for "default", None for "full"."""
     w = parse_window(setting)
     return default if w == "default" else None if w == "full" else w
+
+
+def default_text(f: dataclasses.Field) -> str | None:
+    """A field's default as help text shows it (None: no default worth showing)."""
+    if f.default is not dataclasses.MISSING:
+        value = f.default
+    elif f.default_factory is not dataclasses.MISSING:
+        value = f.default_factory()
+    else:
+        return None
+    if value is None or value is False or value == [] or value == ():
+        return None
+    if isinstance(value, (list, tuple)):
+        return " ".join(map(str, value))
+    return str(value)
+
+
+def config_keys(cls: type, prefix: str = "") -> list[tuple[str, str, str]]:
+    """(dotted key, default, first sentence of its docstring) of every field of dataclass
+    ``cls``, nested dataclasses flattened (except a field whose metadata says
+    ``flatten=False``: one row): the keys a YAML file or key=value may set."""
+    docs = field_docs(cls)
+    hints = typing.get_type_hints(cls)
+    rows = []
+    for f in dataclasses.fields(cls):
+        key = prefix + f.name
+        if dataclasses.is_dataclass(hints[f.name]) and f.metadata.get("flatten", True):
+            rows += config_keys(hints[f.name], key + ".")
+            continue
+        doc = " ".join(docs.get(f.name, "").split())
+        first = doc.split(". ")[0].rstrip(".")
+        rows.append((key, default_text(f) or "", first))
+    return rows

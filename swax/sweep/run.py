@@ -83,7 +83,7 @@ def evaluate_run(cfg: SweepConfig, name: str, seed: int, progress: bool = False)
         if tcfg.window.kind == "fixed"
         else tcfg.window.short
     )
-    if ev.train_window and train_w != tcfg.window.long and "S" in model.config.layer_types:
+    if ev.train_window and train_w != tcfg.window.long and model.config.window_layers:
         windows["train"] = train_w
     # The window a run is used with: its own fixed window, or the long one after a stochastic
     # schedule (which ends on it); learning curves and the probe read recall there.
