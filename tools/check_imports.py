@@ -14,7 +14,7 @@ generation, probes, training or evaluation; nothing below training and evaluatio
 state, model, decode, generation, data, probes, export) imports them, the sweeps or the command
 line; training and evaluation stand side by side (neither imports the other); the sweeps sit
 above both; the command line is on top and nothing else imports it. ``make lint`` runs this
-script; ``tests/test_imports.py`` checks that it catches what it should.
+script; ``tests/core/test_imports.py`` checks that it catches what it should.
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ The host side is three modules: this one (one run, the uid mode, :func:`run_prog
 :func:`run_programs`, :func:`landlock_abi`), :mod:`~swax.eval.sandbox.host_process` (the
 programs' texts, the run's environment, limits and folder, the launcher's process) and
 :mod:`~swax.eval.sandbox.host_verdict` (:class:`ExecResult` and the reports). They import only
-the standard library and each other (``tests/test_sandbox.py`` runs them from a copy of the
+the standard library and each other (``tests/eval/test_sandbox.py`` runs them from a copy of the
 package).
 """
 
