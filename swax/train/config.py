@@ -386,10 +386,6 @@ def save_train_config(cfg: TrainConfig, path: str | Path) -> None:
     Path(path).write_text(yaml.safe_dump(cfg.to_dict(), sort_keys=False))
 
 
-def total_tokens(cfg: TrainConfig) -> int:
-    return cfg.steps * cfg.batch_size * cfg.seq_len
-
-
 def anneal_start(total_steps: int, anneal_frac: float) -> int:
     """First step of the anneal phase: the final ceil(anneal_frac · total) steps."""
     return total_steps - math.ceil(anneal_frac * total_steps)
