@@ -663,7 +663,7 @@ def test_extension_window_stays_long(tmp_path):
 
 
 def test_dashed_spellings_of_config_keys():
-    from swax.cli import _dashed_overrides, build_parser
+    from swax.cli.main import _dashed_overrides, build_parser
 
     p = build_parser()
     got = _dashed_overrides(
