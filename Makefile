@@ -35,8 +35,8 @@ test: $(STAMP)
 
 # The op tests again under other CPU instruction sets than the machine's own: float32 rounding
 # differs between ATen's kernels, and the tolerances must hold on all of them.
-OP_TESTS := tests/test_mlstm_op.py tests/test_gated_delta_op.py tests/test_attention_op.py \
-	tests/test_backends.py tests/test_doc_mask.py
+OP_TESTS := tests/ops/test_mlstm_op.py tests/ops/test_gated_delta_op.py tests/ops/test_attention_op.py \
+	tests/ops/test_backends.py tests/ops/test_doc_mask.py
 test-isa: $(STAMP)
 	for isa in default avx2; do \
 		echo "op tests with ATEN_CPU_CAPABILITY=$$isa"; \
@@ -51,7 +51,7 @@ test-isa: $(STAMP)
 INTERP_VENV  ?= .venv-interp
 INTERP_STAMP := $(INTERP_VENV)/.installed
 TRITON_SPEC  ?= triton==3.7.1
-GPU_TESTS    := tests/test_gpu.py tests/test_doc_mask.py
+GPU_TESTS    := tests/gpu/test_gpu.py tests/ops/test_doc_mask.py
 $(INTERP_STAMP): pyproject.toml
 	$(PYTHON) -m venv $(INTERP_VENV)
 	$(INTERP_VENV)/bin/pip install -q --disable-pip-version-check "$(TORCH_SPEC)" "$(TRITON_SPEC)"

@@ -76,7 +76,7 @@ def print_table(rows: list[dict], columns: list[str]) -> None:
 def save_png(path: str | Path, draw: Callable, title: str = "") -> Path | None:
     """Draw with ``draw(fig)`` and save a PNG (None, with a note, if matplotlib is missing)."""
     try:
-        from swax.eval.plots import pyplot
+        from swax.core.plotting import pyplot
 
         plt = pyplot()
     except ImportError:

@@ -36,7 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import machine_line, print_table, save_png, write_csv  # noqa: E402
 
 from swax import SwaxConfig, SwaxLM  # noqa: E402
-from swax.eval.plots import length_axis  # noqa: E402
+from swax.core.plotting import length_axis  # noqa: E402
 from swax.generate import prefill  # noqa: E402
 
 DEFAULT_CONTEXTS = [1024, 4096, 16384, 32768, 65536, 131072]

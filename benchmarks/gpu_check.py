@@ -64,9 +64,9 @@ def _stage_cmd(name: str, limit: float, args) -> list[str]:
     py = sys.executable
     if name == "tests":
         if args.cpu_smoke:  # the CPU side of the flex path instead
-            sel = ["not gpu", "tests/test_attention_op.py", "-k", "flex_path"]
+            sel = ["not gpu", "tests/ops/test_attention_op.py", "-k", "flex_path"]
         else:
-            sel = ["gpu", "tests/test_gpu.py", "tests/test_doc_mask.py"]
+            sel = ["gpu", "tests/gpu/test_gpu.py", "tests/ops/test_doc_mask.py"]
         return [py, "-m", "pytest", "-v", "-m", *sel, "-p", "no:randomly"]
     if name == "mlstm_grad":
         return [py, "benchmarks/mlstm_triton_grad.py", "--out", str(args.tmp / "mlstm_grad.json")]

@@ -30,7 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import machine_line, print_table, save_png, write_csv  # noqa: E402
 
 from swax import SwaxConfig, SwaxLM  # noqa: E402
-from swax.eval.plots import length_axis  # noqa: E402
+from swax.core.plotting import length_axis  # noqa: E402
 
 DEFAULT_SEQ = [1024, 2048, 4096, 8192, 16384]
 

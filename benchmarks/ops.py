@@ -42,7 +42,7 @@ from common import (  # noqa: E402
     write_csv,
 )
 
-from swax.eval.plots import length_axis  # noqa: E402
+from swax.core.plotting import length_axis  # noqa: E402
 from swax.ops import gated_delta_rule, mlstm, sliding_window_attention  # noqa: E402
 
 DEFAULT_T = [1024, 2048, 4096, 8192, 16384, 32768, 65536]

@@ -5,11 +5,11 @@ model = SwaxLM(SwaxConfig.preset("tiny"))
 logits = model(input_ids, window=128)
 """
 
-from .config import PRESETS, SwaxConfig
-from .errors import CheckpointError, ConfigError, SwaxError
-from .model import SwaxLM
-from .state import SwaxState
-from .version import __version__
+from swax.config import PRESETS, SwaxConfig
+from swax.core.errors import CheckpointError, ConfigError, SwaxError
+from swax.model import SwaxLM
+from swax.state import SwaxState
+from swax.version import __version__
 
 __all__ = [
     "PRESETS",

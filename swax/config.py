@@ -15,22 +15,40 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import typing
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal, NamedTuple
 
-from .configutil import bounded, check_fields, from_dict, to_dict
-from .errors import ConfigError
-from .ops import list_backends
-from .version import __version__
+from swax.core.configs import bounded, check_fields, from_dict, to_dict
+from swax.core.errors import ConfigError
+from swax.version import __version__
 
-LAYER_KINDS: dict[str, str] = {
-    "S": "sliding-window attention",
-    "X": "mLSTM",
-    "D": "Gated DeltaNet",
-    "A": "full causal attention",
+
+class LayerKind(NamedTuple):
+    """One letter of ``layer_pattern``: what its mixer is called, and whether it takes the
+    attention window (a forward argument)."""
+
+    name: str
+    windowed: bool
+
+
+LAYER_KINDS: dict[str, LayerKind] = {
+    "S": LayerKind("sliding-window attention", windowed=True),
+    "X": LayerKind("mLSTM", windowed=False),
+    "D": LayerKind("Gated DeltaNet", windowed=False),
+    "A": LayerKind("full causal attention", windowed=False),
 }
-"""The letters of ``layer_pattern`` and the names of their mixers (what error messages list).
-:data:`swax.model.MIXERS` builds a layer for each."""
+"""The letters of ``layer_pattern``: the names of their mixers (what error messages list) and
+which of them take a window (:meth:`SwaxConfig.layer_windows`). :data:`swax.model.MIXERS`
+builds a layer for each."""
+
+
+AttnBackend = Literal["auto", "flash", "flex", "blockwise_fwd", "blockwise", "reference"]
+"""The sliding-window attention backends a config may name: "auto" and the built-in backends
+of the op registry (``swax.ops.list_backends("swa")``; a test holds the two equal). Named here,
+not read from the registry, so that the config does not import the ops."""
 
 
 @dataclass
@@ -98,9 +116,11 @@ class SwaxConfig:
     """Soft cap on output logits (xLSTM-7B uses 30); None or 0 = off."""
     init_std: float = bounded(0.02, "[0, inf)")
     """Standard deviation of the normal initialisation of linear and embedding weights."""
-    attn_backend: str = "auto"
-    """Sliding-window attention backend: auto or a name of ``swax.ops.list_backends("swa")``
-    (flash, flex, blockwise, reference)."""
+    attn_backend: AttnBackend = "auto"
+    """Sliding-window attention backend: auto (the most preferred one usable on the inputs) or
+    one of the built-in backends of ``swax.ops.list_backends("swa")``. A backend registered at
+    run time (``swax.ops.register_backend``) is chosen with
+    ``swax.ops.registry.forced_backends``."""
 
     def __post_init__(self) -> None:
         self.validate()
@@ -114,14 +134,14 @@ class SwaxConfig:
 
     def _validate_pattern(self) -> None:
         """Known layer letters that tile n_layers, and a known attention backend. (The letters
-        come from :data:`LAYER_KINDS` and the backend names from the op registry.)"""
+        come from :data:`LAYER_KINDS` and the backend names from :data:`AttnBackend`.)"""
         if not isinstance(self.layer_pattern, str) or not self.layer_pattern:
             raise ConfigError(
                 f"layer_pattern must be a non-empty string, got {self.layer_pattern!r}"
             )
         for pos, letter in enumerate(self.layer_pattern):
             if letter not in LAYER_KINDS:
-                known = ", ".join(f"{k} ({v})" for k, v in LAYER_KINDS.items())
+                known = ", ".join(f"{k} ({v.name})" for k, v in LAYER_KINDS.items())
                 raise ConfigError(
                     f"unknown layer letter {letter!r} at position {pos} of layer_pattern "
                     f"{self.layer_pattern!r}; expected one of {known}"
@@ -131,7 +151,7 @@ class SwaxConfig:
                 f"layer_pattern {self.layer_pattern!r} (length {len(self.layer_pattern)}) does not "
                 f"tile n_layers={self.n_layers}; n_layers must be a multiple of its length"
             )
-        backends = ["auto", *list_backends("swa")]
+        backends = typing.get_args(AttnBackend)
         if self.attn_backend not in backends:
             raise ConfigError(
                 f"attn_backend must be one of {', '.join(backends)}, got {self.attn_backend!r}"
@@ -174,18 +194,59 @@ class SwaxConfig:
     def attn_head_dim(self) -> int:
         return self.head_dim or self.d_model // self.n_heads
 
+    @property
+    def window_layers(self) -> tuple[int, ...]:
+        """Indices of the layers that take a window (their kind's :data:`LAYER_KINDS` entry
+        says so: the sliding-window layers)."""
+        return tuple(i for i, k in enumerate(self.layer_types) if LAYER_KINDS[k].windowed)
+
+    def layer_windows(self, window: int | None | Sequence[int | None]) -> tuple[int | None, ...]:
+        """The per-layer window (what ``SwaxLM.forward`` takes) of a window setting: one window
+        (an int, or None = full attention) for every layer that takes a window, or a sequence
+        of one window per such layer (a per-layer draw), laid on them in layer order. Layers
+        that take no window get None. ``"SXSA"`` with ``(8, 32)`` -> ``(8, None, 32, None)``."""
+        where = self.window_layers
+        if window is None or isinstance(window, int):
+            draws = (window,) * len(where)
+        else:
+            draws = tuple(window)
+            if len(draws) != len(where):
+                raise ConfigError(
+                    f"a per-layer window draw needs one window per windowed layer "
+                    f"({len(where)} in {self.layer_types!r}), got {len(draws)}: {draws}"
+                )
+        out: list[int | None] = [None] * self.n_layers
+        for i, w in zip(where, draws):
+            out[i] = w
+        return tuple(out)
+
     # ------------------------------------------------------------------ construction and I/O
     @classmethod
     def preset(cls, name: str, **overrides) -> SwaxConfig:
         """A named preset (see ``PRESETS``) with optional field overrides."""
-        if name not in PRESETS:
-            raise ConfigError(f"unknown preset {name!r}; expected one of {', '.join(PRESETS)}")
-        return cls.from_dict({**PRESETS[name], **overrides})
+        return cls.from_dict({"preset": name, **overrides})
 
     @classmethod
     def from_dict(cls, data: dict) -> SwaxConfig:
-        """Build from plain data; unknown keys and wrong types raise ConfigError."""
+        """Build from plain data (a ``preset`` key included: :meth:`expand_keys`); unknown
+        keys and wrong types raise ConfigError."""
         return from_dict(cls, data)
+
+    @classmethod
+    def expand_keys(cls, data: dict, prefix: str = "") -> dict:
+        """Plain data with its ``preset`` key (a name of ``PRESETS``) replaced by that preset's
+        fields, the other keys overriding them; without one the defaults are the tiny
+        preset's. (:func:`swax.core.configs.from_dict` calls this first.)"""
+        if "preset" not in data:
+            return data
+        rest = {k: v for k, v in data.items() if k != "preset"}
+        name = data["preset"]
+        if not isinstance(name, str) or name not in PRESETS:
+            where = f"{prefix}preset: " if prefix else ""
+            raise ConfigError(
+                f"{where}unknown preset {name!r}; expected one of {', '.join(PRESETS)}"
+            )
+        return {**PRESETS[name], **rest}
 
     def to_dict(self) -> dict:
         return to_dict(self)

@@ -32,15 +32,12 @@ import os
 import time
 import types
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
 
 import torch
+from torch import nn
 
-from .layers.attention import AttentionState
-from .state import SwaxState
-
-if TYPE_CHECKING:
-    from .model import SwaxLM
+from swax.layers.attention import AttentionState
+from swax.state import SwaxState
 
 log = logging.getLogger("swax")
 
@@ -62,7 +59,7 @@ def _layer_window(window, i: int):
     return window[i] if isinstance(window, tuple) else window
 
 
-def _check_part(model: SwaxLM, state: SwaxState) -> None:
+def _check_part(model: nn.Module, state: SwaxState) -> None:
     """Raise ValueError unless ``state`` is a SwaxState of ``model`` that the static buffers can
     hold (a packed prefill's per-document attention states cannot)."""
     if not isinstance(state, SwaxState) or len(state.layers) != len(model.blocks):
@@ -83,7 +80,7 @@ class StaticState:
     window: object
 
     @staticmethod
-    def holds(model: SwaxLM, state) -> bool:
+    def holds(model: nn.Module, state) -> bool:
         """Whether ``state`` (a SwaxState of ``model``) has a static form: not after a packed
         prefill (doc_ids), whose attention states mask per document."""
         try:
@@ -95,7 +92,7 @@ class StaticState:
     @classmethod
     def from_parts(
         cls,
-        model: SwaxLM,
+        model: nn.Module,
         parts: Sequence[tuple[SwaxState, Sequence[int]]],
         capacity: int,
     ) -> StaticState:
@@ -131,7 +128,7 @@ class StaticState:
             pos[torch.as_tensor(list(rs), device=device)] = state.pos
         return cls(layers, pos, first.window)
 
-    def to_swax_state(self, model: SwaxLM) -> SwaxState:
+    def to_swax_state(self, model: nn.Module) -> SwaxState:
         """The state as a SwaxState (copies), for rows that share one position."""
         p = int(self.pos[0])
         if bool((self.pos != p).any()):
@@ -151,7 +148,7 @@ class StaticState:
         return [t for bufs in self.layers for t in bufs] + [self.pos]
 
 
-def _has_full_attention(model: SwaxLM, window) -> bool:
+def _has_full_attention(model: nn.Module, window) -> bool:
     kinds = model.config.layer_types
     return any(
         k == "A" or (k == "S" and _layer_window(window, i) is None) for i, k in enumerate(kinds)
@@ -195,7 +192,7 @@ def sampling_probs(
     return logits.softmax(-1)
 
 
-def decode_logits(model: SwaxLM, layers, tok: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
+def decode_logits(model: nn.Module, layers, tok: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
     """Feed ``tok`` (B,) at positions ``pos`` (B,) through ``model`` on the buffers ``layers``
     (updated in place, ``pos`` incremented); return the next logits (B, vocab) in float32."""
     x = model.embed(tok)
@@ -255,7 +252,7 @@ class StepRunner:
     code object of its own (:func:`_own_code`): its compiled graph is the only entry of its
     dynamo cache, so guard evaluation stays short and no other configuration evicts it."""
 
-    def __init__(self, model: SwaxLM, sampling, n: int):
+    def __init__(self, model: nn.Module, sampling, n: int):
         self.model, self.sampling = model, sampling
         backend = compile_backend()
         options = INDUCTOR_OPTIONS if backend == "inductor" else None
@@ -280,7 +277,7 @@ class CudaGraphRunner(StepRunner):
     when it is a new one, replays the graph, and leaves the state in the graph's buffers
     (``static`` is rebound to them)."""
 
-    def __init__(self, model: SwaxLM, sampling, n: int):
+    def __init__(self, model: nn.Module, sampling, n: int):
         self.model, self.sampling, self.compile_s = model, sampling, 0.0
         self.graph, self.static, self.out = None, None, None
 
@@ -325,7 +322,7 @@ def _config_key(static: StaticState, sampling) -> tuple:
 
 
 def step_runner(
-    model: SwaxLM, static: StaticState, tok: torch.Tensor, sampling, compile_new: bool = True
+    model: nn.Module, static: StaticState, tok: torch.Tensor, sampling, compile_new: bool = True
 ) -> StepRunner | None:
     """The compiled step for this configuration: kept on ``model`` from an earlier call, else
     compiled now when ``compile_new`` (``tok``: a token batch of the right shape); None when
@@ -360,7 +357,7 @@ def step_runner(
     return runner
 
 
-def compile_seconds(model: SwaxLM) -> float:
+def compile_seconds(model: nn.Module) -> float:
     """Seconds spent so far compiling decode steps for ``model`` in this process (the first
     call of each configuration), e.g. to keep them out of a tokens-per-second figure."""
     return sum(r.compile_s for r in model.__dict__.get("_swax_decode_steps", {}).values())

@@ -5,6 +5,8 @@ state and computing logits for the last position only, so a 131k-token prompt ne
 T×T or T×vocab tensor. Decode then feeds one token at a time. For a model of S/X/D layers the
 state (ring buffers of W keys/values, fixed-size recurrent states) does not grow with the
 context, so memory and time per token are constant.
+The model is annotated ``nn.Module``: it is a :class:`swax.model.SwaxLM`, whose ``generate``
+method calls this module, so this module does not import it back (no import circle).
 """
 
 from __future__ import annotations
@@ -12,15 +14,12 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
 
 import torch
+from torch import nn
 
-from .decode import StaticState, capacity_for, sampling_probs, step_runner
-from .state import DEFAULT_WINDOW, SwaxState
-
-if TYPE_CHECKING:
-    from .model import SwaxLM
+from swax.decode import StaticState, capacity_for, sampling_probs, step_runner
+from swax.state import DEFAULT_WINDOW, SwaxState
 
 PREFILL_CHUNK = 2048
 """Prompt tokens per forward pass of a prefill, unless a caller says otherwise: long enough to
@@ -29,7 +28,7 @@ keep the matrix products efficient, short enough that activations stay small."""
 
 @torch.no_grad()
 def prefill(
-    model: SwaxLM,
+    model: nn.Module,
     input_ids: torch.Tensor,
     window=DEFAULT_WINDOW,
     state: SwaxState | None = None,
@@ -189,7 +188,7 @@ def _wants_compile(compile, model, tokens: int) -> bool:
 
 @torch.no_grad()
 def generate(
-    model: SwaxLM,
+    model: nn.Module,
     input_ids: torch.Tensor,
     max_new_tokens: int = 32,
     window=DEFAULT_WINDOW,
@@ -333,7 +332,7 @@ def _check_prompts(prompts, vocab_size: int) -> list[torch.Tensor]:
 
 @torch.no_grad()
 def generate_batch(
-    model: SwaxLM,
+    model: nn.Module,
     prompts: Sequence[Sequence[int] | torch.Tensor],
     max_new_tokens: int = 32,
     window=DEFAULT_WINDOW,

@@ -19,11 +19,17 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from .config import LAYER_KINDS, SwaxConfig
-from .errors import CheckpointError, ConfigError
-from .generate import generate
-from .integrity import CHECKSUMS_NAME, match_umask, verify_checksum_file, write_checksum_file
-from .layers import (
+from swax.config import LAYER_KINDS, SwaxConfig
+from swax.core.errors import CheckpointError, ConfigError
+from swax.core.integrity import (
+    CHECKSUMS_NAME,
+    match_umask,
+    verify_checksum_file,
+    write_checksum_file,
+)
+from swax.core.paths import writing
+from swax.generate import generate
+from swax.layers import (
     FullAttention,
     GatedDeltaNetLayer,
     MLSTMLayer,
@@ -32,10 +38,9 @@ from .layers import (
     SwiGLU,
     swiglu_hidden_dim,
 )
-from .ops._checks import check_window
-from .ops.docs import check_doc_ids
-from .paths import writing
-from .state import DEFAULT_WINDOW, SwaxState, _Default
+from swax.ops.checks import check_window
+from swax.ops.packing import check_doc_ids
+from swax.state import DEFAULT_WINDOW, SwaxState, _Default
 
 WEIGHTS_NAME = "model.safetensors"
 CONFIG_NAME = "config.json"
@@ -124,10 +129,10 @@ class Mixer:
 
 
 MIXERS: dict[str, Mixer] = {
-    "S": Mixer(LAYER_KINDS["S"], SlidingWindowAttention, _swa_args, True),
-    "X": Mixer(LAYER_KINDS["X"], MLSTMLayer, _mlstm_args, False),
-    "D": Mixer(LAYER_KINDS["D"], GatedDeltaNetLayer, _gated_delta_args, False),
-    "A": Mixer(LAYER_KINDS["A"], FullAttention, _full_attention_args, True),
+    "S": Mixer(LAYER_KINDS["S"].name, SlidingWindowAttention, _swa_args, True),
+    "X": Mixer(LAYER_KINDS["X"].name, MLSTMLayer, _mlstm_args, False),
+    "D": Mixer(LAYER_KINDS["D"].name, GatedDeltaNetLayer, _gated_delta_args, False),
+    "A": Mixer(LAYER_KINDS["A"].name, FullAttention, _full_attention_args, True),
 }
 """The layer letters of ``layer_pattern``: letter -> mixer. A new mixer is one entry here and
 one in :data:`swax.config.LAYER_KINDS` (the letters a config accepts)."""
@@ -253,7 +258,7 @@ class SwaxLM(nn.Module):
                 of logits (for chunked losses).
             doc_ids: packed documents: (B, T) integer, each token's document index, not
                 decreasing along a row (a new value starts a document; see
-                :mod:`swax.ops.docs`). Every layer then sees only its own document, so the
+                :mod:`swax.ops.packing`). Every layer then sees only its own document, so the
                 logits equal those of each document run alone; the returned state continues
                 each row's last document. Not with ``state``.
         """
@@ -262,7 +267,7 @@ class SwaxLM(nn.Module):
         if state is not None:
             if not isinstance(state, SwaxState) or len(state.layers) != len(self.blocks):
                 raise ValueError("state must be a SwaxState returned by this model")
-            if state.window != window and any(k == "S" for k in self.config.layer_types):
+            if state.window != window and self.config.window_layers:
                 raise ValueError(
                     f"state was built with window {state.window}, but window {window} was given"
                 )

@@ -30,7 +30,7 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
 from swax.ops.triton_env import interpreting  # noqa: E402
 
 if interpreting():  # the gpu tier on the CPU: bridges for gaps of Triton's interpreter
-    pytest_plugins = ["triton_interp"]
+    pytest_plugins = ["tests.triton_interp"]
 
 
 def pytest_collection_modifyitems(config, items):

@@ -125,8 +125,8 @@ def assert_within_noise(outputs, floors, refs, names, factor: float = NOISE_FACT
 
 
 def naive_mlstm(q, k, v, i, f, state=None, eps=1e-6, dtype=torch.float64):
-    """The mLSTM cell, a loop over time straight from its equations (see DESIGN.md §3), in
-    ``dtype``. Returns h, (C, n, m)."""
+    """The mLSTM cell, a loop over time straight from its equations (docs/design.md, "The ops'
+    conventions"), in ``dtype``. Returns h, (C, n, m)."""
     q, k, v, i, f = (x.to(dtype) for x in (q, k, v, i, f))
     B, H, T, Dqk = q.shape
     Dv = v.shape[-1]

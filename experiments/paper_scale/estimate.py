@@ -27,7 +27,7 @@ from swax.train.config import load_train_config  # noqa: E402
 def estimate(path: Path, gpus: int, peak_tflops: float, mfu: float) -> dict:
     cfg = load_train_config(path)
     with torch.device("meta"):
-        model = SwaxLM(cfg.model_config())
+        model = SwaxLM(cfg.model)
     w = cfg.window
     if w.kind == "stochastic":
         share_short = w.p_short * (1 - w.anneal_frac)

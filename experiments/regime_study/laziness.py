@@ -10,7 +10,7 @@ attention mask defines it). Every finished run leaves ``results/laziness/NAME/se
 (committed); this script reads them and nothing else, so the report is rebuilt from committed
 files, and a cell with fewer seeds than the config asks is reported with the seeds it has.
 
-A run is read by distance bucket (swax.eval.buckets): recall inside W, beyond W within the
+A run is read by distance bucket (swax.probes.buckets): recall inside W, beyond W within the
 training length T, beyond T, with the window cut to W_short and the recurrent state reset. It is
 **lazy** when it recalls >= 90 % inside W and within 10 points of chance beyond it. rho*(W/T) is
 the far share at which half the seeds stay lazy (linear between the two measured shares that
@@ -32,7 +32,7 @@ sys.path.insert(0, str(HERE))
 
 from studycli import prepare, run, update_readme  # noqa: E402
 
-from swax.eval.plots import pyplot  # noqa: E402
+from swax.core.plotting import pyplot  # noqa: E402
 from swax.sweep import archive_path, grid_seeds  # noqa: E402
 
 WINDOW_AXIS = "window.fixed+window.long"

@@ -38,7 +38,7 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 sys.path.insert(0, str(ROOT))
 
-from swax.eval.plots import pyplot  # noqa: E402
+from swax.core.plotting import pyplot  # noqa: E402
 from swax.sweep import aggregate, load_sweep, run_dir, run_sweep  # noqa: E402
 
 
@@ -423,7 +423,7 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    from swax.errors import SwaxError
+    from swax.core.errors import SwaxError
 
     try:
         sys.exit(main())

@@ -7,7 +7,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from swax.errors import SwaxError
+from swax.core.errors import SwaxError
 from swax.sweep import load_sweep, run_sweep
 
 HERE = Path(__file__).resolve().parent

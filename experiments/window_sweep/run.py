@@ -24,7 +24,7 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 sys.path.insert(0, str(ROOT))
 
-from swax.eval.plots import format_length, length_axis, pyplot  # noqa: E402
+from swax.core.plotting import format_length, length_axis, pyplot  # noqa: E402
 from swax.sweep import (  # noqa: E402
     EMERGED,
     aggregate,
@@ -685,7 +685,7 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    from swax.errors import SwaxError
+    from swax.core.errors import SwaxError
 
     try:
         sys.exit(main())

@@ -1,18 +1,18 @@
 """Tokenizers, sources, packing and synthetic retrieval episodes."""
 
-from .config import DataConfig, SyntheticConfig
-from .episode import Episode
-from .loader import IGNORE_INDEX, PackedLoader, TokenDataset, build_datasets
-from .sources import iter_documents, kjv_documents
-from .synthetic import KeyVocabulary, key_vocabulary, make_episode
-from .tokenizer import (
+from swax.data.config import DataConfig, SyntheticConfig
+from swax.data.episode import Episode
+from swax.data.loader import IGNORE_INDEX, PackedLoader, TokenDataset, build_datasets
+from swax.data.sources import iter_documents, kjv_documents
+from swax.data.synthetic import KeyVocabulary, key_vocabulary, make_episode
+from swax.data.tokenizer import (
     ByteTokenizer,
     HFTokenizer,
     load_model_tokenizer,
     load_tokenizer,
     save_tokenizer,
+    tokenize_documents,
 )
-from .tokenizing import tokenize_documents
 
 __all__ = [
     "IGNORE_INDEX",

@@ -7,8 +7,8 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Literal
 
-from ..configutil import bounded, check_fields, from_dict
-from ..errors import ConfigError
+from swax.core.configs import bounded, check_fields, from_dict
+from swax.core.errors import ConfigError
 
 
 @dataclass

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..errors import SwaxError
+from swax.core.errors import SwaxError
 
 
 @dataclass(frozen=True)

@@ -10,8 +10,8 @@ from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from ..errors import SwaxError
-from .utf8 import decode_replacing, warn_invalid
+from swax.core.errors import SwaxError
+from swax.data.utf8 import decode_replacing, warn_invalid
 
 __all__ = ["iter_jsonl", "read_jsonl", "write_jsonl", "json_safe"]
 

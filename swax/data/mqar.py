@@ -21,7 +21,7 @@ whose keys are queried again later. An episode of exactly ``length`` tokens::
   length put the pairs beyond any fixed window.
 
 The result is an :class:`~swax.data.episode.Episode` like the needle episodes', so the loader
-and :func:`swax.eval.episodes.episode_accuracy` treat both tasks alike. There is no train/eval key
+and :func:`swax.probes.episodes.episode_accuracy` treat both tasks alike. There is no train/eval key
 split (the keys are a handful of symbols); evaluation episodes differ by their seed.
 """
 
@@ -29,9 +29,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..errors import SwaxError
-from .config import SyntheticConfig
-from .episode import Episode, draw_distance
+from swax.core.errors import SwaxError
+from swax.data.config import SyntheticConfig
+from swax.data.episode import Episode, draw_distance
 
 
 def mqar_ids(cfg: SyntheticConfig) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -22,15 +22,28 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import SwaxError
-from ..integrity import sha256_file
-from ..progress import progress_bar
-from ..signals import StopSignals
-from .shards import FORMAT, INDEX, PROGRESS, SPLITS, TOKENIZER_DIR, VERSION, shard_name, token_dtype
-from .sources import iter_documents
-from .tokenizer import load_tokenizer, save_tokenizer
-from .tokenizing import is_validation_document, tokenize_documents
-from .workers import OrderedWorkers
+from swax.core.errors import SwaxError
+from swax.core.integrity import sha256_file
+from swax.core.progress import progress_bar
+from swax.core.signals import StopSignals
+from swax.data.shards import (
+    FORMAT,
+    INDEX,
+    PROGRESS,
+    SPLITS,
+    TOKENIZER_DIR,
+    VERSION,
+    shard_name,
+    token_dtype,
+)
+from swax.data.sources import iter_documents
+from swax.data.tokenizer import (
+    is_validation_document,
+    load_tokenizer,
+    save_tokenizer,
+    tokenize_documents,
+)
+from swax.data.workers import OrderedWorkers
 
 log = logging.getLogger("swax")
 
@@ -155,10 +168,10 @@ def prepare_shards(
     """Tokenize ``source``'s documents into a shard set in ``out``; returns the index.
 
     Validation documents are chosen by the same hash as the in-memory loader
-    (:func:`swax.data.tokenizing.is_validation_document` with ``val_fraction`` and
+    (:func:`swax.data.tokenizer.is_validation_document` with ``val_fraction`` and
     ``split_seed``). An existing complete set is an error unless ``overwrite``; an interrupted
     one (``progress.json``) with the same settings is resumed. With ``stop`` (a
-    :class:`~swax.signals.StopSignals` the caller entered, as ``swax data prepare`` does), a
+    :class:`~swax.core.signals.StopSignals` the caller entered, as ``swax data prepare`` does), a
     SIGINT/SIGTERM stops the work after the current batch, with the finished shards and
     ``progress.json`` consistent, and raises KeyboardInterrupt. ``_stop_after_shards``
     simulates an interruption (tests).

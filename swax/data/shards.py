@@ -25,10 +25,10 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import SwaxError
-from ..integrity import sha256_file
-from ..progress import progress_bar
-from .tokenizer import load_model_tokenizer
+from swax.core.errors import SwaxError
+from swax.core.integrity import sha256_file
+from swax.core.progress import progress_bar
+from swax.data.tokenizer import load_model_tokenizer
 
 INDEX = "index.json"
 PROGRESS = "progress.json"

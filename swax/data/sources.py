@@ -13,9 +13,9 @@ import json
 from collections.abc import Iterator
 from pathlib import Path
 
-from ..errors import SwaxError
-from .jsonl import iter_jsonl
-from .utf8 import read_text_replacing
+from swax.core.errors import SwaxError
+from swax.data.jsonl import iter_jsonl
+from swax.data.utf8 import read_text_replacing
 
 FORMATS = ("auto", "kjv", "text", "jsonl", "parquet", "hf")
 """Values of ``fmt``: ``hf`` is a Hugging Face dataset folder written by ``save_to_disk``."""

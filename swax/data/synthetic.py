@@ -33,10 +33,10 @@ from importlib import resources
 
 import numpy as np
 
-from ..errors import SwaxError
-from .config import SyntheticConfig
-from .episode import Episode, draw_distance, reach
-from .mqar import make_mqar_episode, mqar_overhead
+from swax.core.errors import SwaxError
+from swax.data.config import SyntheticConfig
+from swax.data.episode import Episode, draw_distance, reach
+from swax.data.mqar import make_mqar_episode, mqar_overhead
 
 SPLITS = ("train", "eval")
 EVAL_SHARE = 5

@@ -13,12 +13,15 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Protocol
 
-from ..errors import SwaxError
+import numpy as np
+
+from swax.core.errors import SwaxError
 
 CONFIG_FILE = "tokenizer_config.json"
 """Written by :func:`save_tokenizer` next to a model: {"type": "byte" | "bpe", ...}."""
@@ -262,3 +265,35 @@ def load_model_tokenizer(model_dir: str | Path) -> ByteTokenizer | HFTokenizer:
     if not model_dir.is_dir():
         raise SwaxError(f"model folder not found: {model_dir}")
     return _load_from_dir(model_dir, default_byte=True)
+
+
+# documents to token ids: shared by the in-memory loader (swax.data.loader) and the shard
+# writer (swax.data.prepare), so a shard set holds what the loader would build in memory
+
+
+def tokenize_documents(docs: Sequence[str], tokenizer, batch_size: int = 512) -> np.ndarray:
+    """The documents' tokens, each followed by ``tokenizer.eot_id``, as one int32 array."""
+    eot = np.array([tokenizer.eot_id], dtype=np.int32)
+    parts: list[np.ndarray] = []
+    if isinstance(tokenizer, ByteTokenizer):
+        for d in docs:
+            parts.append(np.frombuffer(d.encode("utf-8"), dtype=np.uint8).astype(np.int32))
+            parts.append(eot)
+    else:
+        encode_batch = getattr(tokenizer, "encode_batch", None)
+        for i in range(0, len(docs), batch_size):
+            chunk = list(docs[i : i + batch_size])
+            ids = encode_batch(chunk) if encode_batch else [tokenizer.encode(d) for d in chunk]
+            for x in ids:
+                parts.append(np.asarray(x, dtype=np.int32))
+                parts.append(eot)
+    if not parts:
+        return np.zeros(0, dtype=np.int32)
+    return np.concatenate(parts)
+
+
+def is_validation_document(doc: str, fraction: float, split_seed: int) -> bool:
+    """Whether ``doc`` belongs to the validation split: a hash of its text (salted with
+    ``split_seed``) read as a number in [0, 1) falls below ``fraction``."""
+    h = hashlib.blake2b(f"{split_seed}\0".encode() + doc.encode("utf-8"), digest_size=8)
+    return int.from_bytes(h.digest(), "little") / 2.0**64 < fraction

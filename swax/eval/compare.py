@@ -23,11 +23,11 @@ from pathlib import Path
 
 import yaml
 
-from ..errors import SwaxError
-from ..model import run_config_file
-from .plots import save_curves
-from .tasks import _MAIN_METRICS
-from .taskspecs import TASKS
+from swax.core.errors import SwaxError
+from swax.core.plotting import save_curves
+from swax.eval.tasks import _MAIN_METRICS
+from swax.eval.tasks.specs import TASKS
+from swax.model import run_config_file
 
 RESULT_FILES = (
     "compare.csv",

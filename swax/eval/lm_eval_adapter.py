@@ -48,9 +48,9 @@ from collections.abc import Sequence
 
 import torch
 
-from ..configutil import resolve_device, resolve_window
-from ..data import ByteTokenizer
-from ..errors import ConfigError, SwaxError
+from swax.core.configs import resolve_device, resolve_window
+from swax.core.errors import ConfigError, SwaxError
+from swax.data import ByteTokenizer
 
 try:
     import lm_eval.models  # noqa: F401  (fills lm-eval's registry of its own models first)
@@ -62,8 +62,8 @@ except ImportError as e:  # pragma: no cover - exercised only without the extra
         "pip install 'swax[eval]' (or pip install lm-eval)"
     ) from e
 
-from ..loading import load_model_and_tokenizer
-from .scoring import generate_texts, rolling_loglikelihood, score_continuations
+from swax.eval.scoring import generate_texts, rolling_loglikelihood, score_continuations
+from swax.export.loading import load_model_and_tokenizer
 
 __all__ = ["SwaxEvalLM", "main"]
 
@@ -81,7 +81,7 @@ _DTYPES = {
 
 def _parse_window(window, default):
     """None or "": the model's window; "full": full attention (None); else a positive integer
-    (see :func:`swax.configutil.parse_window`)."""
+    (see :func:`swax.core.configs.parse_window`)."""
     if window is None or window == "":
         return default
     try:

@@ -21,11 +21,11 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from ..errors import SwaxError
-from ..generate import PREFILL_CHUNK
-from ..progress import progress_bar
-from ..state import DEFAULT_WINDOW
-from .plots import save_curves
+from swax.core.errors import SwaxError
+from swax.core.plotting import save_curves
+from swax.core.progress import progress_bar
+from swax.generate import PREFILL_CHUNK
+from swax.state import DEFAULT_WINDOW
 
 RESULT_FILES = ("ppl.csv", "ppl.json", "ppl.png")
 """The files :func:`write_ppl` (``swax eval ppl``) writes in its results folder."""

@@ -13,10 +13,13 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from ..data.config import SyntheticConfig
-from ..model import run_config_file
-from ..train.config import load_train_config
-from .episodes import episode_accuracy
+import yaml
+
+from swax.core.configs import from_dict
+from swax.core.errors import ConfigError, SwaxError
+from swax.data.config import SyntheticConfig
+from swax.model import run_config_file
+from swax.probes.episodes import episode_accuracy
 
 RECALL_FILES = ("recall.json",)
 """What ``swax eval recall`` writes in its results folder."""
@@ -35,7 +38,7 @@ def recall_by_window(
     progress: bool = False,
 ) -> dict[str, dict]:
     """``{f"episodes_{label}": {str(length): result}}`` for each (label, window) of ``windows``
-    (see :func:`swax.eval.episodes.episode_accuracy` for a result)."""
+    (see :func:`swax.probes.episodes.episode_accuracy` for a result)."""
     out = {}
     for label, window in windows.items():
         res = episode_accuracy(
@@ -54,32 +57,62 @@ def recall_by_window(
     return out
 
 
+def _run_config(model_dir: str | Path) -> tuple[dict, int, dict] | None:
+    """(its window section, its seq_len, its data.synthetic section) of the ``swax train`` run
+    around ``model_dir``, read from the run's ``config.yaml`` (which swax train writes in full);
+    None when ``model_dir`` is not inside a run folder. Read as YAML, not through the training
+    config, so that evaluation does not depend on the training code."""
+    run_yaml = run_config_file(model_dir)
+    if run_yaml is None:
+        return None
+    try:
+        data = yaml.safe_load(run_yaml.read_text(encoding="utf-8")) or {}
+    except (OSError, yaml.YAMLError) as e:
+        raise SwaxError(f"cannot read the run config {run_yaml}: {e}") from None
+    window, seq_len = data.get("window"), data.get("seq_len")
+    if not isinstance(window, dict) or "long" not in window or not isinstance(seq_len, int):
+        raise SwaxError(
+            f"{run_yaml} has no window.long or seq_len: not a config written by swax train"
+        )
+    synthetic = (data.get("data") or {}).get("synthetic") or {}
+    return window, seq_len, synthetic
+
+
+def _training_window(window: dict) -> int:
+    """The window the run trained with: its fixed window (default the long one) for a fixed
+    schedule, the short one for a stochastic schedule."""
+    if window.get("kind", "stochastic") == "fixed":
+        return window.get("fixed") or window["long"]
+    return window["short"]
+
+
 def training_setup(model_dir: str | Path) -> tuple[SyntheticConfig | None, dict, int | None]:
     """(the episodes it was trained on, its windows {"train"?: W}, its training length) when
     ``model_dir`` is the ``model/`` folder of a ``swax train`` run (its ``config.yaml`` beside
     it); (None, {}, None) otherwise."""
 
-    run_yaml = run_config_file(model_dir)
-    if run_yaml is None:
+    found = _run_config(model_dir)
+    if found is None:
         return None, {}, None
-    tcfg = load_train_config(str(run_yaml), [])
-    w = tcfg.window
-    train_w = (w.fixed or w.long) if w.kind == "fixed" else w.short
-    windows = {} if train_w == w.long else {"train": train_w}
-    syn = tcfg.data.synthetic
-    return (syn if syn.fraction > 0 else None), windows, tcfg.seq_len
+    window, seq_len, synthetic = found
+    train_w = _training_window(window)
+    windows = {} if train_w == window["long"] else {"train": train_w}
+    try:
+        syn = from_dict(SyntheticConfig, synthetic)
+    except ConfigError as e:
+        raise SwaxError(f"the run config of {model_dir}: data.synthetic: {e}") from None
+    return (syn if syn.fraction > 0 else None), windows, seq_len
 
 
 def run_bucket_edges(model_dir: str | Path) -> tuple[int, int, int] | None:
     """(window.short, window.long, seq_len) of the ``swax train`` run around ``model_dir``,
-    the edges of its distance buckets (swax.eval.buckets); None without a run folder."""
-    run_yaml = run_config_file(model_dir)
-    if run_yaml is None:
+    the edges of its distance buckets (swax.probes.buckets); None without a run folder."""
+    found = _run_config(model_dir)
+    if found is None:
         return None
-    tcfg = load_train_config(str(run_yaml), [])
-    w = tcfg.window
-    own = (w.fixed or w.long) if w.kind == "fixed" else w.short
-    return min(w.short, own, w.long), w.long, tcfg.seq_len
+    window, seq_len, _ = found
+    short = window.get("short", window["long"])
+    return min(short, _training_window(window), window["long"]), window["long"], seq_len
 
 
 def write_recall(out: Path, results: dict, meta: dict) -> Path:

@@ -21,10 +21,10 @@ from collections.abc import Sequence
 
 import torch
 
-from ..errors import SwaxError
-from ..generate import generate_batch, truncate_at_stop
-from ..progress import progress_bar as _bar
-from ..state import DEFAULT_WINDOW
+from swax.core.errors import SwaxError
+from swax.core.progress import progress_bar as _bar
+from swax.generate import generate_batch, truncate_at_stop
+from swax.state import DEFAULT_WINDOW
 
 __all__ = [
     "encode_pair",
@@ -80,7 +80,7 @@ def _token_logprobs(model, hidden: torch.Tensor, targets: torch.Tensor):
 
 def progress_bar(total: int, desc: str, progress: bool, unit: str = "seq"):
     """A bar on a terminal that leaves no line behind, plain periodic lines elsewhere (hidden
-    unless ``progress``); see :mod:`swax.progress`."""
+    unless ``progress``); see :mod:`swax.core.progress`."""
     return _bar(total, desc, unit, enabled=progress, leave=False)
 
 

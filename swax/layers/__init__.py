@@ -1,10 +1,10 @@
 """nn.Modules that own parameters and call ops: one token mixer per file."""
 
-from .attention import AttentionState, FullAttention, SlidingWindowAttention
-from .gated_deltanet import GatedDeltaNetLayer
-from .mlp import SwiGLU, swiglu_hidden_dim
-from .mlstm import MLSTMLayer
-from .norm import MultiHeadNorm, RMSNorm
+from swax.layers.attention import AttentionState, FullAttention, SlidingWindowAttention
+from swax.layers.gated_deltanet import GatedDeltaNetLayer
+from swax.layers.mlp import SwiGLU, swiglu_hidden_dim
+from swax.layers.mlstm import MLSTMLayer
+from swax.layers.norm import MultiHeadNorm, RMSNorm
 
 __all__ = [
     "AttentionState",

@@ -16,9 +16,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..ops import apply_rope, sliding_window_attention
-from ..ops.docs import doc_positions
-from ..ops.rope import apply_rope_at
+from swax.ops import apply_rope, sliding_window_attention
+from swax.ops.packing import doc_positions
+from swax.ops.rope import apply_rope_at
 
 
 @dataclass(frozen=True)
@@ -122,7 +122,7 @@ class _Attention(nn.Module):
 
         ``window`` is ignored by full attention; for sliding-window attention it must match the
         window the state was built with. ``doc_ids`` (B, T): packed documents (see
-        :mod:`swax.ops.docs`), not with a state.
+        :mod:`swax.ops.packing`), not with a state.
         """
         B, T, _ = x.shape
         w = window if self.sliding else None

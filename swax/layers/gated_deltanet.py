@@ -16,10 +16,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..ops.conv import causal_conv1d
-from ..ops.docs import doc_conv1d
-from ..ops.gated_delta import gated_delta_rule, gated_delta_step
-from .norm import MultiHeadNorm
+from swax.layers.norm import MultiHeadNorm
+from swax.ops.conv import causal_conv1d
+from swax.ops.gated_delta import gated_delta_rule, gated_delta_step
+from swax.ops.packing import doc_conv1d
 
 
 class GatedDeltaNetLayer(nn.Module):
@@ -106,7 +106,7 @@ class GatedDeltaNetLayer(nn.Module):
         self, x: torch.Tensor, window=None, state=None, return_state: bool = False, doc_ids=None
     ):
         """x: (B, T, d_model) -> (B, T, d_model) [, (S, conv)]. ``window`` is ignored.
-        ``doc_ids`` (B, T): packed documents (see :mod:`swax.ops.docs`): state and convolution
+        ``doc_ids`` (B, T): packed documents (see :mod:`swax.ops.packing`): state and convolution
         restart at each document; not with a state."""
         B, T, _ = x.shape
         H = self.n_heads

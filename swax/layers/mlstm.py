@@ -25,10 +25,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..ops.conv import causal_conv1d
-from ..ops.docs import doc_conv1d
-from ..ops.mlstm import mlstm, mlstm_step
-from .norm import MultiHeadNorm
+from swax.layers.norm import MultiHeadNorm
+from swax.ops.conv import causal_conv1d
+from swax.ops.mlstm import mlstm, mlstm_step
+from swax.ops.packing import doc_conv1d
 
 
 def soft_cap(x: torch.Tensor, cap: float | None) -> torch.Tensor:
@@ -128,7 +128,7 @@ class MLSTMLayer(nn.Module):
         self, x: torch.Tensor, window=None, state=None, return_state: bool = False, doc_ids=None
     ):
         """x: (B, T, d_model) -> (B, T, d_model) [, (C, n, m) or (C, n, m, conv)]. ``window
-        is ignored. ``doc_ids`` (B, T): packed documents (see :mod:`swax.ops.docs`): state and
+        is ignored. ``doc_ids`` (B, T): packed documents (see :mod:`swax.ops.packing`): state and
         convolution restart at each document; not with a state."""
         B, T, _ = x.shape
         H = self.n_heads

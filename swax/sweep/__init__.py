@@ -10,7 +10,7 @@ a finished run (its ``summary.json`` exists) is never retrained and a finished e
     swax sweep experiments/window_sweep/sweep.yaml --only swax-w16,swax-w256
 
 Evaluation of each run: validation loss (from training), retrieval accuracy on evaluation-key
-episodes (:mod:`swax.eval.episodes`) at multiples of the training length, with the model's long
+episodes (:mod:`swax.probes.episodes`) at multiples of the training length, with the model's long
 window and also with its training window where different, and loss by position
 (:mod:`swax.eval.ppl`). ``aggregate`` gathers mean ± spread over seeds.
 
@@ -19,8 +19,8 @@ run's :func:`train_config`), :mod:`.run` (training and evaluating the runs: :fun
 and :mod:`.aggregate` (mean ± spread over seeds: :func:`aggregate`).
 """
 
-from .aggregate import EMERGED, aggregate, emergence, mean_spread
-from .config import (
+from swax.sweep.aggregate import EMERGED, aggregate, emergence, mean_spread
+from swax.sweep.config import (
     EvalSpec,
     GridSpec,
     SweepConfig,
@@ -32,7 +32,7 @@ from .config import (
     run_overrides,
     train_config,
 )
-from .run import STAGES, all_jobs, evaluate_run, run_sweep
+from swax.sweep.run import STAGES, all_jobs, evaluate_run, run_sweep
 
 __all__ = [
     "EMERGED",

@@ -13,10 +13,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..configutil import SEED_BOUNDS, bounded, check_fields, from_dict, load_yaml_mapping, to_dict
-from ..data.config import SyntheticConfig
-from ..errors import ConfigError
-from ..train.config import TrainConfig
+from swax.core.configs import (
+    SEED_BOUNDS,
+    bounded,
+    check_fields,
+    from_dict,
+    load_yaml_mapping,
+    to_dict,
+)
+from swax.core.errors import ConfigError
+from swax.data.config import SyntheticConfig
+from swax.train.config import TrainConfig
 
 
 @dataclass
@@ -59,7 +66,7 @@ class EvalSpec:
     batch_size: int = bounded(16, "[1, inf)")
     """Episodes evaluated at once."""
     bucket_samples: int = bounded(0, "[0, inf)")
-    """Recall by distance bucket (swax.eval.buckets): episodes per bucket, each bucket also
+    """Recall by distance bucket (swax.probes.buckets): episodes per bucket, each bucket also
     with the window-cut and recurrent-reset probes; 0 = not evaluated."""
     bucket_far: list[int] = bounded(bounds="[2, inf)", default_factory=lambda: [4, 16])
     """Upper edges of the buckets beyond the training length, as multiples of it."""

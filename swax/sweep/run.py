@@ -15,17 +15,15 @@ from pathlib import Path
 
 from safetensors.torch import load_file
 
-from ..data import DataConfig, build_datasets, load_model_tokenizer
-from ..errors import ConfigError
-from ..eval.buckets import chance_of, distance_buckets, recall_by_bucket, verdict
-from ..eval.episodes import episode_accuracy
-from ..eval.ppl import bucketize, position_losses
-from ..eval.recall import recall_by_window
-from ..model import SwaxLM
-from ..threads import applied_threads, auto_threads, last_setting, set_threads
-from ..train import train
-from ..train.checkpoint import latest_checkpoint, list_checkpoints
-from .config import (
+from swax.core.errors import ConfigError
+from swax.core.threads import applied_threads, auto_threads, last_setting, set_threads
+from swax.data import DataConfig, build_datasets, load_model_tokenizer
+from swax.eval.ppl import bucketize, position_losses
+from swax.eval.recall import recall_by_window
+from swax.model import SwaxLM
+from swax.probes.buckets import chance_of, distance_buckets, recall_by_bucket, verdict
+from swax.probes.episodes import episode_accuracy
+from swax.sweep.config import (
     EvalSpec,
     SweepConfig,
     archive_path,
@@ -34,6 +32,8 @@ from .config import (
     run_dir,
     train_config,
 )
+from swax.train import train
+from swax.train.checkpoint import latest_checkpoint, list_checkpoints
 
 
 def _train_one(cfg: SweepConfig, name: str, seed: int) -> dict:
@@ -83,7 +83,7 @@ def evaluate_run(cfg: SweepConfig, name: str, seed: int, progress: bool = False)
         if tcfg.window.kind == "fixed"
         else tcfg.window.short
     )
-    if ev.train_window and train_w != tcfg.window.long and "S" in model.config.layer_types:
+    if ev.train_window and train_w != tcfg.window.long and model.config.window_layers:
         windows["train"] = train_w
     # The window a run is used with: its own fixed window, or the long one after a stochastic
     # schedule (which ends on it); learning curves and the probe read recall there.
@@ -235,7 +235,7 @@ class _EvalContext:
         return {"probe": out, "probe_window": cut}
 
     def buckets(self) -> dict:
-        """Recall by distance bucket of the run's windows (swax.eval.buckets), with the run's
+        """Recall by distance bucket of the run's windows (swax.probes.buckets), with the run's
         own window, the window cut to probe_window (default window.short) and the recurrent
         reset; the laziness verdict."""
         w, T = self.tcfg.window, self.tcfg.seq_len

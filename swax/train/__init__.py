@@ -1,6 +1,6 @@
 """Training: config tree, window and lr schedules, the loop, checkpoints, distributed setup."""
 
-from .config import (
+from swax.train.config import (
     CheckpointConfig,
     DistConfig,
     LogConfig,
@@ -9,8 +9,8 @@ from .config import (
     WindowConfig,
     load_train_config,
 )
-from .schedules import FixedWindow, StochasticWindow, lr_at
-from .trainer import TrainingError, train
+from swax.train.schedules import FixedWindow, StochasticWindow, lr_at
+from swax.train.trainer import TrainingError, train
 
 __all__ = [
     "CheckpointConfig",

@@ -25,10 +25,10 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from ..errors import CheckpointError, CorruptCheckpointError
-from ..integrity import checksums, match_umask, verify_checksums
-from ..model import state_dict_mismatch
-from ..paths import writing
+from swax.core.errors import CheckpointError, CorruptCheckpointError
+from swax.core.integrity import checksums, match_umask, verify_checksums
+from swax.core.paths import writing
+from swax.model import state_dict_mismatch
 
 STEP_RE = re.compile(r"^step_(\d+)$")
 

@@ -5,7 +5,9 @@
 Top-level keys kept stable for scripts: run_dir, steps, seq_len, batch_size, seed, resume,
 window.kind, window.short, window.long, window.p_short, window.anneal_frac, checkpoint.every.
 Unknown keys and wrong types are errors naming the dotted key; the resolved config is written
-to ``run_dir/config.yaml``.
+to ``run_dir/config.yaml``. The model section is a SwaxConfig, written as a ``preset`` and the
+fields that override it (``model: {preset: tiny, layer_pattern: SD}``); a run's config.yaml
+holds every field of its model.
 """
 
 from __future__ import annotations
@@ -18,10 +20,18 @@ from typing import Any, Literal
 
 import yaml
 
-from ..config import SwaxConfig
-from ..configutil import SEED_BOUNDS, bounded, check_fields, from_dict, load_yaml_mapping, to_dict
-from ..data import DataConfig
-from ..errors import ConfigError
+from swax.config import PRESETS, SwaxConfig
+from swax.core.configs import (
+    SEED_BOUNDS,
+    bounded,
+    check_fields,
+    config_keys,
+    from_dict,
+    load_yaml_mapping,
+    to_dict,
+)
+from swax.core.errors import ConfigError
+from swax.data import DataConfig
 
 
 @dataclass
@@ -147,8 +157,12 @@ class TrainConfig:
     by torchrun --max-restarts or SLURM --requeue wants: one command for both). From the
     command line either reads the run's config.yaml; keys given again must agree with it,
     except RESUME_MAY_CHANGE."""
-    model: dict[str, Any] = field(default_factory=lambda: {"preset": "tiny", "layer_pattern": "SX"})
-    """The model: `preset` plus any SwaxConfig field to override."""
+    model: SwaxConfig = field(default_factory=SwaxConfig, metadata={"flatten": False})
+    """The model: any SwaxConfig field, and `preset` (a name of swax.config.PRESETS, default
+    tiny) whose fields the others override. Its `window` (the default of evaluation and of
+    `swax generate`) is window.long: left out, it is set to window.long; set to another value,
+    it is an error naming both. A vocab_size below the tokenizer's vocabulary is raised to it
+    (rounded up to a multiple of 128) in the model the run trains, with a note."""
     data: DataConfig = field(default_factory=DataConfig)
     """Training data."""
     window: WindowConfig = field(default_factory=WindowConfig)
@@ -184,18 +198,24 @@ class TrainConfig:
             syn.far_from = self.window.long
         self.validate()
 
-    def model_config(self) -> SwaxConfig:
-        """The SwaxConfig of the run (preset + overrides); its window is the long window."""
-        spec = dict(self.model)
-        preset = spec.pop("preset", "tiny")
-        try:
-            cfg = SwaxConfig.preset(preset, **spec)
-        except ConfigError as e:
-            raise ConfigError(f"model: {e}") from None
-        return cfg.replace(window=self.window.long) if cfg.window != self.window.long else cfg
+    @classmethod
+    def expand_keys(cls, data: dict, prefix: str = "") -> dict:
+        """Plain data whose model section does not set ``window`` gets the run's window.long
+        there (the model's window is the long window). (:func:`swax.core.configs.from_dict`
+        calls this first; the model section's ``preset`` is SwaxConfig's.)"""
+        model = data.get("model", {})
+        if not isinstance(model, dict) or "window" in model:
+            return data
+        section = data.get("window", {})
+        long = section.get("long", WindowConfig.long) if isinstance(section, dict) else None
+        if isinstance(long, float) and long.is_integer():
+            long = int(long)
+        if isinstance(long, bool) or not isinstance(long, int) or long < 1:
+            return data  # the window section's own check names it
+        return {**data, "model": {**model, "window": long}}
 
     def validate(self) -> None:
-        """Every field against its declared bounds (:func:`swax.configutil.check_fields`, the
+        """Every field against its declared bounds (:func:`swax.core.configs.check_fields`, the
         data section included), then what relates fields to each other."""
         check_fields(self)
         w = self.window
@@ -210,9 +230,14 @@ class TrainConfig:
             raise ConfigError(f"window.short={w.short} must not exceed window.long={w.long}")
         if self.device not in ("auto", "cpu", "cuda") and not self.device.startswith("cuda:"):
             raise ConfigError(f"device must be auto, cpu or cuda, got {self.device!r}")
-        if not isinstance(self.model, dict):
-            raise ConfigError(f"model must be a mapping (preset + overrides), got {self.model!r}")
-        self.model_config()  # validates the model section
+        if not isinstance(self.model, SwaxConfig):
+            raise ConfigError(f"model must be a SwaxConfig, got {type(self.model).__name__}")
+        if self.model.window != w.long:
+            raise ConfigError(
+                f"model.window={self.model.window} differs from window.long={w.long}: the "
+                f"model's window is the run's long window (of the anneal phase and evaluation); "
+                f"leave model.window out, or set both to the same value"
+            )
 
     def micro_batch(self, world_size: int) -> int:
         """Sequences per rank per micro-batch; the global batch must divide evenly."""
@@ -303,17 +328,35 @@ def _resumed_config(data: dict, saved_path: Path) -> dict:
     saved = from_dict(TrainConfig, load_yaml_mapping(saved_path, "the run's config.yaml"))
     out = saved.to_dict()
     theirs = _flat(out)
-    for key, value in _flat(data).items():
+    given, origin = _given_keys(data)
+    for key, value in given.items():
         changeable = any(key == k or key.startswith(k + ".") for k in RESUME_MAY_CHANGE)
         if changeable or key == "run_dir":
             _set(out, key.split("."), value)
         elif key not in theirs or theirs[key] != value:
             raise ConfigError(
-                f"{key}={value!r} differs from the run being resumed ({saved_path} has "
-                f"{key}={theirs.get(key)!r}); a resumed run keeps its settings except "
-                f"{', '.join(RESUME_MAY_CHANGE)}: drop the key, or use another run_dir"
+                f"{key}={value!r}{origin.get(key, '')} differs from the run being resumed "
+                f"({saved_path} has {key}={theirs.get(key)!r}); a resumed run keeps its "
+                f"settings except {', '.join(RESUME_MAY_CHANGE)}: drop the key, or use another "
+                f"run_dir"
             )
     return out
+
+
+def _given_keys(data: dict) -> tuple[dict, dict]:
+    """({dotted key: value} of the keys given, {key: where its value comes from}): a model
+    section's ``preset`` stands for the fields the preset sets (window aside: the model's
+    window is the run's long window unless given), so that a preset given again is compared
+    field by field with the run's model (a config.yaml holds the model's every field)."""
+    model = data.get("model")
+    if not isinstance(model, dict) or "preset" not in model:
+        return _flat(data), {}
+    expanded = SwaxConfig.expand_keys(model, "model.")
+    implied = [k for k in expanded if k not in model and k != "window"]
+    keep = {k: v for k, v in expanded.items() if k in model or k in implied}
+    given = _flat({**data, "model": keep})
+    origin = {f"model.{k}": f" (of model.preset={model['preset']})" for k in implied}
+    return given, origin
 
 
 def _flat(tree: dict, prefix: str = "") -> dict:
@@ -328,12 +371,19 @@ def _flat(tree: dict, prefix: str = "") -> dict:
     return out
 
 
+def train_config_keys() -> list[tuple[str, str, str]]:
+    """(dotted key, default, first sentence of its docstring) of every key a training config
+    takes (:func:`swax.core.configs.config_keys`); in place of ``model``, ``model.preset`` and
+    the model's fields (whose defaults are the tiny preset's)."""
+    rows = config_keys(TrainConfig)
+    i = next(j for j, r in enumerate(rows) if r[0] == "model")
+    preset = ("model.preset", "tiny", f"Named preset, one of {', '.join(PRESETS)}; the "
+              "model.* keys given override its fields")  # fmt: skip
+    return [*rows[:i], preset, *config_keys(SwaxConfig, "model."), *rows[i + 1 :]]
+
+
 def save_train_config(cfg: TrainConfig, path: str | Path) -> None:
     Path(path).write_text(yaml.safe_dump(cfg.to_dict(), sort_keys=False))
-
-
-def total_tokens(cfg: TrainConfig) -> int:
-    return cfg.steps * cfg.batch_size * cfg.seq_len
 
 
 def anneal_start(total_steps: int, anneal_frac: float) -> int:

@@ -16,7 +16,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from ..configutil import resolve_device
+from swax.core.configs import resolve_device
 
 
 @dataclass(frozen=True)
@@ -115,7 +115,3 @@ def wrap_model(model: nn.Module, info: DistInfo, strategy: str) -> nn.Module:
         fully_shard(model)
         return model
     raise ValueError(f"unknown dist.strategy {strategy!r}; expected ddp or fsdp")
-
-
-def unwrap(model: nn.Module) -> nn.Module:
-    return model.module if hasattr(model, "module") else model

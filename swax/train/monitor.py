@@ -5,7 +5,7 @@ everything inside its window and the recurrent memory never learns to carry anyt
 it (the SWAX paper's finding). The loss does not show it (answers within the window are most
 of the supervised retrieval). With ``log.laziness_every: N`` the trainer evaluates, every N
 steps and at the end, a fixed set of retrieval episodes (``data.synthetic``'s task, distances
-drawn per bucket of :mod:`swax.eval.buckets`) with the long window and with the recurrent state
+drawn per bucket of :mod:`swax.probes.buckets`) with the long window and with the recurrent state
 reset before the question, and logs to metrics.jsonl and TensorBoard:
 
 - ``lazy/inside_long``, ``lazy/beyond_long``, ``lazy/beyond_T``: recall (%) inside the long
@@ -13,7 +13,7 @@ reset before the question, and logs to metrics.jsonl and TensorBoard:
 - ``lazy/reset_beyond_long``: recall beyond the long window with the recurrent state reset
   (what attention alone gets there: near chance for any working memory);
 - ``lazy/recall_<bucket>``: recall per bucket (le_short, short_long, long_T, T_4T);
-- ``lazy/kind``: lazy, memory, partial or none (:func:`swax.eval.buckets.verdict`).
+- ``lazy/kind``: lazy, memory, partial or none (:func:`swax.probes.buckets.verdict`).
 
 ``swax plot-run`` draws them under the losses.
 """
@@ -25,7 +25,7 @@ import math
 
 import torch
 
-from ..eval.buckets import chance_of, distance_buckets, recall_by_bucket, verdict
+from swax.probes.buckets import chance_of, distance_buckets, recall_by_bucket, verdict
 
 MONITOR_SEED = 4321
 """Seed of the monitor's episodes: the same episodes at every evaluation."""

@@ -6,11 +6,11 @@
   kernel drops the lock when the holder exits, however it exits (``kill -9`` included): there is
   no stale lock to remove by hand. (``flock`` is advisory and local: two machines writing one
   folder on a network file system are not stopped by it.)
-- :class:`~swax.signals.StopSignals` turns the first SIGINT (Ctrl-C) or SIGTERM (what SLURM and most
-  schedulers send before preemption) into a request that the training loop honours at the next
-  step boundary: it saves a checkpoint of that step and exits, so that ``resume=true`` continues
-  exactly where it stopped. A second signal stops at once (the last complete checkpoint is kept;
-  a checkpoint being written is abandoned, never half-renamed).
+- :class:`~swax.core.signals.StopSignals` turns the first SIGINT (Ctrl-C) or SIGTERM (what SLURM
+  and most schedulers send before preemption) into a request that the training loop honours at the
+  next step boundary: it saves a checkpoint of that step and exits, so that ``resume=true``
+  continues exactly where it stopped. A second signal stops at once (the last complete
+  checkpoint is kept; a checkpoint being written is abandoned, never half-renamed).
 """
 
 from __future__ import annotations
@@ -25,8 +25,8 @@ import socket
 import time
 from pathlib import Path
 
-from ..errors import ConfigError
-from ..signals import Stopped, StopSignals
+from swax.core.errors import ConfigError
+from swax.core.signals import Stopped, StopSignals
 
 __all__ = ["RunLock", "StopSignals", "TrainingStopped", "remove_stale_files"]
 

@@ -8,6 +8,9 @@ uninterrupted run would have drawn.
     sched = StochasticWindow(short=128, long=2048, p_short=0.5, anneal_frac=0.1,
                              total_steps=10_000, seed=0)
     window = sched(step)            # 128 or 2048; always 2048 for the last 10% of steps
+
+:func:`window_schedule` builds a run's schedule from its config; with per-layer draws the
+model lays them on its layers (:meth:`swax.config.SwaxConfig.layer_windows`).
 """
 
 from __future__ import annotations
@@ -16,7 +19,9 @@ import hashlib
 import math
 import struct
 
-from ..ops._checks import check_window
+from swax.config import SwaxConfig
+from swax.ops.checks import check_window
+from swax.train.config import TrainConfig
 
 
 def _uniform(seed: int, step: int, stream: int = 0) -> float:
@@ -108,6 +113,43 @@ class StochasticWindow:
             text += (f"; {self.long} from step {self.anneal_start + 1} "
                      f"(last {self.anneal_frac:.0%})")  # fmt: skip
         return text
+
+
+class PerLayerWindows:
+    """The per-layer draws of ``sched`` (one per windowed layer) laid on the model's layers by
+    :meth:`SwaxConfig.layer_windows`: a window for each sliding-window layer, None for the
+    layers that take none."""
+
+    def __init__(self, sched: StochasticWindow, model: SwaxConfig):
+        self.sched, self.model, self.long = sched, model, sched.long
+
+    def describe(self) -> str:
+        return self.sched.describe()
+
+    def __call__(self, step: int) -> tuple[int | None, ...]:
+        return self.model.layer_windows(self.sched(step))
+
+    def __repr__(self) -> str:
+        return repr(self.sched)
+
+
+def window_schedule(cfg: TrainConfig, model: SwaxConfig, plan_steps: int | None = None):
+    """The run's window schedule: step -> window (or a tuple of per-layer windows), laid over
+    ``plan_steps`` (default ``cfg.steps``; steps past it are in the long-window anneal)."""
+    w = cfg.window
+    if w.kind == "fixed":
+        return FixedWindow(w.fixed or w.long)
+    n_windowed = len(model.window_layers)
+    sched = StochasticWindow(
+        w.short,
+        w.long,
+        w.p_short,
+        w.anneal_frac,
+        plan_steps or cfg.steps,
+        cfg.seed,
+        per_layer=n_windowed if (w.per_layer and n_windowed > 1) else None,
+    )
+    return sched if sched.per_layer is None else PerLayerWindows(sched, model)
 
 
 def lr_at(

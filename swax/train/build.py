@@ -1,0 +1,315 @@
+"""Building a training run: the run folder, data, model, optimizer and schedules, restored
+from its latest checkpoint when it resumes; :class:`RunState` holds them for the loop
+(:mod:`swax.train.trainer`)."""
+
+from __future__ import annotations
+
+import logging
+import math
+import shutil
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from swax.config import SwaxConfig
+from swax.core.errors import ConfigError
+from swax.core.threads import AutoThreads, set_threads, threads_note
+from swax.data import PackedLoader, build_datasets
+from swax.data.loader import data_tokenizer
+from swax.model import SwaxLM
+from swax.train import distributed as D
+from swax.train.checkpoint import (
+    latest_checkpoint,
+    list_checkpoints,
+    load_latest_checkpoint,
+    save_checkpoint,
+)
+from swax.train.config import TrainConfig, save_train_config
+from swax.train.logger import RunLogger
+from swax.train.monitor import LazinessMonitor
+from swax.train.peak import Peak, peak_flops
+from swax.train.runctl import StopSignals, remove_stale_files
+from swax.train.schedules import lr_at, window_schedule
+
+log = logging.getLogger("swax")
+
+
+@dataclass
+class RunState:
+    """Everything a training run carries from setup through its steps to the end: built by
+    :func:`setup_run`, advanced by :func:`swax.train.step.train_step`, closed by
+    :func:`swax.train.trainer.finish`."""
+
+    cfg: TrainConfig
+    info: D.DistInfo
+    run_dir: Path
+    ckpt: Path | None
+    tok: Any
+    mcfg: SwaxConfig
+    train_tokens: int
+    loader: PackedLoader
+    val_loader: PackedLoader | None
+    model: torch.nn.Module
+    """The model as trained: wrapped by DDP or FSDP under torchrun."""
+    raw_model: SwaxLM
+    fwd: Callable
+    """What the forward pass calls: ``model`` or its torch.compile."""
+    optimizer: torch.optim.Optimizer
+    sched: Callable
+    amp_dtype: torch.dtype | None
+    n_params: int
+    start_step: int = 0
+    plan_steps: int = 0
+    """The steps the learning-rate and window schedules are laid over: the run's first
+    ``steps`` (kept in its checkpoints). A resume that asks for more steps extends the run past
+    its plan instead of re-stretching the schedules: the added steps keep the plan's last
+    learning rate and window (long), so the learning rate never rises on an extension."""
+    elapsed0: float = 0.0
+    """Seconds spent by earlier processes of this run (restored from the checkpoint)."""
+    tokens_seen: int = 0
+    summary: dict = field(default_factory=dict)
+    logger: RunLogger | None = None
+    peak: Peak | None = None
+    auto_threads: AutoThreads | None = None
+    t_start: float = field(default_factory=time.perf_counter)
+    """When this process started its steps (set again by :func:`swax.train.trainer.run_steps`)."""
+    t_last: float = 0.0
+    tok_last: int = 0
+    """Time and tokens at the last throughput line."""
+    stop: StopSignals | None = None
+    """SIGINT / SIGTERM received by this process (set by :func:`swax.train.trainer.train`)."""
+    monitor: LazinessMonitor | None = None
+    """The laziness monitor (log.laziness_every), built at its first use."""
+
+    @property
+    def tokens_per_step(self) -> int:
+        return self.cfg.batch_size * self.cfg.seq_len
+
+    def elapsed(self) -> float:
+        """Seconds of training of the whole run so far, over all its processes."""
+        return self.elapsed0 + time.perf_counter() - self.t_start
+
+    def trainer_state(self) -> dict:
+        """The non-tensor part of a checkpoint: loader position, clocks, summary, config."""
+        return {
+            "loader": self.loader.state_dict(),
+            "elapsed": self.elapsed(),
+            "plan_steps": self.plan_steps,
+            "tokens": self.tokens_seen,
+            "summary": self.summary,
+            "config": self.cfg.to_dict(),
+        }
+
+    def save(self, step: int) -> None:
+        save_checkpoint(
+            self.run_dir,
+            step,
+            self.model,
+            self.optimizer,
+            self.trainer_state(),
+            self.cfg.checkpoint.keep,
+            self.info.is_main,
+        )
+
+
+def param_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:
+    """Decay matrices; no decay for embeddings, norms, biases, gates' biases and 1-D params."""
+    decay, no_decay = [], []
+    for name, p in model.named_parameters():
+        if not p.requires_grad:
+            continue
+        if p.ndim < 2 or "embed" in name or "conv" in name:
+            no_decay.append(p)
+        else:
+            decay.append(p)
+    return [
+        {"params": decay, "weight_decay": weight_decay},
+        {"params": no_decay, "weight_decay": 0.0},
+    ]
+
+
+def _prepare_run_dir(cfg: TrainConfig, info: D.DistInfo) -> tuple[Path, Path | None]:
+    """(run folder, checkpoint to resume from or None): what resume and overwrite ask of a
+    folder that may hold a run already; leftovers of interrupted writes removed."""
+    run_dir = Path(cfg.run_dir)
+    ckpt = latest_checkpoint(run_dir)
+    resume = cfg.resume is True or (cfg.resume == "auto" and ckpt is not None)
+    if (
+        cfg.resume == "auto"
+        and ckpt is None
+        and (list_checkpoints(run_dir) or (run_dir / "model").exists())
+    ):
+        raise ConfigError(
+            f"resume=auto: {run_dir} holds a run but no intact checkpoint to resume from; "
+            "pass overwrite=true to start over (deletes it), or another run_dir"
+        )
+    if resume:
+        if ckpt is None:
+            raise ConfigError(f"resume=true but {run_dir} holds no checkpoint to resume from")
+    elif list_checkpoints(run_dir) or (run_dir / "model").exists():
+        if not cfg.overwrite:
+            raise ConfigError(
+                f"run_dir {run_dir} already holds a run; pass resume=true to continue it, "
+                f"overwrite=true to start over (deletes its checkpoints), or another run_dir"
+            )
+        if info.is_main:
+            shutil.rmtree(run_dir / "checkpoints", ignore_errors=True)
+            shutil.rmtree(run_dir / "model", ignore_errors=True)
+            (run_dir / "metrics.jsonl").unlink(missing_ok=True)
+        ckpt = None
+    if info.is_main:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        for p in remove_stale_files(run_dir):
+            log.info("removed %s, left by an interrupted write", p)
+    return run_dir, ckpt if resume else None
+
+
+def _build_data(cfg: TrainConfig, info: D.DistInfo):
+    """(tokenizer, model config, training tokens, train loader, validation loader or None)."""
+    tok = data_tokenizer(cfg.data)  # a shard set's own tokenizer, else data.tokenizer
+    mcfg = cfg.model
+    if mcfg.vocab_size < tok.vocab_size:  # e.g. a byte-level preset on GPT-2 tokens
+        mcfg = mcfg.replace(vocab_size=128 * math.ceil(tok.vocab_size / 128))
+        _warn_main(info)(
+            f"note: model.vocab_size={cfg.model.vocab_size} is smaller than the tokenizer's "
+            f"vocabulary ({tok.name}: {tok.vocab_size}); the model has {mcfg.vocab_size}"
+        )
+    train_ds, val_ds = build_datasets(cfg.data, tok, cfg.seq_len, cfg.seed)
+    micro = cfg.micro_batch(info.world_size)
+    loader = PackedLoader(
+        train_ds,
+        cfg.seq_len,
+        micro,
+        info.rank,
+        info.world_size,
+        cfg.seed,
+        synthetic=cfg.data.synthetic,
+        tokenizer=tok,
+        doc_mask=cfg.data.doc_mask,
+    )
+    # validation batches are global batches (batch_size sequences), whatever the world size
+    # and accumulation, so every run of a config is validated on the same sequences
+    val_loader = None
+    if val_ds is not None:
+        per_rank = cfg.batch_size // info.world_size
+        val_loader = PackedLoader(
+            val_ds, cfg.seq_len, per_rank, info.rank, info.world_size, cfg.seed,
+            doc_mask=cfg.data.doc_mask,
+        )  # fmt: skip
+    return tok, mcfg, train_ds.num_tokens, loader, val_loader
+
+
+def _build_model(cfg: TrainConfig, info: D.DistInfo, mcfg: SwaxConfig):
+    """(raw model, wrapped model, forward callable, optimizer) on the run's device."""
+    torch.manual_seed(cfg.seed)
+    raw_model = SwaxLM(mcfg).to(info.device)
+    if cfg.activation_checkpointing:
+        raw_model.gradient_checkpointing = True
+    model = D.wrap_model(raw_model, info, cfg.dist.strategy)
+    fwd = torch.compile(model) if cfg.compile else model
+    o = cfg.optim
+    optimizer = torch.optim.AdamW(
+        param_groups(model, o.weight_decay), lr=o.lr, betas=(o.beta1, o.beta2), eps=o.eps
+    )
+    return raw_model, model, fwd, optimizer
+
+
+def setup_run(cfg: TrainConfig, info: D.DistInfo) -> RunState:
+    """Prepare the run folder, data, model and optimizer; restore a checkpoint when resuming;
+    open the logger. Nothing is trained yet."""
+    if cfg.threads:  # 0: the command's setting (swax.cli applied it)
+        set_threads(cfg.threads)
+    run_dir, ckpt = _prepare_run_dir(cfg, info)
+    if info.distributed:
+        torch.distributed.barrier()
+    tok, mcfg, train_tokens, loader, val_loader = _build_data(cfg, info)
+    raw_model, model, fwd, optimizer = _build_model(cfg, info, mcfg)
+    bf16 = cfg.dtype == "bfloat16" or (cfg.dtype == "auto" and info.device.type == "cuda")
+    run = RunState(
+        cfg=cfg,
+        info=info,
+        run_dir=run_dir,
+        ckpt=ckpt,
+        tok=tok,
+        mcfg=mcfg,
+        train_tokens=train_tokens,
+        loader=loader,
+        val_loader=val_loader,
+        model=model,
+        raw_model=raw_model,
+        fwd=fwd,
+        optimizer=optimizer,
+        sched=window_schedule(cfg, mcfg),
+        amp_dtype=torch.bfloat16 if bf16 else None,
+        n_params=raw_model.num_parameters(),
+        summary={"run_dir": str(run_dir), "params": raw_model.num_parameters()},
+    )
+    if ckpt is not None:
+        _restore(run)
+    run.plan_steps = run.plan_steps or cfg.steps
+    run.logger = RunLogger(cfg, run_dir, info.is_main, run.start_step)
+    if info.is_main:
+        save_train_config(cfg, run_dir / "config.yaml")
+    run.peak = peak_flops(info.device)
+    if info.device.type == "cpu":
+        run.auto_threads = AutoThreads()
+    _announce(run)
+    return run
+
+
+def _restore(run: RunState) -> None:
+    """Weights, optimizer, RNG, data position, clocks and summary from the run's latest intact
+    checkpoint; the schedules laid over the steps the run was planned with."""
+    cfg, info = run.cfg, run.info
+    run.ckpt, state = load_latest_checkpoint(
+        run.run_dir, run.model, run.optimizer, _warn_main(info), info.is_main
+    )
+    run.start_step = state["step"]
+    run.plan_steps = int(state.get("plan_steps") or cfg.steps)  # older: re-stretched
+    if run.plan_steps != cfg.steps:
+        run.sched = window_schedule(cfg, run.mcfg, run.plan_steps)
+    run.loader.load_state_dict(state["loader"])
+    run.elapsed0 = state.get("elapsed", 0.0)
+    run.tokens_seen = state.get("tokens", 0)
+    run.summary.update(state.get("summary", {}))
+
+
+def _announce(run: RunState) -> None:
+    """The run's header lines (model, processes, tokens, window schedule, data, threads; what
+    MFU is measured against), and what an extended or too-short run should know."""
+    cfg, info, ckpt = run.cfg, run.info, run.ckpt
+    run.logger.message(
+        f"swax train: {run.mcfg.layer_types} {run.n_params / 1e6:.2f}M params | "
+        f"{info.world_size} process(es) on {info.device} | {cfg.steps} steps × "
+        f"{cfg.batch_size} × {cfg.seq_len} = {cfg.steps * run.tokens_per_step / 1e6:.1f}M "
+        f"tokens | window {run.sched.describe()} | {run.train_tokens / 1e6:.2f}M training "
+        f"tokens ({run.tok.name})"
+        + (f" | resumed from {ckpt.name}" if ckpt else "")
+        + (f" | {threads_note()}" if info.device.type == "cpu" else "")
+    )
+    run.logger.message(f"MFU: the model's FLOP/s over {run.peak.describe()}")
+    o = cfg.optim
+    if cfg.steps > run.plan_steps:
+        final = lr_at(run.plan_steps - 1, run.plan_steps, o.lr, o.warmup_steps, o.schedule,
+                      o.min_lr_ratio, o.decay_frac)  # fmt: skip
+        run.logger.message(
+            f"extending the run past its plan of {run.plan_steps} steps: steps "
+            f"{run.plan_steps + 1}-{cfg.steps} keep its last learning rate ({final:.3g}) and "
+            "long window; the schedules are not re-stretched"
+        )
+    if o.warmup_steps >= cfg.steps and ckpt is None:
+        _warn_main(info)(
+            f"warning: optim.warmup_steps={o.warmup_steps} >= steps={cfg.steps}: the learning "
+            f"rate only rises, to {o.lr * cfg.steps / o.warmup_steps:.3g} (optim.lr={o.lr:g}), "
+            "and never decays; lower optim.warmup_steps for a run this short"
+        )
+
+
+def _warn_main(info: D.DistInfo) -> Callable[[str], None]:
+    """A warning printer that writes on rank 0 only."""
+    return lambda text: print(text, file=sys.stderr, flush=True) if info.is_main else None

@@ -1,0 +1,248 @@
+"""The compiled decode step (swax.decode) against the eager decode, its reference.
+
+The eager path (``compile=False``) is checked against naive recomputation and the naive ops in
+tests/model/test_generate.py and the op tests; here the compiled fixed-shape step must give the same
+tokens (greedy and seeded sampling), the same final state within float32 rounding, and batched
+decoding of prompts of different lengths must give each prompt the tokens it gets alone.
+
+An inductor compile costs tens of seconds here (each test process has a cold inductor cache,
+tests/conftest.py), so the fast tier traces the step with torch.compile's ``aot_eager`` backend
+(dynamo's full graph and AOT autograd, without inductor's C++ code: seconds), in one
+configuration shared by its tests (the ``sx_traced`` model at batch 4, greedy); the slow tier
+compiles with inductor, as users get it, for every pattern and the sampling modes.
+"""
+
+import copy
+import logging
+
+import pytest
+import torch
+
+from swax import SwaxConfig, SwaxLM
+from swax import decode as swax_decode
+from swax.generate import generate, generate_batch
+from swax.layers.attention import AttentionState
+from tests.helpers import FLOOR, NOISE_FACTOR, U32, rel_err
+
+VOCAB = 61
+STEPS = 256
+
+
+def small_model(pattern: str, seed: int = 0) -> SwaxLM:
+    torch.manual_seed(seed)
+    cfg = SwaxConfig(
+        vocab_size=VOCAB,
+        d_model=32,
+        n_layers=2,
+        n_heads=4,
+        n_kv_heads=2,  # grouped-query attention in the S and A layers
+        window=8,
+        chunk_size=16,
+        layer_pattern=pattern,
+        init_std=0.5,  # varied tokens (at 0.02 a random model repeats one token forever)
+    )
+    return SwaxLM(cfg).eval()
+
+
+@pytest.fixture(scope="module")
+def sx():
+    return small_model("SX")
+
+
+@pytest.fixture
+def aot_eager(monkeypatch):
+    """Steps compiled while this fixture is active use the aot_eager backend."""
+    monkeypatch.setattr(swax_decode, "BACKEND", "aot_eager")
+
+
+@pytest.fixture(scope="module")
+def sx_traced():
+    """The SX model whose compiled steps come from aot_eager (its own object: the compiled
+    steps are kept on the model, and the inductor tests must not find these)."""
+    return small_model("SX")
+
+
+def state_tensors(state) -> list[tuple[str, torch.Tensor]]:
+    """(name, tensor) of every tensor of a SwaxState, layer by layer."""
+    out = []
+    for i, layer in enumerate(state.layers):
+        if isinstance(layer, AttentionState):
+            out += [(f"layer {i} k", layer.k), (f"layer {i} v", layer.v)]
+        else:
+            out += [(f"layer {i} state[{j}]", t) for j, t in enumerate(layer)]
+    return out
+
+
+def state_noise_floors(model, ids: torch.Tensor, draws: int = 2) -> list[float]:
+    """For each tensor of the state after ``ids`` (one teacher-forced pass): the normwise change
+    of its float64 value when every parameter of a float64 copy of the model is perturbed by
+    one float32 rounding (relative 2^-24): how far float32 rounding alone moves it (as
+    helpers.model_noise_floor does for one output)."""
+    model64 = copy.deepcopy(model).double()
+    with torch.no_grad():
+        ref = [t for _, t in state_tensors(model64(ids, return_state=True)[1])]
+    g = torch.Generator().manual_seed(0)
+    worst = [0.0] * len(ref)
+    for _ in range(draws):
+        m = copy.deepcopy(model64)
+        with torch.no_grad():
+            for p in m.parameters():
+                p.mul_(1 + U32 * (2 * torch.rand(p.shape, generator=g, dtype=torch.float64) - 1))
+            got = [t for _, t in state_tensors(m(ids, return_state=True)[1])]
+        worst = [max(w, rel_err(a, e)) for w, a, e in zip(worst, got, ref)]
+    return worst
+
+
+def check_compiled_matches_eager(model, ids, steps=STEPS):
+    """Same tokens for ``steps`` greedy steps; every final state tensor of the compiled path
+    within 2 x NOISE_FACTOR x its float32 noise floor (+ FLOOR) of the eager one (two float32
+    computations, each within NOISE_FACTOR of the exact value)."""
+    eager, s_eager = generate(model, ids, steps, compile=False, return_state=True)
+    comp, s_comp = generate(model, ids, steps, compile=True, return_state=True)
+    assert torch.equal(comp, eager)
+    assert min(len(set(r)) for r in eager[:, ids.shape[1] :].tolist()) >= 10  # not one token
+    assert s_comp.pos == s_eager.pos == ids.shape[1] + steps - 1
+    floors = state_noise_floors(model, eager[:, :-1])  # the ids both states consumed
+    for (name, a), (_, e), floor in zip(state_tensors(s_comp), state_tensors(s_eager), floors):
+        assert a.shape == e.shape, name
+        err, bound = rel_err(a, e), 2 * NOISE_FACTOR * floor + FLOOR
+        assert err <= bound, f"{name}: {err:.3e} > {bound:.3e} (floor {floor:.3e})"
+
+
+def test_traced_greedy_matches_eager_sx(sx_traced, aot_eager):
+    ids = torch.randint(0, VOCAB, (4, 13), generator=torch.Generator().manual_seed(1))
+    check_compiled_matches_eager(sx_traced, ids)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("pattern", ["SX", "SD", "SA", "XS"])
+def test_compiled_greedy_matches_eager(pattern):
+    """Inductor. SD: Gated DeltaNet; SA: full attention over a capacity buffer (prompt longer
+    than the window); XS: a recurrent layer first."""
+    assert swax_decode.compile_backend() == "inductor"  # the slow tier compiles for real
+    model = small_model(pattern, seed=2)
+    ids = torch.randint(0, VOCAB, (2, 21), generator=torch.Generator().manual_seed(3))
+    check_compiled_matches_eager(model, ids)
+
+
+def test_fast_tier_traces_with_aot_eager(monkeypatch):
+    """$SWAX_COMPILE_BACKEND picks the backend (conftest sets aot_eager outside the slow tier)."""
+    assert swax_decode.compile_backend() == "aot_eager"
+    monkeypatch.delenv("SWAX_COMPILE_BACKEND")
+    assert swax_decode.compile_backend() == swax_decode.BACKEND == "inductor"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "sampling",
+    [dict(temperature=0.8), dict(temperature=1.0, top_k=5), dict(temperature=1.2, top_p=0.9)],
+    ids=["temperature", "top_k", "top_p"],
+)
+def test_seeded_sampling_matches_eager(sx, sampling):
+    ids = torch.randint(0, VOCAB, (2, 9), generator=torch.Generator().manual_seed(4))
+    eager = generate(sx, ids, 64, seed=11, compile=False, **sampling)
+    comp = generate(sx, ids, 64, seed=11, compile=True, **sampling)
+    assert torch.equal(comp, eager)
+    assert not torch.equal(eager, generate(sx, ids, 64, compile=False))  # it did sample
+
+
+def alone(model, prompt, n, eos):
+    """The new ids ``generate`` gives ``prompt`` alone (eager), cut after eos."""
+    new = generate(model, prompt[None], n, eos_token_id=eos, compile=False)[0, len(prompt) :]
+    new = new.tolist()
+    return new[: new.index(eos) + 1] if eos in new else new
+
+
+def mixed_prompts():
+    g = torch.Generator().manual_seed(5)
+    return [torch.randint(0, VOCAB, (n,), generator=g) for n in (7, 1, 30, 12)]
+
+
+def stopping_token(model, prompts, n) -> int:
+    """A token that ends some prompt's generation part-way (not before its 4th new token) and
+    never appears in another's: rows stopping early are masked while others go on."""
+    gens = [alone(model, p, n, None) for p in prompts]
+    for t in range(VOCAB):
+        first = [g.index(t) if t in g else None for g in gens]
+        if any(f is not None and 3 <= f < n - 5 for f in first) and None in first:
+            return t
+    raise AssertionError("no token stops one prompt early and not another")
+
+
+def check_batch_matches_alone(model, prompts, n, compile):
+    eos = stopping_token(model, prompts, n)
+    refs = [alone(model, p, n, eos) for p in prompts]
+    assert any(len(r) < n for r in refs) and any(len(r) == n for r in refs)
+    assert generate_batch(model, prompts, n, eos_token_id=eos, compile=compile) == refs
+
+
+def test_batch_of_mixed_lengths_matches_each_alone(sx_traced, aot_eager):
+    """4 prompts (7, 1, 30 and 12 tokens: under, at and over the window of 8) decoded together
+    at per-row positions by the traced step (the batch of the test above: no new trace)."""
+    check_batch_matches_alone(sx_traced, mixed_prompts(), 40, compile=True)
+
+
+def test_batch_without_compile_matches_each_alone(sx):
+    check_batch_matches_alone(sx, mixed_prompts(), 40, compile=False)
+
+
+@pytest.mark.slow
+def test_batch_with_full_attention_matches_each_alone():
+    """Inductor; per-row positions in the A layers' capacity buffers; a batch padded from 3
+    rows to 4."""
+    model = small_model("SA", seed=2)
+    check_batch_matches_alone(model, mixed_prompts()[:3], 40, compile=True)
+
+
+def test_failed_compile_falls_back_to_eager_with_one_warning(monkeypatch, caplog):
+    model = small_model("SX", seed=6)
+
+    def broken(self, static, tok):
+        raise RuntimeError("no C compiler")
+
+    monkeypatch.setattr(swax_decode.StepRunner, "warm_up", broken)
+    monkeypatch.setattr(swax_decode, "_FAILED", {})
+    ids = torch.randint(0, VOCAB, (2, 6), generator=torch.Generator().manual_seed(7))
+    with caplog.at_level(logging.WARNING, logger="swax"):
+        a = generate(model, ids, 20, compile=True)
+        b = generate(model, ids, 20, compile=True)  # no second attempt, no second warning
+    warnings = [r for r in caplog.records if "compiling the decode step failed" in r.message]
+    assert len(warnings) == 1 and "no C compiler" in warnings[0].message
+    assert torch.equal(a, generate(model, ids, 20, compile=False)) and torch.equal(a, b)
+
+
+def test_automatic_compile_skips_short_generations_on_the_cpu(monkeypatch):
+    model = small_model("SX", seed=6)
+
+    def unexpected(self, static, tok):
+        raise AssertionError("compiled a short generation")
+
+    monkeypatch.setattr(swax_decode.StepRunner, "warm_up", unexpected)
+    ids = torch.randint(0, VOCAB, (1, 5), generator=torch.Generator().manual_seed(8))
+    generate(model, ids, 16)  # compile=None: 16 tokens, eager
+    assert not model.__dict__.get("_swax_decode_steps")
+
+
+@pytest.mark.parametrize(
+    "prompts, kwargs, match",
+    [
+        ([], {}, "non-empty list"),
+        (torch.tensor([[1, 2]]), {}, "non-empty list"),
+        ([[1, 2], []], {}, "prompt 1"),
+        ([[1, 2], [[1]]], {}, "prompt 1"),
+        ([[1, VOCAB]], {}, "outside 0"),
+        ([[1.5, 2.0]], {}, "prompt 0"),
+        ([[1, 2]], {"batch_size": 0}, "batch_size"),
+        ([[1, 2]], {"compile": "yes"}, "compile must be"),
+        ([[1, 2]], {"max_new_tokens": -1}, "max_new_tokens"),
+        ([[1, 2]], {"stop_strings": ["x"]}, "decode function"),
+    ],
+)
+def test_generate_batch_rejects_bad_input(sx, prompts, kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        generate_batch(sx, prompts, **kwargs)
+
+
+def test_generate_rejects_bad_compile_flag(sx):
+    with pytest.raises(ValueError, match="compile must be"):
+        generate(sx, torch.tensor([[1, 2]]), 4, compile=1)

@@ -1,0 +1,457 @@
+"""The window sweep: config validation, resumability, the claims' judgments, the quick run."""
+
+import json
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from swax.core.errors import ConfigError
+from swax.sweep import (
+    aggregate,
+    all_jobs,
+    archive_path,
+    emergence,
+    load_sweep,
+    mean_spread,
+    run_dir,
+    run_sweep,
+    train_config,
+)
+
+ROOT = Path(__file__).resolve().parents[2]
+SWEEP = ROOT / "experiments" / "window_sweep" / "sweep.yaml"
+sys.path.insert(0, str(ROOT / "experiments" / "window_sweep"))
+import run as report  # noqa: E402
+
+
+@pytest.mark.parametrize(
+    "path", [SWEEP, SWEEP.with_name("sweep_gpu.yaml")], ids=["cpu_scale", "h200_scale"]
+)
+def test_the_shipped_sweeps_have_every_family_and_window(path):
+    cfg = load_sweep(path)
+    seq = cfg.base["seq_len"]
+    families = {"SX": cfg.roles, **cfg.families}
+    assert set(families) == {"SX", "SD", "SA"}
+    for family, roles in families.items():
+        runs = {role: cfg.runs[name] for role, name in roles.items()}
+        assert {r.get("model", {}).get("layer_pattern", "SX") for r in runs.values()} == {family}
+        short, long_ = runs["short"]["window"], runs["long"]["window"]
+        assert short["kind"] == long_["kind"] == "fixed"
+        assert short["fixed"] < long_["fixed"] == seq  # the long window is the training length
+        assert runs["stochastic"]["window"]["kind"] == "stochastic"
+    patterns = {r.get("model", {}).get("layer_pattern", "SX") for r in cfg.runs.values()}
+    assert {"X", "A"} <= patterns  # the pure baselines
+    assert cfg.base["data"]["synthetic"]["task"] == "mqar"
+
+
+def test_the_cpu_sweep_has_seeds_a_phase_diagram_curves_and_a_probe():
+    cfg = load_sweep(SWEEP)
+    assert len(cfg.seeds) >= 2
+    # the phase diagram: input-gate bias x window, two points shared with the SX runs
+    assert set(cfg.grid.axes) == {"model.mlstm_igate_bias_init", "window.fixed"}
+    assert sorted(cfg.aliases.values()) == ["sx-long", "sx-short"]
+    assert cfg.eval.curve_multiples and cfg.eval.probe_multiple == 1
+    quick = load_sweep(SWEEP, quick=True)
+    assert quick.seeds == [0] and len(quick.runs) == 3
+
+
+def test_grid_points_expand_and_reuse_equal_runs(tmp_path):
+    data = _tiny_sweep(tmp_path, {"w8": {"window": {"fixed": 8}}})
+    data["grid"] = {
+        "from_run": "w8",
+        "axes": {"window.fixed": [8, 16], "model.mlstm_igate_bias_init": [-10, -3]},
+        "labels": {"window.fixed": "w", "model.mlstm_igate_bias_init": "b"},
+    }
+    data["base"]["model"]["mlstm_igate_bias_init"] = -3
+    cfg = load_sweep(_write(tmp_path, data))
+    # (the YAML writer sorted the axes: the bias comes first)
+    assert set(cfg.grid_runs) == {"grid-b-10-w8", "grid-b-3-w8", "grid-b-10-w16", "grid-b-3-w16"}
+    assert cfg.grid_points["grid-b-10-w16"] == {
+        "window.fixed": 16,
+        "model.mlstm_igate_bias_init": -10,
+    }
+    assert cfg.aliases == {"grid-b-3-w8": "w8"}  # the same config as run w8
+    assert run_dir(cfg, "grid-b-3-w8", 0) == run_dir(cfg, "w8", 0)
+    tc = train_config(cfg, "grid-b-10-w16", 0)
+    assert tc.window.fixed == 16 and tc.model.mlstm_igate_bias_init == -10
+    jobs = all_jobs(cfg)
+    assert jobs[0] == ("w8", 0) and ("grid-b-3-w8", 0) not in jobs and len(jobs) == 4
+    cfg.grid.seeds = [0, 7]  # a grid seed the sweep's runs do not have: the shared run trains it
+    assert ("w8", 7) in all_jobs(cfg) and len(all_jobs(cfg)) == 8
+    data["grid"]["from_run"] = "nope"
+    with pytest.raises(ConfigError, match="grid.from_run names unknown run 'nope'"):
+        load_sweep(_write(tmp_path, data))
+
+
+def test_grid_axes_tied_by_plus_and_excluded_points(tmp_path):
+    data = _tiny_sweep(tmp_path, {"w8": {"window": {"fixed": 8}}})
+    data["base"]["data"]["synthetic"].update(task="mqar", fraction=0.5, min_distance=2)
+    tied = "window.fixed+data.synthetic.far_from"
+    data["grid"] = {
+        "from_run": "w8",
+        "axes": {tied: [8, 16], "data.synthetic.far_share": [0.0, 0.5, None]},
+        "labels": {tied: "w", "data.synthetic.far_share": "f"},
+        "exclude": [{tied: 16, "data.synthetic.far_share": [0.5, None]}],
+    }
+    cfg = load_sweep(_write(tmp_path, data))
+    names = set(cfg.grid_runs)
+    assert len(names) == 4 and "grid-f0.5-w8" in names and "grid-f0.5-w16" not in names
+    tc = train_config(cfg, "grid-f0.5-w8", 0)
+    assert tc.window.fixed == tc.data.synthetic.far_from == 8  # one value, both keys
+    assert tc.data.synthetic.far_share == 0.5
+    assert train_config(cfg, "grid-fNone-w8", 0).data.synthetic.far_share is None
+    data["grid"]["exclude"] = [{"window.fixed": 8}]
+    with pytest.raises(ConfigError, match="grid.exclude names 'window.fixed'"):
+        load_sweep(_write(tmp_path, data))
+
+
+def _write(tmp_path, data) -> Path:
+    p = tmp_path / "sweep.yaml"
+    p.write_text(yaml.safe_dump(data))
+    return p
+
+
+def _tiny_sweep(tmp_path, runs):
+    return {
+        "out_dir": str(tmp_path / "out"),
+        "seeds": [0],
+        "base": {
+            "steps": 2,
+            "seq_len": 64,
+            "batch_size": 2,
+            "threads": 1,
+            "model": {"preset": "tiny", "d_model": 32, "n_heads": 2},
+            "data": {"synthetic": {"fraction": 0.5, "compact": True}},
+            "window": {"kind": "fixed", "short": 8, "long": 64},
+            "checkpoint": {"every": 1},
+            "log": {"every": 1, "val_every": 0, "val_batches": 1},
+        },
+        "runs": runs,
+        "eval": {
+            "length_multiples": [1, 2],
+            "samples": 1,
+            "ppl_multiples": [1],
+            "ppl_samples": 1,
+            "curve_multiples": [1],
+            "curve_samples": 1,
+            "probe_multiple": 1,
+            "probe_samples": 1,
+        },
+    }
+
+
+def test_bad_sweep_configs_name_the_problem(tmp_path):
+    with pytest.raises(ConfigError, match="does not exist"):
+        load_sweep(tmp_path / "missing.yaml")
+    bad = _tiny_sweep(tmp_path, {"a": {"window": {"fixed": 0}}})
+    with pytest.raises(ConfigError, match="sweep run a: .*window.fixed"):
+        load_sweep(_write(tmp_path, bad))
+    bad = _tiny_sweep(tmp_path, {"a": {"optim": {"learning_rate": 1.0}}})
+    with pytest.raises(ConfigError, match="learning_rate"):
+        load_sweep(_write(tmp_path, bad))
+    data = _tiny_sweep(tmp_path, {"a": {}})
+    data["roless"] = {}
+    with pytest.raises(ConfigError, match="roless"):
+        load_sweep(_write(tmp_path, data))
+    cfg = load_sweep(_write(tmp_path, _tiny_sweep(tmp_path, {"a": {}})))
+    with pytest.raises(ConfigError, match="unknown sweep run 'b'"):
+        run_sweep(cfg, only=["b"], progress=False)
+
+
+@pytest.mark.parametrize(
+    "section,key,value,needle",
+    [
+        ("eval", "samples", 0, "eval.samples must be a positive integer, got 0"),
+        ("eval", "length_multiples", [1, 0], "eval.length_multiples must be a positive"),
+        ("eval", "ppl_samples", -1, "eval.ppl_samples must be >= 0, got -1"),
+        ("eval", "probe_window", 0, "eval.probe_window must be a positive integer"),
+        ("eval", "batch_size", 0, "eval.batch_size must be a positive integer"),
+        ("eval", "seed", -3, "eval.seed must be >= 0, got -3"),
+        (None, "seeds", [], "seeds must name at least one seed"),
+        (None, "seeds", [-1], "seeds must be >= 0, got -1"),
+        (None, "jobs", 0, "jobs must be a positive integer, got 0"),
+        ("grid", "seeds", [-2], "grid.seeds must be >= 0, got -2"),
+        ("eval", "episodes", {"min_distance": -1}, "eval.episodes of sweep run a: "),
+    ],
+)
+def test_sweep_numbers_are_checked_when_loaded(tmp_path, section, key, value, needle):
+    # these reached the evaluation (or an IndexError) before: seeds [] crashed in load_sweep
+    data = _tiny_sweep(tmp_path, {"a": {}})
+    (data.setdefault(section, {}) if section else data)[key] = value
+    with pytest.raises(ConfigError, match=re.escape(needle)):
+        load_sweep(_write(tmp_path, data))
+
+
+def test_a_finished_run_is_neither_retrained_nor_reevaluated(tmp_path):
+    cfg = load_sweep(
+        _write(
+            tmp_path,
+            _tiny_sweep(
+                tmp_path, {"w8": {"window": {"fixed": 8}}, "x": {"model": {"layer_pattern": "X"}}}
+            ),
+        )
+    )
+    first = run_sweep(cfg, progress=False)
+    assert set(first) == {"w8", "x"}
+    assert first["w8"][0]["windows"] == {"long": 64, "train": 8}
+    assert first["x"][0]["windows"] == {"long": 64}  # no attention: one window
+    files = [
+        run_dir(cfg, n, 0) / f
+        for n in ("w8", "x")
+        for f in ("summary.json", "eval.json", "model/model.safetensors")
+    ]
+    stamps = [f.stat().st_mtime_ns for f in files]
+    again = run_sweep(cfg, progress=False)
+    assert [f.stat().st_mtime_ns for f in files] == stamps
+    assert again == first
+    assert set(first["w8"][0]["text_loss"]) == {"long", "train"}
+    assert 0 < first["x"][0]["text_loss"]["long"] < 10
+    # a cache from before the text loss existed is completed, not redone
+    cache = run_dir(cfg, "x", 0) / "eval.json"
+    old = json.loads(cache.read_text())
+    del old["text_loss"]
+    old["episodes_long"]["64"]["acc"] = 42.0  # a marker a re-evaluation would overwrite
+    cache.write_text(json.dumps(old))
+    done = run_sweep(cfg, only=["x"], progress=False)["x"][0]
+    assert done["episodes_long"]["64"]["acc"] == 42.0
+    assert done["text_loss"] == first["x"][0]["text_loss"]
+    # learning curves read every kept checkpoint; the probe has its four settings
+    w8 = first["w8"][0]
+    assert [p["step"] for p in w8["curve"]] == [1, 2]
+    assert [p["tokens"] for p in w8["curve"]] == [2 * 64, 2 * 2 * 64]
+    assert set(w8["probe"]) == {"full", "window_cut", "reset", "both"}
+    assert w8["deploy"] == "train" and first["x"][0]["deploy"] == "long"
+    # the curve of the final checkpoint is the final model's recall (same weights, same
+    # episodes), computed from the checkpoint's safetensors
+    assert w8["curve"][-1]["acc"]["64"] == w8["episodes_train"]["64"]["acc"]
+    # an interrupted run (checkpoint, no summary) is resumed, not restarted
+    rd = run_dir(cfg, "w8", 0)
+    (rd / "summary.json").unlink()
+    (rd / "eval.json").unlink()
+    run_sweep(cfg, only=["w8"], progress=False)
+    log = (rd / "metrics.jsonl").read_text().splitlines()
+    steps = [json.loads(ln)["step"] for ln in log if '"step"' in ln]
+    assert steps.count(1) == 1  # step 1 was not trained a second time
+
+
+def test_the_archive_keeps_each_finished_run_and_the_sweep_resumes_from_it(tmp_path):
+    """A run's committed result (archive/NAME/seedS.json) is written once it is evaluated;
+    with the run folders gone (another machine, a fresh clone) the sweep trains nothing and
+    returns the archived results. The bucket stage evaluates recall by distance."""
+    data = _tiny_sweep(
+        tmp_path, {"m": {"data": {"synthetic": {"task": "mqar", "min_distance": 2}}}}
+    )
+    data["archive"] = "kept"
+    data["eval"]["bucket_samples"] = 2
+    data["eval"]["bucket_far"] = [2]
+    cfg = load_sweep(_write(tmp_path, data))
+    first = run_sweep(cfg, progress=False)["m"][0]
+    kept = tmp_path / "kept" / "m" / "seed0.json"  # relative to the sweep YAML
+    assert archive_path(cfg, "m", 0) == kept and kept.is_file()
+    saved = json.loads(kept.read_text())
+    assert saved["summary"]["steps"] == 2 and saved["summary"]["tokens"] == 2 * 2 * 64
+    rows = first["buckets"]
+    assert [(r["lo"], r["hi"]) for r in rows] == [(0, 8), (8, 64), (64, 128)]
+    assert all(r["n"] == 2 and set(r["probes"]) == {"window_cut", "reset"} for r in rows)
+    assert first["laziness"]["kind"] in ("lazy", "memory", "partial", "none")
+    shutil.rmtree(tmp_path / "out")
+    again = run_sweep(cfg, progress=False)["m"][0]
+    assert not (tmp_path / "out").exists()  # nothing trained or evaluated
+    assert again == saved
+
+
+def test_mean_spread_and_aggregate():
+    assert mean_spread([1.0, 3.0]) == (2.0, 1.0)
+    curve = lambda accs: [  # noqa: E731
+        {"step": s, "tokens": 100 * s, "acc": {"32": a}, "nll": {"32": 1.0}}
+        for s, a in zip((1, 2, 3), accs)
+    ]
+    ev = lambda acc, nll, loss, accs: {  # noqa: E731
+        "val_loss": loss,
+        "pattern": "SXSX",
+        "windows": {"long": 32, "train": 8},
+        "deploy": "train",
+        "text_loss": {"long": loss + 1},
+        "episodes_long": {"32": {"acc": acc, "nll": nll}, "64": {"acc": acc / 2, "nll": nll}},
+        "episodes_train": {"32": {"acc": 1.0, "nll": 9.0}, "64": {"acc": 3.0, "nll": 9.0}},
+        "curve": curve(accs),
+        "probe": {"full": {"acc": acc, "nll": nll}, "reset": {"acc": 0.0, "nll": 3.0}},
+    }
+    agg = aggregate({"r": [ev(50.0, 1.0, 2.0, [10, 60, 90]), ev(70.0, 2.0, 2.2, [10, 20, 30])]})[
+        "r"
+    ]
+    assert agg["episodes_long"][32] == (60.0, 10.0)
+    assert agg["episodes_long"][64] == (30.0, 5.0)
+    assert agg["nll_long"][32] == (1.5, 0.5)
+    assert agg["episodes_deploy"] == {32: (1.0, 0.0), 64: (3.0, 0.0)}  # the training window
+    assert agg["val_loss"][0] == pytest.approx(2.1)
+    assert agg["text_loss_long"][0] == pytest.approx(3.1)
+    assert agg["curve"][32] == [(100, (10.0, 0.0)), (200, (40.0, 20.0)), (300, (60.0, 30.0))]
+    assert agg["emergence"] == [200, None]  # first checkpoint at >= 50%, per seed
+    assert agg["probe"] == {"full": (60.0, 10.0), "reset": (0.0, 0.0)}
+    assert emergence(curve([49.9, 50.0, 10]), "32") == 200
+
+
+def _agg(acc_by_mult, seq=64, spread=0.0):
+    return {
+        "val_loss": (1.0, 0.0),
+        "episodes_deploy": {m * seq: (a, spread) for m, a in acc_by_mult.items()},
+        "episodes_long": {m * seq: (0.0, 0.0) for m in acc_by_mult},  # not what is judged
+        "nll_deploy": {m * seq: (1.0, 0.0) for m in acc_by_mult},
+    }
+
+
+ROLES = {"short": "s", "long": "l", "stochastic": "st"}
+
+
+def test_claims_hold_on_the_papers_pattern():
+    agg = {
+        "s": _agg({1: 80, 2: 85, 4: 80}),
+        "l": _agg({1: 100, 2: 30, 4: 10}),
+        "st": _agg({1: 98, 2: 80, 4: 75}),
+    }
+    verdicts = [v for _, v, _ in report.claims(agg, 64, ROLES)]
+    assert verdicts == ["held", "held", "held"]
+
+
+def test_claims_fail_when_the_numbers_say_so():
+    agg = {
+        "s": _agg({1: 90, 2: 10, 4: 0}),  # no extrapolation
+        "l": _agg({1: 95, 2: 90, 4: 90}),  # no collapse
+        "st": _agg({1: 40, 2: 5, 4: 0}),  # neither quality nor recall
+    }
+    verdicts = [v for _, v, _ in report.claims(agg, 64, ROLES)]
+    assert verdicts == ["did not hold", "did not hold", "did not hold"]
+    # quality alone is not enough for claim 3, recall alone neither
+    agg["st"] = _agg({1: 95, 2: 5, 4: 0})
+    assert report.claims(agg, 64, ROLES)[2][1] == "did not hold"
+
+
+def test_a_model_that_learned_nothing_fails_the_claims_instead_of_escaping_them():
+    agg = {n: _agg({1: 6, 2: 6, 4: 6}) for n in ("s", "l", "st")}
+    verdicts = [v for _, v, _ in report.claims(agg, 64, ROLES)]
+    assert verdicts[:2] == ["did not hold", "did not hold"], verdicts
+
+
+def test_probe_reads_which_memory_carries_the_answer():
+    p = lambda full, cut, reset, both: {  # noqa: E731
+        "full": (full, 0),
+        "window_cut": (cut, 0),
+        "reset": (reset, 0),
+        "both": (both, 0),
+    }
+    assert report.carrier(p(100, 100, 6, 6)) == "recurrent memory"
+    assert report.carrier(p(100, 6, 100, 6)) == "sliding-window attention"
+    assert report.carrier(p(100, 90, 90, 6)) == "either alone"
+    assert report.carrier(p(100, 10, 10, 6)) == "both together"
+    assert report.carrier(p(20, 10, 10, 6)) == "neither learned"
+    assert report.carrier(p(90, 90, 90, 90)) == "full attention (untouched by the probe)"
+
+
+@pytest.mark.slow
+def test_quick_sweep_writes_a_report_from_the_runs(tmp_path):
+    cmd = [
+        sys.executable,
+        str(ROOT / "experiments/window_sweep/run.py"),
+        "--quick",
+        "--report-dir",
+        str(tmp_path / "report"),
+    ]
+    r = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    text = (tmp_path / "report" / "REPORT.md").read_text()
+    assert "**A smoke run**" in text
+    for f in ("recall_vs_length.png", "learning_curves.png", "phase_diagram.png"):
+        assert (tmp_path / "report" / f).stat().st_size > 1000
+    cfg = load_sweep(SWEEP, quick=True)
+    assert cfg.jobs == 2  # the parallel path
+    for name in cfg.runs:
+        ev = json.loads((tmp_path / run_dir(cfg, name, 0) / "eval.json").read_text())
+        row = next(ln for ln in text.splitlines() if ln.startswith(f"| {name} | SX"))
+        # the table's numbers are the run's own, not typed
+        own = ev[f"episodes_{ev['deploy']}"]
+        assert f"| {own['64']['acc']:.1f} ± 0.0 | {own['128']['acc']:.1f} ± 0.0 |" in row
+        assert len(ev["curve"]) == 2 and set(ev["probe"]) == {"full", "window_cut", "reset", "both"}
+    assert (
+        text.count("**1 (SX). A short training window makes the mLSTM layers") == 1
+        and "## The paper's claims at this scale" in text
+    )
+    assert "not testable" not in text
+    assert "## Phase diagram" in text and "| -4 | 8 |" in text
+    results = json.loads((tmp_path / "report" / "results.json").read_text())
+    assert set(results) == {*cfg.runs, *cfg.grid_runs}
+    assert results["sx-short"][0]["pattern"] == "SX"
+    assert set(results["sx-short"][0]["episodes_long"]) == {"64", "128", "256"}
+    # a second invocation reuses every run: nothing is retrained or re-evaluated
+    stamps = {n: (tmp_path / run_dir(cfg, n, 0) / "eval.json").stat().st_mtime_ns for n in cfg.runs}
+    r2 = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert r2.returncode == 0 and "swax train:" not in r2.stdout + r2.stderr
+    assert stamps == {
+        n: (tmp_path / run_dir(cfg, n, 0) / "eval.json").stat().st_mtime_ns for n in cfg.runs
+    }
+
+
+def _processes_with(tag: str) -> list[int]:
+    """Pids of the processes whose environment holds ``tag`` (this test's own)."""
+    import os
+
+    pids = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/environ", "rb") as f:
+                    if tag.encode() in f.read():
+                        pids.append(int(entry))
+            except OSError:
+                pass
+    return pids
+
+
+@pytest.mark.slow
+def test_sigterm_to_a_parallel_sweep_stops_its_runs_and_it_resumes(tmp_path):
+    """SIGTERM to the sweep's process alone (a scheduler's stop): its worker processes stop
+    too, each training run with a checkpoint, no process is left behind, and the same command
+    then finishes the sweep from those checkpoints."""
+    import os
+    import secrets
+    import signal
+    import time
+
+    data = _tiny_sweep(tmp_path, {"a": {"window": {"fixed": 8}}, "b": {"window": {"fixed": 16}}})
+    data["base"].update(steps=400, seq_len=64)
+    data["base"]["checkpoint"] = {"every": 20}
+    data["base"]["log"] = {"every": 1, "val_every": 0, "val_batches": 1}
+    data["jobs"] = 2
+    path = _write(tmp_path, data)
+    tag = f"SWAX_SWEEP_TEST={secrets.token_hex(8)}"
+    env = {**os.environ, tag.split("=")[0]: tag.split("=")[1]}
+    cmd = [sys.executable, "-m", "swax", "sweep", str(path)]
+    log = tmp_path / "sweep.log"  # a file, not a pipe: a full pipe would block the runs
+    with open(log, "w") as fh:
+        proc = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=fh, stderr=fh)
+    metrics = [tmp_path / "out" / "runs" / f"{n}-s0" / "metrics.jsonl" for n in ("a", "b")]
+    t0 = time.time()
+    while not all(m.is_file() and m.read_text().count('"loss"') >= 30 for m in metrics):
+        assert proc.poll() is None and time.time() - t0 < 900, log.read_text()[-2000:]
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGTERM)  # to the sweep's own process only
+    assert proc.wait(timeout=600) != 0
+    err = log.read_text()
+    deadline = time.time() + 60
+    while _processes_with(tag) and time.time() < deadline:
+        time.sleep(0.2)
+    assert _processes_with(tag) == [], err[-2000:]  # no orphaned worker
+    for name in ("a", "b"):  # each run stopped at a step boundary with its checkpoint
+        assert f"swax sweep: {name} seed 0: stopped by SIGTERM after step" in err, err[-2000:]
+    for m in metrics:
+        assert any((m.parent / "checkpoints").glob("step_*")) and not (m.parent / "model").exists()
+    r = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.stderr.count("resumed from step_") == 2
+    for m in metrics:
+        assert (m.parent / "eval.json").is_file()
