@@ -120,6 +120,18 @@ def claims_section(ccfg, runs) -> list[str]:
     return lines
 
 
+def _cut_note(recs: list[dict]) -> str:
+    """Why seeds that are not lazy are not: the window-cut probe in (W_short, W_long]."""
+    other = [r for r in recs if r["kind"] != "lazy"]
+    if not other:
+        return ""
+    cut = sum(r["cut_inner"] for r in other) / len(other)
+    return (
+        f"; with the window cut to W_short they still recall {L.fmt(cut)} % in (W_short, "
+        "W_long], so their recurrent memory carries the near answers too"
+    )
+
+
 def reading(ccfg, runs, cells) -> list[str]:
     """What the numbers say, sentence by sentence from the numbers."""
     out = ["## 3. Reading", ""]
@@ -135,7 +147,9 @@ def reading(ccfg, runs, cells) -> list[str]:
             + (
                 f" The Gated DeltaNet hybrid is less clear-cut: lazy in "
                 f"{_count(sd_near, 'lazy')} seeds (the others "
-                f"{', '.join(r['kind'] for r in sd_near if r['kind'] != 'lazy') or 'none'})."
+                f"{', '.join(r['kind'] for r in sd_near if r['kind'] != 'lazy') or 'none'})"
+                + _cut_note(sd_near)
+                + "."
                 if sd_near
                 else ""
             )
