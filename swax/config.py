@@ -9,6 +9,9 @@
 
 SWAX is ``"SX"``; ``"SD"`` the Gated DeltaNet hybrid; ``"SA"`` a local/global transformer;
 ``"X"``, ``"S"``, ``"A"`` the pure baselines.
+
+WindowConfig, the window schedule a run trains with, lives here too: training reads it to draw
+each step's window, evaluation reads it from a run's config.yaml to know how the run trained.
 """
 
 from __future__ import annotations
@@ -323,3 +326,35 @@ PRESETS: dict[str, dict] = {
         mlstm_igate_bias_init=-10.0,
     ),
 }
+
+
+@dataclass
+class WindowConfig:
+    """The attention window used at each training step."""
+
+    kind: Literal["fixed", "stochastic"] = "stochastic"
+    """fixed: every step uses `fixed` (default `long`); stochastic: `short` with probability
+    p_short, else `long`, drawn once per optimizer step, and `long` for the final anneal_frac."""
+    short: int = bounded(32, "[1, inf)")
+    """Short window of the stochastic schedule (the paper: 128)."""
+    long: int = bounded(128, "[1, inf)")
+    """Long window of the stochastic schedule, the anneal phase and evaluation (paper: 2048)."""
+    p_short: float = bounded(0.5, "[0, 1]")
+    """Probability of the short window per step (paper: 0.5 at 1.4B, 0.75 at 7B)."""
+    anneal_frac: float = bounded(0.1, "[0, 1]")
+    """Final fraction of steps trained with the long window only (paper: 0.1)."""
+    fixed: int | None = bounded(None, "[1, inf)")
+    """Window of kind=fixed; None = `long`."""
+    per_layer: bool = False
+    """Each sliding-window layer draws its own window (default: one draw for the whole model)."""
+
+    @property
+    def fixed_window(self) -> int:
+        """The window of kind=fixed: ``fixed``, or ``long`` when it is None."""
+        return self.fixed or self.long
+
+    @property
+    def train_window(self) -> int:
+        """The window that tells how the run trained: its fixed window for kind=fixed, the
+        short one for a stochastic schedule (whose long window is the evaluation window)."""
+        return self.fixed_window if self.kind == "fixed" else self.short

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import yaml
 
+from swax.config import WindowConfig
 from swax.core.configs import from_dict
 from swax.core.errors import ConfigError, SwaxError
 from swax.data.config import SyntheticConfig
@@ -57,8 +58,8 @@ def recall_by_window(
     return out
 
 
-def _run_config(model_dir: str | Path) -> tuple[dict, int, dict] | None:
-    """(its window section, its seq_len, its data.synthetic section) of the ``swax train`` run
+def _run_config(model_dir: str | Path) -> tuple[WindowConfig, int, dict] | None:
+    """(its window schedule, its seq_len, its data.synthetic section) of the ``swax train`` run
     around ``model_dir``, read from the run's ``config.yaml`` (which swax train writes in full);
     None when ``model_dir`` is not inside a run folder. Read as YAML, not through the training
     config, so that evaluation does not depend on the training code."""
@@ -74,16 +75,12 @@ def _run_config(model_dir: str | Path) -> tuple[dict, int, dict] | None:
         raise SwaxError(
             f"{run_yaml} has no window.long or seq_len: not a config written by swax train"
         )
+    try:
+        schedule = from_dict(WindowConfig, window)
+    except ConfigError as e:
+        raise SwaxError(f"{run_yaml}: window: {e}") from None
     synthetic = (data.get("data") or {}).get("synthetic") or {}
-    return window, seq_len, synthetic
-
-
-def _training_window(window: dict) -> int:
-    """The window the run trained with: its fixed window (default the long one) for a fixed
-    schedule, the short one for a stochastic schedule."""
-    if window.get("kind", "stochastic") == "fixed":
-        return window.get("fixed") or window["long"]
-    return window["short"]
+    return schedule, seq_len, synthetic
 
 
 def training_setup(model_dir: str | Path) -> tuple[SyntheticConfig | None, dict, int | None]:
@@ -95,8 +92,8 @@ def training_setup(model_dir: str | Path) -> tuple[SyntheticConfig | None, dict,
     if found is None:
         return None, {}, None
     window, seq_len, synthetic = found
-    train_w = _training_window(window)
-    windows = {} if train_w == window["long"] else {"train": train_w}
+    train_w = window.train_window
+    windows = {} if train_w == window.long else {"train": train_w}
     try:
         syn = from_dict(SyntheticConfig, synthetic)
     except ConfigError as e:
@@ -111,8 +108,7 @@ def run_bucket_edges(model_dir: str | Path) -> tuple[int, int, int] | None:
     if found is None:
         return None
     window, seq_len, _ = found
-    short = window.get("short", window["long"])
-    return min(short, _training_window(window), window["long"]), window["long"], seq_len
+    return min(window.short, window.train_window, window.long), window.long, seq_len
 
 
 def write_recall(out: Path, results: dict, meta: dict) -> Path:

@@ -78,11 +78,7 @@ def evaluate_run(cfg: SweepConfig, name: str, seed: int, progress: bool = False)
     )
     _, val = build_datasets(data_cfg, tok, seq_len=1, seed=0)
     windows = {"long": tcfg.window.long}
-    train_w = (
-        (tcfg.window.fixed or tcfg.window.long)
-        if tcfg.window.kind == "fixed"
-        else tcfg.window.short
-    )
+    train_w = tcfg.window.train_window
     if ev.train_window and train_w != tcfg.window.long and model.config.window_layers:
         windows["train"] = train_w
     # The window a run is used with: its own fixed window, or the long one after a stochastic

@@ -20,7 +20,7 @@ from typing import Any, Literal
 
 import yaml
 
-from swax.config import PRESETS, SwaxConfig
+from swax.config import PRESETS, SwaxConfig, WindowConfig
 from swax.core.configs import (
     SEED_BOUNDS,
     bounded,
@@ -32,27 +32,6 @@ from swax.core.configs import (
 )
 from swax.core.errors import ConfigError
 from swax.data import DataConfig
-
-
-@dataclass
-class WindowConfig:
-    """The attention window used at each training step."""
-
-    kind: Literal["fixed", "stochastic"] = "stochastic"
-    """fixed: every step uses `fixed` (default `long`); stochastic: `short` with probability
-    p_short, else `long`, drawn once per optimizer step, and `long` for the final anneal_frac."""
-    short: int = bounded(32, "[1, inf)")
-    """Short window of the stochastic schedule (the paper: 128)."""
-    long: int = bounded(128, "[1, inf)")
-    """Long window of the stochastic schedule, the anneal phase and evaluation (paper: 2048)."""
-    p_short: float = bounded(0.5, "[0, 1]")
-    """Probability of the short window per step (paper: 0.5 at 1.4B, 0.75 at 7B)."""
-    anneal_frac: float = bounded(0.1, "[0, 1]")
-    """Final fraction of steps trained with the long window only (paper: 0.1)."""
-    fixed: int | None = bounded(None, "[1, inf)")
-    """Window of kind=fixed; None = `long`."""
-    per_layer: bool = False
-    """Each sliding-window layer draws its own window (default: one draw for the whole model)."""
 
 
 @dataclass

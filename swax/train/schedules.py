@@ -138,7 +138,7 @@ def window_schedule(cfg: TrainConfig, model: SwaxConfig, plan_steps: int | None 
     ``plan_steps`` (default ``cfg.steps``; steps past it are in the long-window anneal)."""
     w = cfg.window
     if w.kind == "fixed":
-        return FixedWindow(w.fixed or w.long)
+        return FixedWindow(w.fixed_window)
     n_windowed = len(model.window_layers)
     sched = StochasticWindow(
         w.short,

@@ -736,3 +736,42 @@ def test_niah_reports_prefill_and_decode_throughput(tmp_path):
     table = format_table(res, ["niah_single_1"], [1024, 2048])
     assert "prefill tok/s" in table.splitlines()[-2] and "decode tok/s" in table.splitlines()[-1]
     assert len(table.splitlines()[-2].split()) == 2 + 2  # the label's two words, two lengths
+
+
+@pytest.mark.parametrize(
+    "window, train, edges",
+    [
+        # stochastic: trained with the short window too; buckets at (short, long, T)
+        ({"kind": "stochastic", "short": 8, "long": 32}, {"train": 8}, (8, 32, 64)),
+        # fixed at the long window: nothing but the long window, buckets keep the short edge
+        ({"kind": "fixed", "short": 8, "long": 32}, {}, (8, 32, 64)),
+        # fixed below the short window: the inner bucket edge is the window trained with
+        ({"kind": "fixed", "short": 16, "long": 32, "fixed": 4}, {"train": 4}, (4, 32, 64)),
+        # fixed between short and long
+        ({"kind": "fixed", "short": 8, "long": 32, "fixed": 24}, {"train": 24}, (8, 32, 64)),
+    ],
+)
+def test_recall_reads_the_runs_window_schedule(tmp_path, window, train, edges):
+    from swax.eval.recall import run_bucket_edges, training_setup
+
+    (tmp_path / "model").mkdir()
+    (tmp_path / "config.yaml").write_text(
+        json.dumps({"window": window, "seq_len": 64, "data": {"synthetic": {"fraction": 0.0}}})
+    )
+    trained, windows, seq_len = training_setup(tmp_path / "model")
+    assert (trained, windows, seq_len) == (None, train, 64)
+    assert run_bucket_edges(tmp_path / "model") == edges
+    (tmp_path / "other" / "model").mkdir(parents=True)
+    assert run_bucket_edges(tmp_path / "other" / "model") is None  # no run folder around it
+
+
+def test_recall_names_a_bad_window_in_the_run_config(tmp_path):
+    from swax.core.errors import SwaxError
+    from swax.eval.recall import run_bucket_edges
+
+    (tmp_path / "model").mkdir()
+    (tmp_path / "config.yaml").write_text(
+        json.dumps({"window": {"kind": "sliding", "long": 32}, "seq_len": 64})
+    )
+    with pytest.raises(SwaxError, match=r"config.yaml: window: .*kind.*'sliding'"):
+        run_bucket_edges(tmp_path / "model")

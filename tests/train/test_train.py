@@ -762,3 +762,24 @@ def test_window_schedules_describe_themselves():
     assert s(899) in (16, 128) and s(900) == 128
     assert "drawn per layer" in StochasticWindow(16, 128, 0.5, 0.0, 10, per_layer=2).describe()
     assert "from step" not in StochasticWindow(16, 128, 0.5, 0.0, 10).describe()
+
+
+def test_window_config_names_the_window_a_run_trains_with():
+    from swax.config import WindowConfig
+
+    # hand-written: fixed uses `fixed`, or `long` when None; stochastic trains with `short` too
+    assert WindowConfig(kind="fixed", short=8, long=32).fixed_window == 32
+    assert WindowConfig(kind="fixed", short=8, long=32, fixed=24).fixed_window == 24
+    assert WindowConfig(kind="fixed", short=8, long=32).train_window == 32
+    assert WindowConfig(kind="fixed", short=8, long=32, fixed=4).train_window == 4
+    assert WindowConfig(kind="stochastic", short=8, long=32, fixed=4).train_window == 8
+    # the schedule a fixed run builds draws that same window at every step
+    from swax.train.config import TrainConfig
+    from swax.train.schedules import window_schedule
+
+    cfg = TrainConfig(
+        model=SwaxConfig.preset("tiny", window=32),
+        window=WindowConfig(kind="fixed", short=8, long=32, fixed=24),
+    )
+    sched = window_schedule(cfg, cfg.model)
+    assert {sched(s) for s in range(0, cfg.steps, max(1, cfg.steps // 10))} == {24}
