@@ -20,7 +20,7 @@ sys.path.insert(0, str(HERE))
 
 import claims as C  # noqa: E402
 import laziness as L  # noqa: E402
-from studycli import run  # noqa: E402
+from studycli import run, update_readme  # noqa: E402
 
 from swax.sweep import load_sweep  # noqa: E402
 
@@ -132,6 +132,17 @@ def _cut_note(recs: list[dict]) -> str:
     )
 
 
+def rho_by_row(cells) -> dict[int, str]:
+    """rho* per long window W of the map: the far share at which half the seeds stay lazy."""
+    return {
+        w: L.rho_star(
+            [(float(c[:-1]) / 100, L.lazy_share(cells[(w, c)]))
+             for c in _numeric_columns(cells, w)]
+        )
+        for w in sorted({w for w, _ in cells})
+    }  # fmt: skip
+
+
 def reading(ccfg, runs, cells) -> list[str]:
     """What the numbers say, sentence by sentence from the numbers."""
     out = ["## 3. Reading", ""]
@@ -154,13 +165,7 @@ def reading(ccfg, runs, cells) -> list[str]:
                 else ""
             )
         )
-    row = {
-        w: L.rho_star(
-            [(float(c[:-1]) / 100, L.lazy_share(cells[(w, c)]))
-             for c in _numeric_columns(cells, w)]
-        )
-        for w in sorted({w for w, _ in cells})
-    }  # fmt: skip
+    row = rho_by_row(cells)
     if row:
         out.append(
             "- **A little far supervision ends it, and how little depends on W/T.** ρ* (the far "
@@ -200,12 +205,63 @@ def reading(ccfg, runs, cells) -> list[str]:
     out += [
         "- **The task is the simplest that learns on this machine.** One key-value pair, where "
         "the answer is the only value-range token in the context: it measures which memory "
-        "carries a token across a distance, not lookup by key. The binding variants tried "
-        "(distractor values in the filler; four pairs) are in NOTES.md section 7: none bound "
-        "values to keys at T = 64 within 6M tokens, so they are not in the study.",
+        "carries a token across a distance, not lookup by key. The binding variants tried are "
+        "in NOTES.md (sections 3, 4 and 7): with distractor values in the filler no model bound "
+        "values to keys at T = 64, and four pairs without distractors, learned at T = 64, did "
+        "not learn at the study's T = 256 within the CPU budget, so neither is in the study.",
         "",
     ]
     return out
+
+
+README_BEGIN = "<!-- regime-reading:begin (written by experiments/regime_study/report.py) -->"
+README_END = "<!-- regime-reading:end -->"
+
+
+def readme_block(ccfg, runs, cells) -> str:
+    """The README's paragraph on the study: its findings, each number computed here."""
+    b = ccfg.base
+    tokens = b["steps"] * b["batch_size"] * b["seq_len"] / 1e6
+    far = b["data"]["synthetic"]["far_share"]
+    seq_len = b["seq_len"]
+    families = {"SX": ccfg.roles, **ccfg.families}
+    out = ["Reading, from the committed runs (REPORT.md has the tables):"]
+    near = [(f, runs.get(f"{f.lower()}-long-near", [])) for f in families]
+    near = [(f, recs) for f, recs in near if recs]
+    if near:
+        out.append(
+            f"with no answer beyond the window in training, the long window (T/8, {tokens:.1f}M "
+            "tokens) ended lazy (≥ 90 % inside it, chance beyond) in "
+            + " and ".join(f"{_count(recs, 'lazy')} {f} seeds" for f, recs in near)
+            + "".join(
+                f" ({f}: the others' window-cut probe still recalls "
+                f"{L.fmt(sum(r['cut_inner'] for r in o) / len(o))} % in (W_short, W_long], so "
+                "their recurrent memory carries the near answers too)"
+                for f, recs in near
+                if (o := [r for r in recs if r["kind"] != "lazy"])
+            )
+            + "."
+        )
+    row = rho_by_row(cells)
+    if row:
+        out.append(
+            "The far share at which half the seeds stay lazy, ρ*, is "
+            + ", ".join(f"{v.split(' (')[0]} at W = T/{seq_len // w}" for w, v in row.items())
+            + f" (the laziness map, {min(len(v) for v in cells.values())} seeds or more per "
+            "cell)."
+        )
+    for family, roles in families.items():
+        s, lg = runs.get(roles["short"], []), runs.get(roles["long"], [])
+        if not (s and lg):
+            continue
+        lazy = sum(r["kind"] == "lazy" for r in lg)
+        out.append(
+            f"At {far:.0%} far answers ({family}, {len(lg)} seeds) the long window ended lazy in "
+            f"{lazy} of {len(lg)}, so claim 2 {'holds' if lazy > len(lg) / 2 else 'does not hold'}"
+            f" there: beyond W_long it recalls {L.fmt(C._mean(lg, 'beyond'))} % against "
+            f"{L.fmt(C._mean(s, 'beyond'))} % for the short window."
+        )
+    return " ".join(out)
 
 
 def write_report(out: Path, lcfg=None, ccfg=None) -> Path:
@@ -240,6 +296,10 @@ def write_report(out: Path, lcfg=None, ccfg=None) -> Path:
 
 def main(argv=None) -> int:
     print(f"report: {write_report(HERE)}")
+    ccfg = load_sweep(HERE / "claims.yaml")
+    block = readme_block(ccfg, C.load_runs(ccfg), L.load_cells(load_sweep(HERE / "laziness.yaml")))
+    if update_readme(ROOT / "README.md", README_BEGIN, README_END, block):
+        print("README.md: the study's reading updated")
     return 0
 
 

@@ -356,3 +356,25 @@ def test_the_study_report_reads_the_map_and_the_claims_from_the_archive(tmp_path
     assert "the SX long window ended lazy in 2 of 2 seeds" in text
     assert "the long window ended lazy in 0 of 2 seeds, so claim 2 does not hold here" in text
     assert "- sx-long: s0 100/80/" in text and "memory" in text
+    # the README's paragraph is made from the same numbers
+    block = report.readme_block(ccfg, report.C.load_runs(ccfg), report.L.load_cells(lcfg))
+    assert "ended lazy (≥ 90 % inside it, chance beyond) in 2 of 2 SX seeds." in block
+    assert "1% at W = T/8 (the laziness map, 2 seeds or more per cell)" in block
+    assert "(SX, 2 seeds) the long window ended lazy in 0 of 2, so claim 2 does not hold" in block
+    assert "beyond W_long it recalls 90 % against 95 % for the short window" in block
+    assert "SD" not in block  # no SD run in this archive: nothing said about it
+
+
+def test_the_readme_states_the_committed_reading():
+    # the README's paragraph on the regime study is what report.py writes from the committed
+    # results (rerun report.py after committing a run)
+    report = _script("report")
+    lcfg, ccfg = load_sweep(HERE / "laziness.yaml"), load_sweep(HERE / "claims.yaml")
+    block = report.readme_block(ccfg, report.C.load_runs(ccfg), report.L.load_cells(lcfg))
+    readme = (ROOT / "README.md").read_text()
+    assert f"{report.README_BEGIN}\n{block}\n{report.README_END}" in readme
+    laziness = report.L
+    assert (
+        f"{laziness.README_BEGIN}\n{laziness.readme_block(lcfg, laziness.load_cells(lcfg))}\n"
+        f"{laziness.README_END}" in readme
+    )
