@@ -160,6 +160,12 @@ def reading(ccfg, runs, cells) -> list[str]:
                 f"{_count(sd_near, 'lazy')} seeds (the others "
                 f"{', '.join(r['kind'] for r in sd_near if r['kind'] != 'lazy') or 'none'})"
                 + _cut_note(sd_near)
+                + (
+                    ". So SD's positive control is not lazy in most seeds, and its claim 2 is "
+                    "judged where even no far supervision leaves the memory in use"
+                    if sum(r["kind"] == "lazy" for r in sd_near) <= len(sd_near) / 2
+                    else ""
+                )
                 + "."
                 if sd_near
                 else ""

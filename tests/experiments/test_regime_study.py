@@ -342,6 +342,8 @@ def test_the_study_report_reads_the_map_and_the_claims_from_the_archive(tmp_path
         (lcfg.archive, "grid-w32-far0.01-lawuniform", 1): (100, 90),
         (ccfg.archive, "sx-long-near", 0): (100, 5),
         (ccfg.archive, "sx-long-near", 1): (100, 8),
+        (ccfg.archive, "sd-long-near", 0): (100, 5),  # lazy
+        (ccfg.archive, "sd-long-near", 1): (100, 30),  # partial, its window cut keeps 100 %
         **{(ccfg.archive, n, s): (100, 95) for n in ("sx-short", "sx-stoch") for s in (0, 1)},
         (ccfg.archive, "sx-long", 0): (100, 80),
         (ccfg.archive, "sx-long", 1): (100, 100),
@@ -356,13 +358,21 @@ def test_the_study_report_reads_the_map_and_the_claims_from_the_archive(tmp_path
     assert "the SX long window ended lazy in 2 of 2 seeds" in text
     assert "the long window ended lazy in 0 of 2 seeds, so claim 2 does not hold here" in text
     assert "- sx-long: s0 100/80/" in text and "memory" in text
+    assert (
+        "The Gated DeltaNet hybrid is less clear-cut: lazy in 1 of 2 seeds (the others "
+        "partial); with the window cut to W_short they still recall 100 %" in text
+    )
+    assert "So SD's positive control is not lazy in most seeds" in text
     # the README's paragraph is made from the same numbers
     block = report.readme_block(ccfg, report.C.load_runs(ccfg), report.L.load_cells(lcfg))
-    assert "ended lazy (≥ 90 % inside it, chance beyond) in 2 of 2 SX seeds." in block
+    assert (
+        "ended lazy (≥ 90 % inside it, chance beyond) in 2 of 2 SX seeds and 1 of 2 SD "
+        "seeds (SD: the others' window-cut probe still recalls 100 %" in block
+    )
     assert "1% at W = T/8 (the laziness map, 2 seeds or more per cell)" in block
     assert "(SX, 2 seeds) the long window ended lazy in 0 of 2, so claim 2 does not hold" in block
     assert "beyond W_long it recalls 90 % against 95 % for the short window" in block
-    assert "SD" not in block  # no SD run in this archive: nothing said about it
+    assert "(SD, " not in block  # no SD claims run in this archive: no SD verdict
 
 
 def test_the_readme_states_the_committed_reading():
