@@ -192,9 +192,10 @@ def readme_block(cfg, cells) -> str:
     done = sum(len(v) for v in cells.values())
     planned = len(cfg.grid_points) * len(grid_seeds(cfg))
     lines = [
-        f"Laziness map, {done} of the {planned} runs laziness.yaml lists (a cell marked – was "
-        "not run: NOTES.md section 7 says why): seeds that end lazy / seeds run, per long "
-        "window (row) and share of training answers beyond it (column).",
+        f"Laziness map, {done} of the {planned} runs laziness.yaml lists"
+        + (" (a cell marked – is not run yet)" if done < planned else "")
+        + ": seeds that end lazy / seeds run, per long window (row) and share of training "
+        "answers beyond it (column).",
         "",
         *share_table(cfg, cells),
     ]

@@ -49,8 +49,9 @@ def map_section(lcfg, cells) -> list[str]:
         f"window W at T = {seq_len} on 10 % text and 90 % one-pair recall episodes, "
         f"{tokens:.1f}M tokens per run; the column is the share of training answers that lie "
         "beyond W (every other answer lies inside it under the attention mask). Seeds that end "
-        f"lazy / seeds run ({done} of {planned} planned runs; the cells not run are dropped on "
-        "purpose, see NOTES.md):",
+        f"lazy / seeds run ({done} of {planned} planned runs"
+        + ("; a cell marked – is not run yet" if done < planned else "")
+        + "):",
         "",
         *L.share_table(lcfg, cells),
         "",
