@@ -195,7 +195,7 @@ def reading(ccfg, runs, cells) -> list[str]:
         if not (s and lg and st):
             continue
         lazy = sum(r["kind"] == "lazy" for r in lg)
-        verdict2 = "holds" if lazy > len(lg) / 2 else "does not hold"
+        verdict2 = C.judge(family, roles, runs)[1][1]
         out.append(
             f"- **{family}, at {ccfg.base['data']['synthetic']['far_share']:.0%} far answers "
             f"and 3× the map's tokens:** the long window ended lazy in {lazy} of {len(lg)} "
@@ -237,7 +237,8 @@ def readme_block(ccfg, runs, cells) -> str:
     near = [(f, recs) for f, recs in near if recs]
     if near:
         out.append(
-            f"with no answer beyond the window in training, the long window (T/8, {tokens:.1f}M "
+            "with no answer beyond the window in training, the long window "
+            f"(T/{seq_len // b['window']['long']}, {tokens:.1f}M "
             "tokens) ended lazy (≥ 90 % inside it, chance beyond) in "
             + " and ".join(f"{_count(recs, 'lazy')} {f} seeds" for f, recs in near)
             + "".join(
@@ -258,14 +259,13 @@ def readme_block(ccfg, runs, cells) -> str:
             "cell)."
         )
     for family, roles in families.items():
-        s, lg = runs.get(roles["short"], []), runs.get(roles["long"], [])
-        if not (s and lg):
+        s, lg, st = (runs.get(roles[r], []) for r in ("short", "long", "stochastic"))
+        if not (s and lg and st):
             continue
-        lazy = sum(r["kind"] == "lazy" for r in lg)
         out.append(
             f"At {far:.0%} far answers ({family}, {len(lg)} seeds) the long window ended lazy in "
-            f"{lazy} of {len(lg)}, so claim 2 {'holds' if lazy > len(lg) / 2 else 'does not hold'}"
-            f" there: beyond W_long it recalls {L.fmt(C._mean(lg, 'beyond'))} % against "
+            f"{_count(lg, 'lazy')}, so claim 2 {C.judge(family, roles, runs)[1][1]} there: "
+            f"beyond W_long it recalls {L.fmt(C._mean(lg, 'beyond'))} % against "
             f"{L.fmt(C._mean(s, 'beyond'))} % for the short window."
         )
     return " ".join(out)

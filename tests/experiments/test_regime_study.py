@@ -356,7 +356,7 @@ def test_the_study_report_reads_the_map_and_the_claims_from_the_archive(tmp_path
     assert "| 32 (T/8) | 2/2 | – | 1/2 |" in text
     assert "W = 32: 1% (between 0% and 1%)" in text
     assert "the SX long window ended lazy in 2 of 2 seeds" in text
-    assert "the long window ended lazy in 0 of 2 seeds, so claim 2 does not hold here" in text
+    assert "the long window ended lazy in 0 of 2 seeds, so claim 2 did not hold here" in text
     assert "- sx-long: s0 100/80/" in text and "memory" in text
     assert (
         "The Gated DeltaNet hybrid is less clear-cut: lazy in 1 of 2 seeds (the others "
@@ -370,7 +370,7 @@ def test_the_study_report_reads_the_map_and_the_claims_from_the_archive(tmp_path
         "seeds (SD: the others' window-cut probe still recalls 100 %" in block
     )
     assert "1% at W = T/8 (the laziness map, 2 seeds or more per cell)" in block
-    assert "(SX, 2 seeds) the long window ended lazy in 0 of 2, so claim 2 does not hold" in block
+    assert "(SX, 2 seeds) the long window ended lazy in 0 of 2, so claim 2 did not hold" in block
     assert "beyond W_long it recalls 90 % against 95 % for the short window" in block
     assert "(SD, " not in block  # no SD claims run in this archive: no SD verdict
 
