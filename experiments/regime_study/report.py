@@ -80,9 +80,11 @@ def claims_section(ccfg, runs) -> list[str]:
     lines = [
         "## 2. The three claims in the paper's regime",
         "",
-        f"T = {b['seq_len']}, W_short = {b['window']['short']} (T/32), W_long = "
-        f"{b['window']['long']} (T/8), {b['data']['synthetic']['far_share']:.0%} of the "
-        f"training answers beyond W_long, {tokens:.1f}M tokens per run, seeds {ccfg.seeds}.",
+        f"T = {b['seq_len']}, W_short = {b['window']['short']} "
+        f"(T/{b['seq_len'] // b['window']['short']}), W_long = {b['window']['long']} "
+        f"(T/{b['seq_len'] // b['window']['long']}), "
+        f"{b['data']['synthetic']['far_share']:.0%} of the training answers beyond W_long, "
+        f"{tokens:.1f}M tokens per run, seeds {ccfg.seeds}.",
         "",
         "| claim | verdict | seeds per role |",
         "|---|---|---|",
@@ -121,12 +123,17 @@ def claims_section(ccfg, runs) -> list[str]:
     return lines
 
 
-def _cut_note(recs: list[dict]) -> str:
-    """Why seeds that are not lazy are not: the window-cut probe in (W_short, W_long]."""
+def _cut_of_others(recs: list[dict]) -> float | None:
+    """Mean recall in (W_short, W_long] with the window cut to W_short, over the seeds that are
+    not lazy: why they are not. None when every seed is lazy."""
     other = [r for r in recs if r["kind"] != "lazy"]
-    if not other:
+    return sum(r["cut_inner"] for r in other) / len(other) if other else None
+
+
+def _cut_note(recs: list[dict]) -> str:
+    cut = _cut_of_others(recs)
+    if cut is None:
         return ""
-    cut = sum(r["cut_inner"] for r in other) / len(other)
     return (
         f"; with the window cut to W_short they still recall {L.fmt(cut)} % in (W_short, "
         "W_long], so their recurrent memory carries the near answers too"
@@ -242,11 +249,10 @@ def readme_block(ccfg, runs, cells) -> str:
             "tokens) ended lazy (≥ 90 % inside it, chance beyond) in "
             + " and ".join(f"{_count(recs, 'lazy')} {f} seeds" for f, recs in near)
             + "".join(
-                f" ({f}: the others' window-cut probe still recalls "
-                f"{L.fmt(sum(r['cut_inner'] for r in o) / len(o))} % in (W_short, W_long], so "
-                "their recurrent memory carries the near answers too)"
+                f" ({f}: the others' window-cut probe still recalls {L.fmt(cut)} % in "
+                "(W_short, W_long], so their recurrent memory carries the near answers too)"
                 for f, recs in near
-                if (o := [r for r in recs if r["kind"] != "lazy"])
+                if (cut := _cut_of_others(recs)) is not None
             )
             + "."
         )
