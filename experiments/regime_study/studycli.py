@@ -22,8 +22,9 @@ def prepare(script: str, doc: str, config: str, report: str, argv=None):
     ap.add_argument("--jobs", type=int, default=None, help="runs at a time (default: config's)")
     ap.add_argument("--only", default=None, help="comma list of the runs to train")
     ap.add_argument("--report-dir", default=None, help=f"where {report} goes (default: here)")
+    ap.add_argument("--config", default=config, help=f"the sweep to run (default: {config})")
     args = ap.parse_args(argv)
-    cfg = load_sweep(HERE / config, quick=args.quick)
+    cfg = load_sweep(HERE / args.config, quick=args.quick)
     if args.quick and not cfg.archive:  # the smoke test keeps its results with its runs
         cfg.archive = str(Path(cfg.out_dir).resolve() / "archive")
     if args.run:

@@ -67,10 +67,12 @@ class SyntheticConfig:
     in a text mixture, where answers are a small share of the targets."""
     value_digits: int | None = bounded(None, "[1, 18]")
     """Digits of the magic numbers; None = 7 (RULER) or 4 with ``compact``."""
-    mqar_first_id: int = bounded(128, "[0, inf)")
+    mqar_first_id: int | None = bounded(None, "[0, inf)")
     """mqar: first token id of the key range; the value range and the filler range follow it.
-    The default suits the byte and GPT-2 tokenizers (ids 128 and up are bytes that ASCII text
-    does not contain)."""
+    None (the default) = the tokenizer's vocabulary size: the episode ids lie after every id
+    the tokenizer can produce, so no text can emit them, and training grows the model's
+    vocabulary to hold them. An id inside the vocabulary is checked against the training text
+    when the loader starts (an error names every clashing id and where it occurs)."""
     mqar_keys: int = bounded(16, "[1, inf)")
     """mqar: number of distinct key tokens (at least num_needles)."""
     mqar_values: int = bounded(16, "[1, inf)")

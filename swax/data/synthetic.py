@@ -244,7 +244,8 @@ def make_episode(
     if not isinstance(rng, np.random.Generator):
         rng = np.random.default_rng(rng)
     if cfg.task == "mqar":  # key-value pairs of dedicated ids (swax.data.mqar); no key split
-        return make_mqar_episode(rng, length, cfg, haystack_tokens, reach_range)
+        vocab = getattr(tokenizer, "vocab_size", None)
+        return make_mqar_episode(rng, length, cfg, haystack_tokens, reach_range, vocab)
     hay_src = np.asarray(haystack_tokens)
     if hay_src.ndim != 1 or len(hay_src) == 0:
         raise SwaxError("synthetic episodes need a non-empty 1-D haystack of tokens")

@@ -35,6 +35,7 @@ import torch
 
 from swax.core.progress import progress_bar
 from swax.data.config import SyntheticConfig
+from swax.data.mqar import resolve_mqar_ids
 from swax.data.synthetic import make_episode
 
 DEPTH_BINS = 10
@@ -126,6 +127,10 @@ def episode_accuracy(
     [correct, total]}, "by_distance": {upper bound: [correct, total]}}}.
     """
     device = model.embed.weight.device
+    # MQAR ids after the tokenizer's vocabulary unless the model has no room there
+    vocab = getattr(tokenizer, "vocab_size", None)
+    if vocab is not None:
+        cfg = resolve_mqar_ids(cfg, vocab, getattr(model.config, "vocab_size", None))
     hay = np.asarray(haystack_tokens)
     results = {}
     bar = progress_bar(len(lengths) * samples, "episodes", "episode", enabled=progress)

@@ -70,6 +70,11 @@ class EvalSpec:
     with the window-cut and recurrent-reset probes; 0 = not evaluated."""
     bucket_far: list[int] = bounded(bounds="[2, inf)", default_factory=lambda: [4, 16])
     """Upper edges of the buckets beyond the training length, as multiples of it."""
+    emergence_samples: int = bounded(0, "[0, inf)")
+    """When the memory emerged: at every checkpoint the run kept (and its final model), recall
+    in the bucket (W_long, T] with the run's own window, the window cut to probe_window and the
+    recurrent reset, this many episodes each; 0 = not evaluated. Keep every checkpoint
+    (checkpoint.keep) for a curve with no gaps."""
 
     def __post_init__(self) -> None:
         check_fields(self, prefix="eval.")

@@ -48,7 +48,7 @@ def _train_one(cfg: SweepConfig, name: str, seed: int) -> dict:
     return train(tcfg)
 
 
-STAGES = ("recall", "text_loss", "ppl", "curve", "probe", "buckets")
+STAGES = ("recall", "text_loss", "ppl", "curve", "probe", "buckets", "emergence")
 """Evaluation stages, each cached in the run's eval.json once done (a cache from an older
 version of the sweep is completed with the missing stages, not redone)."""
 
@@ -115,6 +115,7 @@ def _wanted(ev: EvalSpec, stage: str) -> bool:
         "curve": bool(ev.curve_multiples),
         "probe": ev.probe_multiple > 0,
         "buckets": ev.bucket_samples > 0,
+        "emergence": ev.emergence_samples > 0,
     }[stage]
 
 
@@ -126,6 +127,7 @@ def _done(out: dict, stage: str) -> bool:
         "curve": ["curve"],
         "probe": ["probe"],
         "buckets": ["buckets"],
+        "emergence": ["emergence"],
     }[stage]
     return any(k in out for k in keys)
 
@@ -242,6 +244,38 @@ class _EvalContext:
             batch_size=self.ev.batch_size, progress=self.progress,
         )  # fmt: skip
         return {"buckets": rows, "laziness": verdict(rows, chance_of(self.ep_cfg), T)}
+
+
+    def emergence(self) -> dict:
+        """Recall in (W_long, T] at every kept checkpoint and the final model, with the run's
+        own window, the window cut and the recurrent reset: when the memory took over."""
+        w, T = self.tcfg.window, self.tcfg.seq_len
+        far = [b for b in distance_buckets(w.short, w.long, T, ()) if b.key == "long_T"]
+        per_step = self.tcfg.batch_size * self.tcfg.seq_len
+        models = [
+            (int(c.name.split("_")[1]), lambda c=c: _checkpoint_model(self.model.config, c))
+            for c in list_checkpoints(self.tcfg.run_dir)
+        ]
+        if not models or models[-1][0] < self.tcfg.steps:
+            models.append((self.tcfg.steps, lambda: self.model))
+        points = []
+        for step, load in models:
+            row = recall_by_bucket(
+                load(), self.tok, self.val, self.ep_cfg, far, self.ev.emergence_samples,
+                self.deploy_window, probe_window=self.ev.probe_window or w.short,
+                seed=self.ev.seed, batch_size=self.ev.batch_size,
+            )[0]  # fmt: skip
+            points.append(
+                {
+                    "step": step,
+                    "tokens": step * per_step,
+                    "n": row["n"],
+                    "acc": row["acc"],
+                    "cut": row["probes"]["window_cut"]["acc"],
+                    "reset": row["probes"]["reset"]["acc"],
+                }
+            )
+        return {"emergence": {"bucket": far[0].label if far else "", "points": points}}
 
 
 def _checkpoint_model(config, ckpt: Path):

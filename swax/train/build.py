@@ -21,6 +21,7 @@ from swax.core.errors import ConfigError
 from swax.core.threads import AutoThreads, set_threads, threads_note
 from swax.data import PackedLoader, build_datasets
 from swax.data.loader import data_tokenizer
+from swax.data.mqar import mqar_vocab_needed
 from swax.model import SwaxLM
 from swax.train import distributed as D
 from swax.train.checkpoint import (
@@ -179,6 +180,16 @@ def _build_data(cfg: TrainConfig, info: D.DistInfo):
             f"note: model.vocab_size={cfg.model.vocab_size} is smaller than the tokenizer's "
             f"vocabulary ({tok.name}: {tok.vocab_size}); the model has {mcfg.vocab_size}"
         )
+    syn = cfg.data.synthetic
+    if syn.task == "mqar" and syn.fraction > 0:  # the episode ids (after the tokenizer's)
+        need = mqar_vocab_needed(syn, tok.vocab_size)
+        if mcfg.vocab_size < need:
+            grown = 64 * math.ceil(need / 64)
+            _warn_main(info)(
+                f"note: the MQAR episode ids run up to {need - 1} (after the tokenizer's "
+                f"{tok.vocab_size} ids, so no text emits them); the model has {grown} ids"
+            )
+            mcfg = mcfg.replace(vocab_size=grown)
     train_ds, val_ds = build_datasets(cfg.data, tok, cfg.seq_len, cfg.seed)
     micro = cfg.micro_batch(info.world_size)
     loader = PackedLoader(

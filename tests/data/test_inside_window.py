@@ -88,6 +88,7 @@ def test_mqar_far_share_is_the_share_beyond_the_window(window, length, pairs):
     for share in (0.0, 0.1, 0.5):
         cfg = SyntheticConfig(
             task="mqar",
+            mqar_first_id=128,
             num_needles=pairs,
             num_queries=min(pairs, 2),
             min_distance=1,
@@ -115,15 +116,15 @@ def test_needle_far_share_is_the_share_beyond_the_window(window, length):
 
 def test_a_window_no_episode_fits_inside_is_an_error():
     # one pair: the value is at least distance + 2 back; min_distance 8 needs W >= 10
-    cfg = SyntheticConfig(task="mqar", min_distance=8, far_share=0.0, far_from=9)
+    cfg = SyntheticConfig(task="mqar", mqar_first_id=128, min_distance=8, far_share=0.0, far_from=9)
     with pytest.raises(SwaxError, match="far_from=9"):
         make_mqar_episode(np.random.default_rng(0), 64, cfg)
-    ok = SyntheticConfig(task="mqar", min_distance=8, far_share=0.0, far_from=10)
+    ok = SyntheticConfig(task="mqar", mqar_first_id=128, min_distance=8, far_share=0.0, far_from=10)
     assert make_mqar_episode(np.random.default_rng(0), 64, ok).reaches == [10]
 
 
 def test_reach_range_places_the_first_answer_in_it():
-    cfg = SyntheticConfig(task="mqar", min_distance=0)
+    cfg = SyntheticConfig(task="mqar", mqar_first_id=128, min_distance=0)
     rng = np.random.default_rng(3)
     mask_in, mask_out = visible(256, 33), visible(256, 32)
     for _ in range(300):
@@ -134,7 +135,7 @@ def test_reach_range_places_the_first_answer_in_it():
 
 
 def test_power_law_is_heavy_tailed():
-    cfg = SyntheticConfig(task="mqar", min_distance=8, distance_law="power")
+    cfg = SyntheticConfig(task="mqar", mqar_first_id=128, min_distance=8, distance_law="power")
     rng = np.random.default_rng(0)
     d = np.array([draw_distance(rng, cfg, 1007) for _ in range(4000)])
     # P(d) ∝ (d - 7)^-1 over [8, 1007]: P(d < 16) = H(8) / H(1000) = 2.718 / 7.485 = 0.363

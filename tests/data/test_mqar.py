@@ -13,7 +13,7 @@ from swax.data.mqar import make_mqar_episode, mqar_ids
 from swax.data.tokenizer import ByteTokenizer
 from swax.probes.episodes import episode_accuracy
 
-CFG = SyntheticConfig(task="mqar", fraction=1.0, num_needles=4, num_queries=3, min_distance=8)
+CFG = SyntheticConfig(task="mqar", mqar_first_id=128, fraction=1.0, num_needles=4, num_queries=3, min_distance=8)
 
 
 def _pairs_and_queries(tokens, cfg):
@@ -49,13 +49,13 @@ def test_episode_layout(length):
 
 
 def test_distances_cover_the_allowed_range():
-    cfg = SyntheticConfig(task="mqar", num_needles=2, num_queries=2, min_distance=5, max_distance=9)
+    cfg = SyntheticConfig(task="mqar", mqar_first_id=128, num_needles=2, num_queries=2, min_distance=5, max_distance=9)
     d = {make_mqar_episode(np.random.default_rng(s), 64, cfg).distance for s in range(200)}
     assert d == set(range(5, 10))
 
 
 def test_text_filler_comes_from_the_haystack():
-    cfg = SyntheticConfig(task="mqar", num_needles=2, num_queries=2, mqar_noise=0)
+    cfg = SyntheticConfig(task="mqar", mqar_first_id=128, num_needles=2, num_queries=2, mqar_noise=0)
     hay = np.arange(1000, 1100)
     ep = make_mqar_episode(np.random.default_rng(0), 50, cfg, hay)
     keys, values, _ = (set(r.tolist()) for r in mqar_ids(cfg))
@@ -69,13 +69,13 @@ def test_bad_settings_are_named():
     with pytest.raises(SwaxError, match="too short"):
         make_mqar_episode(np.random.default_rng(0), 20, CFG)
     with pytest.raises(ConfigError, match="mqar_keys"):
-        SyntheticConfig(task="mqar", num_needles=20, num_queries=1)
+        SyntheticConfig(task="mqar", mqar_first_id=128, num_needles=20, num_queries=1)
     with pytest.raises(ConfigError, match="task"):
         SyntheticConfig(task="mqr")
     tok = ByteTokenizer()
     ds = TokenDataset(np.arange(500, dtype=np.int32) % 200, tok.eot_id, 1, "x", tok)
     big = SyntheticConfig(task="mqar", fraction=0.5, mqar_first_id=250)
-    with pytest.raises(SwaxError, match="do not fit the vocabulary of 257"):
+    with pytest.raises(SwaxError, match="include the tokenizer.s end-of-text id 256"):
         PackedLoader(ds, 64, 4, synthetic=big, tokenizer=tok)
 
 
@@ -83,7 +83,8 @@ def test_loader_with_episodes_only_supervises_the_answers():
     tok = ByteTokenizer()
     ds = TokenDataset(np.arange(2000, dtype=np.int32) % 100, tok.eot_id, 1, "x", tok)
     cfg = SyntheticConfig(
-        task="mqar", fraction=1.0, num_needles=4, num_queries=4, answers_only=True, min_distance=8
+        task="mqar", fraction=1.0, num_needles=4, num_queries=4, answers_only=True, min_distance=8,
+        mqar_first_id=128,
     )
     loader = PackedLoader(ds, 64, 8, synthetic=cfg, tokenizer=tok)
     assert loader.sequences_per_epoch == loader.corpus_sequences  # episodes only
@@ -163,7 +164,7 @@ def _answers_logp(model, ids, spans, window):
 
 def test_window_none_is_full_attention():
     model = _model("SX")
-    cfg = SyntheticConfig(task="mqar", num_needles=2, num_queries=2, min_distance=4)
+    cfg = SyntheticConfig(task="mqar", mqar_first_id=128, num_needles=2, num_queries=2, min_distance=4)
     got = episode_accuracy(model, None, [], [120], samples=1, cfg=cfg, window=None, progress=False)
     ep = make_mqar_episode(np.random.default_rng([1234, 120, 0]), 120, cfg)
     ref = _answers_logp(model, torch.tensor([ep.tokens]), ep.answer_spans, None)
@@ -173,7 +174,7 @@ def test_window_none_is_full_attention():
 
 
 def test_reset_recurrent_empties_only_the_recurrent_memory():
-    cfg = SyntheticConfig(task="mqar", num_needles=2, num_queries=2, min_distance=4)
+    cfg = SyntheticConfig(task="mqar", mqar_first_id=128, num_needles=2, num_queries=2, min_distance=4)
     ep = make_mqar_episode(np.random.default_rng([1234, 90, 0]), 90, cfg)
     ids = torch.tensor([ep.tokens])
     cut = ep.question_spans[0][0]
@@ -212,7 +213,7 @@ def test_window_cut_and_reset_leave_no_path_from_the_pair_to_the_answer():
     from swax.probes.episodes import _top1
 
     model = _model("SX")
-    cfg = SyntheticConfig(task="mqar", num_needles=1, num_queries=1, min_distance=12)
+    cfg = SyntheticConfig(task="mqar", mqar_first_id=128, num_needles=1, num_queries=1, min_distance=12)
     ep = make_mqar_episode(np.random.default_rng(5), 60, cfg)
     ids = torch.tensor([ep.tokens])
     (a0, _), s0 = ep.answer_spans[0], ep.needle_span[0]
@@ -228,7 +229,7 @@ def test_window_cut_and_reset_leave_no_path_from_the_pair_to_the_answer():
 def test_far_share_draws_that_share_of_distances_beyond_far_from():
     from swax.data.episode import draw_distance
 
-    cfg = SyntheticConfig(task="mqar", min_distance=8, far_share=0.3, far_from=32)
+    cfg = SyntheticConfig(task="mqar", mqar_first_id=128, min_distance=8, far_share=0.3, far_from=32)
     rng = np.random.default_rng(0)
     d = np.array([draw_distance(rng, cfg, 250) for _ in range(4000)])
     far = d > 32
@@ -240,16 +241,16 @@ def test_far_share_draws_that_share_of_distances_beyond_far_from():
         assert abs(part.mean() - (a + b) / 2) < 5 * (b - a) / 12**0.5 / len(part) ** 0.5
     assert all(draw_distance(rng, cfg, 20) <= 20 for _ in range(50))  # too short: all near
     # without far_share: one uniform draw, the same as before the option existed
-    plain = SyntheticConfig(task="mqar", min_distance=8)
+    plain = SyntheticConfig(task="mqar", mqar_first_id=128, min_distance=8)
     a, b = np.random.default_rng(5), np.random.default_rng(5)
     assert [draw_distance(a, plain, 99) for _ in range(20)] == [
         int(b.integers(8, 100)) for _ in range(20)
     ]
     with pytest.raises(SwaxError, match="far_share needs far_from"):
-        draw_distance(rng, SyntheticConfig(task="mqar", far_share=0.1), 99)
+        draw_distance(rng, SyntheticConfig(task="mqar", mqar_first_id=128, far_share=0.1), 99)
     with pytest.raises(SwaxError, match="far_from=4"):
         draw_distance(
-            rng, SyntheticConfig(task="mqar", min_distance=8, far_share=0.1, far_from=4), 99
+            rng, SyntheticConfig(task="mqar", mqar_first_id=128, min_distance=8, far_share=0.1, far_from=4), 99
         )
 
 
@@ -272,7 +273,7 @@ def test_answer_weight_weights_the_answers_in_the_training_loss():
     ds = TokenDataset(text, tok.eot_id, 1, "x", tok)
     cfg = SyntheticConfig(
         task="mqar", fraction=0.5, num_needles=1, num_queries=1, answers_only=True,
-        min_distance=8, mqar_noise=0, answer_weight=7.0,
+        min_distance=8, mqar_noise=0, answer_weight=7.0, mqar_first_id=128,
     )  # fmt: skip
     loader = PackedLoader(ds, 64, 8, synthetic=cfg, tokenizer=tok)
     x, y, w = loader.next_batch()
@@ -305,7 +306,7 @@ def test_supervise_filler_trains_on_text_but_not_on_pairs_or_query_keys():
     ds = TokenDataset(text, tok.eot_id, 1, "x", tok)
     cfg = SyntheticConfig(
         task="mqar", fraction=1.0, num_needles=3, num_queries=2, answers_only=True,
-        min_distance=8, mqar_noise=0, supervise_filler=True,
+        min_distance=8, mqar_noise=0, supervise_filler=True, mqar_first_id=128,
     )  # fmt: skip
     loader = PackedLoader(ds, 80, 4, synthetic=cfg, tokenizer=tok)
     keys, values, _ = (set(r.tolist()) for r in mqar_ids(cfg))
@@ -321,14 +322,14 @@ def test_supervise_filler_trains_on_text_but_not_on_pairs_or_query_keys():
             else:  # text filler
                 assert t == full[token_pos]
     with pytest.raises(ConfigError, match="supervise_filler needs task: mqar"):
-        SyntheticConfig(task="mqar", supervise_filler=True)
+        SyntheticConfig(task="mqar", mqar_first_id=128, supervise_filler=True)
 
 
 def test_distractors_make_the_answer_a_lookup_by_key():
     """With value tokens scattered in the filler the queried value is not the only value in
     the context: the token after the key's first occurrence answers every query (a binding
     retriever), the last value seen before the query answers few (no binding)."""
-    cfg = SyntheticConfig(task="mqar", num_needles=1, num_queries=1, min_distance=8,
+    cfg = SyntheticConfig(task="mqar", mqar_first_id=128, num_needles=1, num_queries=1, min_distance=8,
                           mqar_distractors=0.25)  # fmt: skip
     keys, values, noise = (set(r.tolist()) for r in mqar_ids(cfg))
     rng = np.random.default_rng(0)

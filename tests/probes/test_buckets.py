@@ -14,7 +14,7 @@ from swax.data import SyntheticConfig
 from swax.data.mqar import mqar_ids
 from swax.probes.buckets import distance_buckets, recall_by_bucket, verdict, wilson
 
-CFG = SyntheticConfig(task="mqar", num_needles=1, num_queries=1, min_distance=2)
+CFG = SyntheticConfig(task="mqar", num_needles=1, num_queries=1, min_distance=2, mqar_first_id=128)
 GUESS = int(mqar_ids(CFG)[1][0])  # what the stand-ins answer when they see no pair
 
 
@@ -166,6 +166,7 @@ def test_monitor_reads_a_lazy_and_a_remembering_model(tmp_path):
     from swax.train.monitor import LazinessMonitor
 
     cfg = _train_cfg(tmp_path, laziness_samples=16)
+    cfg.data.synthetic.mqar_first_id = 128  # the stand-ins' vocabulary (257 ids)
     mon = LazinessMonitor(cfg, [], None)
     lazy = mon(Retriever(), 16)
     assert lazy["lazy/inside_long"] == 100.0 and lazy["lazy/recall_le_short"] == 100.0

@@ -14,7 +14,7 @@ import torch
 from swax.core.errors import SwaxError
 from swax.data.config import SyntheticConfig
 from swax.data.episode import Episode
-from swax.data.mqar import check_mqar_vocab
+from swax.data.mqar import check_text_ids, resolve_mqar_ids
 from swax.data.shards import ShardedTokens
 from swax.data.synthetic import episode_overhead, make_episode
 
@@ -119,8 +119,11 @@ class PackedLoader:
                 self.synthetic_sequences = self.corpus_sequences
             else:
                 self.synthetic_sequences = max(1, round(self.corpus_sequences * f / (1 - f)))
-            if self.synthetic.task == "mqar" and self.tokenizer is not None:
-                check_mqar_vocab(self.synthetic, self.tokenizer.vocab_size)
+            if self.synthetic.task == "mqar":
+                # ids after the tokenizer's unless set; set ones must not occur in the text
+                self.synthetic = resolve_mqar_ids(self.synthetic, self.tokenizer.vocab_size)
+                text = self.corpus_in_epoch or self.synthetic.mqar_noise == 0
+                check_text_ids(self.synthetic, self.tokens if text else [], self.tokenizer)
             need = episode_overhead(self.tokenizer, self.synthetic)
             if need > seq_len + 1:
                 raise SwaxError(
