@@ -11,7 +11,7 @@ import sys
 
 from swax.cli import options as C
 from swax.cli.args import add_arguments, from_args
-from swax.cli.data import cmd_data_prepare, cmd_data_verify
+from swax.cli.data import cmd_data_far_share, cmd_data_prepare, cmd_data_verify
 from swax.cli.demo import cmd_demo
 from swax.cli.evaluate import (
     cmd_eval_compare,
@@ -90,6 +90,11 @@ COMMANDS: dict = {
             "tokenize a corpus into memory-mapped shards",
         ),
         "verify": (C.DataVerifyConfig, cmd_data_verify, "check a shard set's SHA-256 sums"),
+        "far-share": (
+            C.DataFarShareConfig,
+            cmd_data_far_share,
+            "the share of a corpus's targets that only a copy from beyond a window predicts",
+        ),
     },
 }
 """command -> (config dataclass, function, one-line help); "eval" holds its subcommands."""

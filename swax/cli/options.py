@@ -366,6 +366,40 @@ class DataPrepareConfig(Command):
 
 
 @dataclass
+class DataFarShareConfig(Command):
+    """The natural far share of a corpus: the share of its targets that only a copy from beyond
+    the window W predicts, at each training length T and W = T / divisor (swax.data.copies):
+    swax data far-share SOURCE --tokenizer gpt2 --seq-lens 256,4k,16k --out FILE.json"""
+
+    source: str = option(positional=True, metavar="SOURCE")
+    """Documents: 'kjv', 'pystdlib' (the Python standard library's source), a text file, a
+    folder of .txt/.md/.jsonl/.parquet files, a .jsonl or .parquet file, or a saved Hugging
+    Face dataset folder."""
+    tokenizer: str = "byte"
+    """byte, gpt2, or a tokenizer.json path or folder."""
+    seq_lens: str = "256,4k,16k"
+    """Training lengths T (comma list; 4k = 4096)."""
+    divisors: str = "128,32,8,4"
+    """Windows as divisors of T: W = T / d (the paper's 128 and 2048 at 16k are 128 and 8)."""
+    context: int = option(0, bounds="[0, inf)")
+    """Tokens of the context that must repeat (the copy's key) and the order of the n-gram
+    baseline; 0 = 8 for the byte tokenizer, 4 otherwise (about the same stretch of text)."""
+    held_out: float = bounded(0.1, "(0, 1)")
+    """Share of the documents held out (by a hash of their text) and read; the rest fits the
+    n-gram baseline."""
+    samples: int = option(1000, bounds="[1, inf)")
+    """Bootstrap resamples of the held-out documents for the 95 % interval."""
+    seed: int = bounded(0, "(-inf, inf)")
+    """Seed of the split and of the bootstrap."""
+    format: str = "auto"
+    """auto | kjv | pystdlib | text | jsonl | parquet | hf."""
+    field: str = "text"
+    """JSONL field or Parquet / Arrow column holding the text."""
+    out: str = option("", metavar="FILE")
+    """Write the result as JSON here (its parent folder is created); empty = print only."""
+
+
+@dataclass
 class DataVerifyConfig(Command):
     """Check every shard of a shard set against the size and SHA-256 in its index.json (reads
     every byte; training checks the sizes only)."""

@@ -130,7 +130,8 @@ class DataConfig:
     """Training and validation data."""
 
     source: str = "kjv"
-    """Documents: "kjv" (the embedded King James Bible), a text file, a folder of .txt/.md
+    """Documents: "kjv" (the embedded King James Bible), "pystdlib" (the Python standard
+    library's own .py files: real code on every machine), a text file, a folder of .txt/.md
     files, a .jsonl or .parquet file, or a Hugging Face dataset folder (save_to_disk)."""
     format: str = "auto"
     """auto | kjv | text | jsonl | parquet | hf; auto picks by extension and folder contents."""

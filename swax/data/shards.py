@@ -40,7 +40,7 @@ SPLITS = ("train", "val")
 
 def is_shard_set(source) -> bool:
     """Whether ``source`` is a folder holding a shard set's ``index.json``."""
-    if not isinstance(source, str | os.PathLike) or str(source) == "kjv":
+    if not isinstance(source, str | os.PathLike) or str(source) in ("kjv", "pystdlib"):
         return False
     p = Path(source).expanduser()
     return p.is_dir() and (p / INDEX).is_file()

@@ -34,8 +34,8 @@ class EvalSpec:
         bounds="[1, inf)", default_factory=lambda: [1, 2, 4, 8, 16, 32]
     )
     """Episode lengths as multiples of the training sequence length."""
-    samples: int = bounded(16, "[1, inf)")
-    """Episodes per length."""
+    samples: int = bounded(16, "[0, inf)")
+    """Episodes per length; 0 = no recall by length (a sweep without retrieval episodes)."""
     episodes: dict[str, Any] = field(default_factory=dict)
     """SyntheticConfig fields of the evaluation episodes (default: the training episodes')."""
     train_window: bool = True
@@ -70,6 +70,16 @@ class EvalSpec:
     with the window-cut and recurrent-reset probes; 0 = not evaluated."""
     bucket_far: list[int] = bounded(bounds="[2, inf)", default_factory=lambda: [4, 16])
     """Upper edges of the buckets beyond the training length, as multiples of it."""
+    copy_events: int = bounded(0, "[0, inf)")
+    """Copy gain by distance bucket on held-out text (swax.probes.copies): at most this many
+    copy events per bucket, with the window-cut and recurrent-reset probes, on the final
+    model; 0 = not evaluated."""
+    copy_context: int = bounded(4, "[1, inf)")
+    """Tokens of the context whose earlier occurrence makes a copy event (and the order of the
+    n-gram baseline fitted on the run's training text)."""
+    copy_curve_events: int = bounded(0, "[0, inf)")
+    """Copy gain per bucket (own window only) at every kept checkpoint, this many events per
+    bucket; 0 = not evaluated."""
     emergence_samples: int = bounded(0, "[0, inf)")
     """When the memory emerged: at every checkpoint the run kept (and its final model), recall
     in the bucket (W_long, T] with the run's own window, the window cut to probe_window and the

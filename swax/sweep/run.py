@@ -13,15 +13,18 @@ import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 
+import numpy as np
 from safetensors.torch import load_file
 
 from swax.core.errors import ConfigError
 from swax.core.threads import applied_threads, auto_threads, last_setting, set_threads
 from swax.data import DataConfig, build_datasets, load_model_tokenizer
+from swax.data.copies import NgramBaseline
 from swax.eval.ppl import bucketize, position_losses
 from swax.eval.recall import recall_by_window
 from swax.model import SwaxLM
 from swax.probes.buckets import chance_of, distance_buckets, recall_by_bucket, verdict
+from swax.probes.copies import copy_gain_by_bucket
 from swax.probes.episodes import episode_accuracy
 from swax.sweep.config import (
     EvalSpec,
@@ -48,7 +51,8 @@ def _train_one(cfg: SweepConfig, name: str, seed: int) -> dict:
     return train(tcfg)
 
 
-STAGES = ("recall", "text_loss", "ppl", "curve", "probe", "buckets", "emergence")
+STAGES = ("recall", "text_loss", "ppl", "curve", "probe", "buckets", "emergence", "copies",
+          "copy_curve")
 """Evaluation stages, each cached in the run's eval.json once done (a cache from an older
 version of the sweep is completed with the missing stages, not redone)."""
 
@@ -76,7 +80,7 @@ def evaluate_run(cfg: SweepConfig, name: str, seed: int, progress: bool = False)
         val_source=tcfg.data.val_source,
         val_fraction=tcfg.data.val_fraction,
     )
-    _, val = build_datasets(data_cfg, tok, seq_len=1, seed=0)
+    train_ds, val = build_datasets(data_cfg, tok, seq_len=1, seed=0)
     windows = {"long": tcfg.window.long}
     train_w = tcfg.window.train_window
     if ev.train_window and train_w != tcfg.window.long and model.config.window_layers:
@@ -85,6 +89,7 @@ def evaluate_run(cfg: SweepConfig, name: str, seed: int, progress: bool = False)
     # schedule (which ends on it); learning curves and the probe read recall there.
     deploy = "train" if tcfg.window.kind == "fixed" and "train" in windows else "long"
     ctx = _EvalContext(cfg, tcfg, model, tok, val.tokens, windows, windows[deploy], progress)
+    ctx.train_tokens = train_ds.tokens
     t0 = time.perf_counter()
     for stage in todo:
         out.update(getattr(ctx, stage)())
@@ -109,13 +114,15 @@ def evaluate_run(cfg: SweepConfig, name: str, seed: int, progress: bool = False)
 
 def _wanted(ev: EvalSpec, stage: str) -> bool:
     return {
-        "recall": True,
+        "recall": ev.samples > 0,
         "text_loss": ev.text_samples > 0,
         "ppl": ev.ppl_samples > 0 and bool(ev.ppl_multiples),
         "curve": bool(ev.curve_multiples),
         "probe": ev.probe_multiple > 0,
         "buckets": ev.bucket_samples > 0,
         "emergence": ev.emergence_samples > 0,
+        "copies": ev.copy_events > 0,
+        "copy_curve": ev.copy_curve_events > 0,
     }[stage]
 
 
@@ -128,6 +135,8 @@ def _done(out: dict, stage: str) -> bool:
         "probe": ["probe"],
         "buckets": ["buckets"],
         "emergence": ["emergence"],
+        "copies": ["copies"],
+        "copy_curve": ["copy_curve"],
     }[stage]
     return any(k in out for k in keys)
 
@@ -276,6 +285,49 @@ class _EvalContext:
                 }
             )
         return {"emergence": {"bucket": far[0].label if far else "", "points": points}}
+
+
+    def _copy_setup(self):
+        w, T = self.tcfg.window, self.tcfg.seq_len
+        buckets = distance_buckets(w.short, w.long, T, (4,))
+        baseline = NgramBaseline(np.asarray(self.train_tokens), self.ev.copy_context)
+        return buckets, baseline
+
+    def copies(self) -> dict:
+        """Copy gain by distance bucket on held-out text, with the window cut and the reset."""
+        buckets, baseline = self._copy_setup()
+        rows = copy_gain_by_bucket(
+            self.model, self.val, buckets, baseline, self.ev.copy_events, self.deploy_window,
+            probe_window=self.ev.probe_window or self.tcfg.window.short, seed=self.ev.seed,
+            batch_size=self.ev.batch_size,
+        )  # fmt: skip
+        return {"copies": {"context": self.ev.copy_context, "buckets": rows}}
+
+    def copy_curve(self) -> dict:
+        """Copy gain per bucket (own window) at every kept checkpoint and the final model."""
+        buckets, baseline = self._copy_setup()
+        per_step = self.tcfg.batch_size * self.tcfg.seq_len
+        models = [
+            (int(c.name.split("_")[1]), lambda c=c: _checkpoint_model(self.model.config, c))
+            for c in list_checkpoints(self.tcfg.run_dir)
+        ]
+        if not models or models[-1][0] < self.tcfg.steps:
+            models.append((self.tcfg.steps, lambda: self.model))
+        points = []
+        for step, load in models:
+            rows = copy_gain_by_bucket(
+                load(), self.val, buckets, baseline, self.ev.copy_curve_events,
+                self.deploy_window, seed=self.ev.seed, batch_size=self.ev.batch_size,
+            )  # fmt: skip
+            points.append(
+                {
+                    "step": step,
+                    "tokens": step * per_step,
+                    "gain": {r["key"]: r["gain"]["mean"] for r in rows},
+                    "n": {r["key"]: r["n"] for r in rows},
+                }
+            )
+        return {"copy_curve": points}
 
 
 def _checkpoint_model(config, ckpt: Path):

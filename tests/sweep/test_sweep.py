@@ -166,7 +166,7 @@ def test_bad_sweep_configs_name_the_problem(tmp_path):
 @pytest.mark.parametrize(
     "section,key,value,needle",
     [
-        ("eval", "samples", 0, "eval.samples must be a positive integer, got 0"),
+        ("eval", "samples", -1, "eval.samples must be >= 0, got -1"),
         ("eval", "length_multiples", [1, 0], "eval.length_multiples must be a positive"),
         ("eval", "ppl_samples", -1, "eval.ppl_samples must be >= 0, got -1"),
         ("eval", "probe_window", 0, "eval.probe_window must be a positive integer"),
