@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import random
 import sys
 from pathlib import Path
 
@@ -84,7 +85,19 @@ def record(ev: dict, seed: int) -> dict:
         return 100 * sum(r["correct"] for r in src) / n if n else math.nan
 
     lz = ev["laziness"]
+    T_far = [r for r in rows if r["lo"] >= T]
+
+    def counts(sel):
+        return [sum(r["correct"] for r in sel), sum(r["n"] for r in sel)]
+
     return {
+        "counts": {
+            "inside": counts([r for r in rows if r["inside_long"]]),
+            "beyond": counts(mid),
+            "beyond_T": counts(T_far),
+        },
+        "emergence": ev.get("emergence", {}).get("points", []),
+        "curve": ev.get("curve", []),
         "seed": seed,
         "inside": lz["inside_long"],
         "beyond": lz["beyond_long"],
@@ -95,6 +108,7 @@ def record(ev: dict, seed: int) -> dict:
         "chance": lz["chance"],
         "n_beyond": sum(r["n"] for r in mid),
         "text": ev.get("text_val_loss", math.nan),
+        "text_short_read": ev.get("text_loss", {}).get("train", math.nan),
         "minutes": (ev.get("summary", {}).get("elapsed") or math.nan) / 60,
         "emerged": emerged(ev),
         "tokens": ev.get("summary", {}).get("tokens"),
@@ -131,6 +145,54 @@ def rho_star(shares: list[tuple[float, float]]) -> str:
     return f"> {100 * r0:g}% (more than half the seeds lazy at every measured share)"
 
 
+def rho_star_value(shares: list[tuple[float, float]]) -> float:
+    """rho* as a number (see :func:`rho_star`): the first measured share when half the seeds or
+    fewer are lazy there already, +inf when more than half are lazy at every share."""
+    if not shares:
+        return math.nan
+    (r0, f0), rest = shares[0], shares[1:]
+    if f0 <= 0.5:
+        return r0
+    for r1, f1 in rest:
+        if f1 <= 0.5:
+            return r0 + (f0 - 0.5) / (f0 - f1) * (r1 - r0)
+        r0, f0 = r1, f1
+    return math.inf
+
+
+def rho_star_interval(cells, w: int, cols: list[str], samples: int = 2000, seed: int = 0):
+    """95 % bootstrap interval of rho* for row ``w``: each cell's seeds resampled with
+    replacement (independently per cell), rho* recomputed."""
+    rng = random.Random(seed)
+    numeric = [c for c in cols if c.endswith("%") and (w, c) in cells]
+    out = []
+    for _ in range(samples):
+        shares = []
+        for c in numeric:
+            recs = cells[(w, c)]
+            draw = [rng.choice(recs) for _ in recs]
+            shares.append((float(c[:-1]) / 100, lazy_share(draw)))
+        out.append(rho_star_value(shares))
+    out.sort()
+    if not out:
+        return math.nan, math.nan
+    return out[int(0.025 * (len(out) - 1))], out[int(0.975 * (len(out) - 1))]
+
+
+def _cp(k: int, n: int) -> str:
+    from stats import clopper_pearson
+
+    lo, hi = clopper_pearson(k, n)
+    return f"{lo:.0f}–{hi:.0f}"
+
+
+def interval_text(lo: float, hi: float) -> str:
+    def pct(x):
+        return "> the largest share" if x == math.inf else f"{100 * x:.3g}%"
+
+    return f"[{pct(lo)}, {pct(hi)}]"
+
+
 def fmt(x: float, digits: int = 0) -> str:
     return "–" if x != x else f"{x:.{digits}f}"
 
@@ -163,23 +225,36 @@ def figure(cfg, cells, out: Path, seq_len: int) -> str:
     return name
 
 
+def _wilson(r: dict, key: str) -> str:
+    """Recall with its 95 % Wilson interval, from the run's counts."""
+    from swax.probes.buckets import wilson
+
+    k, n = r["counts"][key]
+    if not n:
+        return "–"
+    lo, hi = wilson(k, n)
+    return f"{100 * k / n:.0f} [{lo:.0f}–{hi:.0f}]"
+
+
 def share_table(cfg, cells) -> list[str]:
     """Lazy seeds / archived seeds per cell, and rho* per row (markdown lines)."""
     seq_len = cfg.base["seq_len"]
     cols = columns(cfg)
-    head = ["long window W"] + cols + ["ρ* (half the seeds lazy)"]
+    head = ["long window W"] + cols + ["ρ* (half the seeds lazy)", "ρ* 95 % interval (bootstrap over seeds)"]
     body = []
     for w in sorted(cfg.grid.axes[WINDOW_AXIS]):
         row = [f"{w} (T/{seq_len // w})"]
         for c in cols:
             recs = cells.get((w, c), [])
-            row.append(f"{sum(r['kind'] == 'lazy' for r in recs)}/{len(recs)}" if recs else "–")
+            k = sum(r["kind"] == "lazy" for r in recs)
+            row.append(f"{k}/{len(recs)} [{_cp(k, len(recs))}]" if recs else "–")
         numeric = [
             (float(c[:-1]) / 100, lazy_share(cells[(w, c)]))
             for c in cols
             if c.endswith("%") and (w, c) in cells
         ]
         row.append(rho_star(numeric))
+        row.append(interval_text(*rho_star_interval(cells, w, cols)) if numeric else "–")
         body.append(row)
     return _table(head, body)
 
@@ -239,6 +314,10 @@ def write_report(cfg, cells, out: Path, command: str) -> Path:
         "",
         "## Share of seeds that end lazy",
         "",
+        "Lazy seeds / seeds run, with the share's 95 % exact (Clopper-Pearson) interval in "
+        "brackets; ρ* with a 95 % bootstrap interval (each cell's seeds resampled). Recall in "
+        "the table of every run carries its 95 % Wilson interval.",
+        "",
     ]
     lines += share_table(cfg, cells) + [""]
     if cells:
@@ -263,8 +342,8 @@ def write_report(cfg, cells, out: Path, command: str) -> Path:
         for c in cols:
             for r in sorted(cells.get((w, c), []), key=lambda r: r["seed"]):
                 body.append(
-                    [str(w), c, str(r["seed"]), fmt(r["inside"]), fmt(r["beyond"]),
-                     fmt(r["beyond_T"]), fmt(r["cut_inner"]), fmt(r["reset_beyond"]),
+                    [str(w), c, str(r["seed"]), _wilson(r, "inside"), _wilson(r, "beyond"),
+                     _wilson(r, "beyond_T"), fmt(r["cut_inner"]), fmt(r["reset_beyond"]),
                      str(r["n_beyond"]), r["kind"], fmt(r["emerged"], 1), fmt(r["text"], 3),
                      fmt(r["minutes"], 1)]
                 )  # fmt: skip

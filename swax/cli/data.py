@@ -102,7 +102,12 @@ def cmd_data_far_share(cfg: C.DataFarShareConfig) -> int:
     res = natural_far_share(
         docs, tok, seq_lens, divisors, context, cfg.held_out, cfg.samples, cfg.seed, say
     )
-    res = {"source": cfg.source, **res, "seed": cfg.seed, "samples": cfg.samples}
+    import platform
+
+    from swax.version import __version__
+
+    res = {"source": cfg.source, **res, "seed": cfg.seed, "samples": cfg.samples,
+           "python": platform.python_version(), "swax": __version__}  # fmt: skip
     print(
         f"far share of {cfg.source} ({tok.name}, context {context}; {res['documents']['held_out']:,} "
         f"held-out documents, {res['tokens']['held_out']:,} tokens): % of targets that only a "
