@@ -32,7 +32,6 @@ When the memory emerged, paired by seed, is the delay section: tokens until reca
 W_long reaches 50 % (with the window-cut probe agreeing where the run has it).
 """
 
-
 from __future__ import annotations
 
 import json
@@ -199,7 +198,7 @@ def judge(family: str, roles: dict[str, str], runs: dict[str, list[dict]], cfg=N
         f"{fmt(d['ci'][1], 1)}, sign-flip p = {fmt(d['p'], 2)})."
         + (
             f" The share's interval ({lo:.0f}–{hi:.0f} %) includes one half: {len(lg)} seeds do "
-            "not settle \"most\"."
+            'not settle "most".'
             if lo <= 50 <= hi
             else ""
         )
@@ -216,8 +215,11 @@ def judge(family: str, roles: dict[str, str], runs: dict[str, list[dict]], cfg=N
     ev_r = (
         f"recall in (W_long, T]: {roles['stochastic']} {fmt(stb, 1)} vs short {fmt(sb, 1)} and "
         f"long {fmt(lb, 1)} (held means ≥ 3/4 of the short's and ≥ long + 10"
-        + ("; the long window already recalls ≥ 90 % there, so the schedule has nothing to add"
-           if r3 == CANNOT else "")  # fmt: skip
+        + (
+            "; the long window already recalls ≥ 90 % there, so the schedule has nothing to add"
+            if r3 == CANNOT
+            else ""
+        )  # fmt: skip
         + ")."
     )
     # claim 3: quality (held-out text loss at each run's own window, paired by seed)
@@ -307,8 +309,8 @@ def delay(cfg, runs, family: str, roles: dict) -> dict | None:
           for role, recs in (("short", s), ("long", lg), ("stochastic", st))}  # fmt: skip
     how = {emergence_m(r)[1] for r in s + lg + st}
     spacing = max(spacing_m(r) for r in s + lg + st)
-    first = min((p["tokens"] / 1e6 for r in s for p in (r.get("emergence") or r.get("curve") or [])),
-                default=math.nan)  # fmt: skip
+    points = [p for r in s for p in (r.get("emergence") or r.get("curve") or [])]
+    first = min((p["tokens"] / 1e6 for p in points), default=math.nan)
     logs, censored, later = [], 0, 0
     for seed in seeds:
         a, b = by["short"][seed], by["long"][seed]
@@ -337,6 +339,24 @@ def delay(cfg, runs, family: str, roles: dict) -> dict | None:
     }
 
 
+def _cell(d: dict, x: float) -> str:
+    if x != x:
+        return f"> {d['budget']:.1f}"
+    return f"≤ {x:.1f}" if x <= d["first"] else f"{x:.1f}"
+
+
+def pooled_log_delays(delays: list[dict]) -> list[float]:
+    """log(long / short) of every pair of ``delays`` where the short run emerged (a long run
+    that never did counts as its budget)."""
+    logs = []
+    for d in delays:
+        for x in d["seeds"]:
+            a, b = d["tokens"]["short"].get(x, math.nan), d["tokens"]["long"].get(x, math.nan)
+            if a == a:
+                logs.append(math.log((b if b == b else d["budget"]) / a))
+    return logs
+
+
 def delay_lines(cfg, runs) -> list[str]:
     """The paired emergence table and the delay factor per family of one setting."""
     out = []
@@ -358,20 +378,14 @@ def delay_lines(cfg, runs) -> list[str]:
             "|---|---|---|---|---|",
         ]
 
-        def cell(x):
-            if x != x:
-                return f"> {d['budget']:.1f}"
-            return f"≤ {x:.1f}" if x <= d["first"] else f"{x:.1f}"
-
         for seed in d["seeds"]:
-            a, b = d["tokens"]["short"].get(seed, math.nan), d["tokens"]["long"].get(seed, math.nan)
-            c = d["tokens"]["stochastic"].get(seed, math.nan)
+            a, b, c = (d["tokens"][k].get(seed, math.nan) for k in ("short", "long", "stochastic"))
             if a != a:
                 ratio = "–"
             else:
                 bound = "≥ " if (b != b or a <= d["first"]) else ""
                 ratio = f"{bound}{(d['budget'] if b != b else b) / a:.1f}"
-            out.append(f"| {seed} | {cell(a)} | {cell(b)} | {cell(c)} | {ratio} |")
+            out.append(f"| {seed} | {_cell(d, a)} | {_cell(d, b)} | {_cell(d, c)} | {ratio} |")
         bound = (
             f" (a lower bound: in {d['censored']} pair(s) the long run never emerged or the "
             "short one had already at the first curve point)"
@@ -391,10 +405,7 @@ def delay_lines(cfg, runs) -> list[str]:
     if len(both) > 1:
         later = sum(d["later"] for d in both)
         pairs = sum(d["pairs"] for d in both)
-        logs = [math.log(((d["tokens"]["long"][x] if d["tokens"]["long"][x] == d["tokens"]["long"][x] else d["budget"]))
-                         / d["tokens"]["short"][x])
-                for d in both for x in d["seeds"]
-                if d["tokens"]["short"].get(x, math.nan) == d["tokens"]["short"].get(x, math.nan)]  # fmt: skip
+        logs = pooled_log_delays(both)
         out += [
             f"Both families together: the long window emerged later in {later} of {pairs} "
             f"pairs (one-sided sign-flip p = {fmt(S.one_sided_sign_flip_p(logs), 3)}).",
@@ -478,9 +489,9 @@ def write_report(settings, out: Path, command: str) -> Path:
         b = cfg.base
         rho = far_share(cfg)
         done = sum(len(v) for v in runs.values())
+        title = "No answer" if rho == 0 else f"{100 * rho:g} % of the answers"
         lines += [
-            f"## {'No answer beyond W_long' if rho == 0 else f'{100 * rho:g} % of the answers beyond W_long'} "
-            f"(`{Path(cfg.archive).name}`)",
+            f"## {title} beyond W_long (`{Path(cfg.archive).name}`)",
             "",
             f"- runs: {done} of {len(cfg.runs) * len(cfg.seeds)} planned ({len(cfg.runs)} runs × "
             f"seeds {cfg.seeds});",

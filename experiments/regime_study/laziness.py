@@ -240,7 +240,11 @@ def share_table(cfg, cells) -> list[str]:
     """Lazy seeds / archived seeds per cell, and rho* per row (markdown lines)."""
     seq_len = cfg.base["seq_len"]
     cols = columns(cfg)
-    head = ["long window W"] + cols + ["ρ* (half the seeds lazy)", "ρ* 95 % interval (bootstrap over seeds)"]
+    head = (
+        ["long window W"]
+        + cols
+        + ["ρ* (half the seeds lazy)", "ρ* 95 % interval (bootstrap over seeds)"]
+    )
     body = []
     for w in sorted(cfg.grid.axes[WINDOW_AXIS]):
         row = [f"{w} (T/{seq_len // w})"]

@@ -107,8 +107,10 @@ def map_section(lcfg, cells) -> list[str]:
                       for a in ws for b in ws if a < b)  # fmt: skip
         lines.append(
             "- ρ* by row, with its bootstrap interval: "
-            + "; ".join(f"W = {w}: {rho_by_row(cells)[w].split(' (')[0]} "
-                        f"{L.interval_text(*iv[w])}" for w in ws)  # fmt: skip
+            + "; ".join(
+                f"W = {w}: {rho_by_row(cells)[w].split(' (')[0]} {L.interval_text(*iv[w])}"
+                for w in ws
+            )  # fmt: skip
             + (
                 ". The intervals overlap, so the map does not order the rows: with "
                 f"{min(len(v) for v in cells.values())} seeds per cell it cannot say whether a "
@@ -354,8 +356,9 @@ def reading(ccfg, runs, cells, settings, tcfg, truns) -> list[str]:
                 f"- **At ρ = {100 * C.far_share(cfg):g} % a long window delays the memory "
                 f"rather than preventing it:** it emerged later than the short window's in "
                 f"{later} of {pairs} seed pairs, by a factor of "
-                + " and ".join(f"{L.fmt(d['factor'], 1)} ({f})"
-                               for d, f in zip(both, C.families_of(cfg)))  # fmt: skip
+                + " and ".join(
+                    f"{L.fmt(d['factor'], 1)} ({f})" for d, f in zip(both, C.families_of(cfg))
+                )  # fmt: skip
                 + " (95 % intervals "
                 + " and ".join(f"{L.fmt(d['ci'][0], 1)}–{L.fmt(d['ci'][1], 1)}" for d in both)
                 + f"; pooled one-sided sign-flip p = {L.fmt(_pooled_p(both), 3)}); a lazy long "
@@ -373,13 +376,7 @@ def reading(ccfg, runs, cells, settings, tcfg, truns) -> list[str]:
 
 def _pooled_p(delays: list[dict]) -> float:
     """One-sided sign-flip p of the log delay factors of every pair of ``delays``."""
-    logs = []
-    for d in delays:
-        for x in d["seeds"]:
-            a, b = d["tokens"]["short"].get(x, math.nan), d["tokens"]["long"].get(x, math.nan)
-            if a == a:
-                logs.append(math.log((b if b == b else d["budget"]) / a))
-    return S.one_sided_sign_flip_p(logs)
+    return S.one_sided_sign_flip_p(C.pooled_log_delays(delays))
 
 
 README_BEGIN = "<!-- regime-reading:begin (written by experiments/regime_study/report.py) -->"
@@ -403,8 +400,11 @@ def readme_block(settings, cells, shares=None) -> str:
     if iv:
         out.append(
             "The far share at which half the seeds stay lazy, ρ*, is "
-            + ", ".join(f"{rho_by_row(cells)[w].split(' (')[0]} {L.interval_text(*iv[w])} at "
-                        f"W = T/{ccfg.base['seq_len'] // w}" for w in sorted(iv))  # fmt: skip
+            + ", ".join(
+                f"{rho_by_row(cells)[w].split(' (')[0]} {L.interval_text(*iv[w])} at "
+                f"W = T/{ccfg.base['seq_len'] // w}"
+                for w in sorted(iv)
+            )  # fmt: skip
             + " (95 % bootstrap intervals over seeds)."
         )
     for cfg, sruns in settings:

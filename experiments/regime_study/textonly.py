@@ -123,21 +123,26 @@ def write_report(cfg, runs, out: Path, command: str) -> Path:
     roles = cfg.roles
     for key in ("short_long", "long_T", "T_4T"):
         vals = {
-            role: {r["seed"]: gains(r).get(key, {}).get("gain", {}).get("mean", math.nan)
-                   for r in runs.get(name, [])}  # fmt: skip
+            role: {
+                r["seed"]: gains(r).get(key, {}).get("gain", {}).get("mean", math.nan)
+                for r in runs.get(name, [])
+            }  # fmt: skip
             for role, name in roles.items()
         }
         seeds = sorted(set(vals["short"]) & set(vals["long"]))
         if not seeds:
             continue
         m, se, n = paired([vals["long"][s] for s in seeds], [vals["short"][s] for s in seeds])
-        label = next((g["bucket"] for r in runs[roles["short"]] for g in [gains(r).get(key)] if g), key)
+        label = next(
+            (g["bucket"] for r in runs[roles["short"]] for g in [gains(r).get(key)] if g), key
+        )
         parts = [
             f"{role} " + ", ".join(f"{vals[role].get(s, math.nan):.3f}" for s in seeds)
             for role in roles
         ]
         lines.append(
-            f"- {label}: copy gain per seed {seeds}: " + "; ".join(parts)
+            f"- {label}: copy gain per seed {seeds}: "
+            + "; ".join(parts)
             + f". Long minus short: {m:+.3f} ± {se:.3f} nats (standard error over {n} pairs)."
         )
     lines.append("")

@@ -14,10 +14,10 @@ from swax.core.errors import SwaxError
 from swax.core.signals import Stopped, StopSignals
 from swax.data.copies import natural_far_share
 from swax.data.prepare import prepare_shards
+from swax.data.shards import no_validation_reason, verify_shards
 from swax.data.sources import iter_documents
 from swax.data.tokenizer import load_tokenizer
 from swax.eval.niah.records import parse_lengths
-from swax.data.shards import no_validation_reason, verify_shards
 
 # ---- swax data prepare (pre-tokenized shards; see swax.data.shards) ----
 
@@ -109,9 +109,10 @@ def cmd_data_far_share(cfg: C.DataFarShareConfig) -> int:
     res = {"source": cfg.source, **res, "seed": cfg.seed, "samples": cfg.samples,
            "python": platform.python_version(), "swax": __version__}  # fmt: skip
     print(
-        f"far share of {cfg.source} ({tok.name}, context {context}; {res['documents']['held_out']:,} "
-        f"held-out documents, {res['tokens']['held_out']:,} tokens): % of targets that only a "
-        "copy from beyond W predicts, 95 % bootstrap interval over documents"
+        f"far share of {cfg.source} ({tok.name}, context {context}; "
+        f"{res['documents']['held_out']:,} held-out documents, "
+        f"{res['tokens']['held_out']:,} tokens): % of targets that only a copy from beyond W "
+        "predicts, 95 % bootstrap interval over documents"
     )
     print("| T | W | far share (%) | 95 % interval | events beyond W | targets |")
     print("|---|---|---|---|---|---|")

@@ -131,7 +131,12 @@ def copy_events(rows: np.ndarray, context: int, baseline: NgramBaseline | None =
     valid = pos >= context - 1  # the context lies inside the row
     # the most recent earlier position with the same context, within the row
     order = np.lexsort((pos.ravel(), h.ravel(), row.ravel()))
-    r_s, h_s, p_s, v_s = row.ravel()[order], h.ravel()[order], pos.ravel()[order], valid.ravel()[order]
+    r_s, h_s, p_s, v_s = (
+        row.ravel()[order],
+        h.ravel()[order],
+        pos.ravel()[order],
+        valid.ravel()[order],
+    )
     same = np.zeros(len(order), bool)
     same[1:] = (r_s[1:] == r_s[:-1]) & (h_s[1:] == h_s[:-1]) & v_s[1:] & v_s[:-1]
     prev = np.full(len(order), -1, np.int64)

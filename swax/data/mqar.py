@@ -37,7 +37,6 @@ from swax.core.errors import SwaxError
 from swax.data.config import SyntheticConfig
 from swax.data.episode import Episode, draw_distance
 
-
 LEGACY_FIRST_ID = 128
 """The key range's first id before episode ids moved past the tokenizer's vocabulary: an
 evaluation of a model whose vocabulary has no room after the tokenizer's ids (it was never

@@ -229,7 +229,9 @@ def _check_options(shard_tokens: int, workers: int, val_fraction: float) -> None
 def _settings(source, fmt, field, spec, shard_tokens, val_fraction, split_seed) -> dict:
     """What determines the output (in the index, and compared on a resume)."""
     return {
-        "source": str(source) if str(source) in ("kjv", "pystdlib") else str(Path(source).expanduser().resolve()),
+        "source": str(source)
+        if str(source) in ("kjv", "pystdlib")
+        else str(Path(source).expanduser().resolve()),
         "format": fmt,
         "field": field,
         "tokenizer": spec,

@@ -56,7 +56,9 @@ def replaced_row(row: np.ndarray, t: int, context: int, hashes: np.ndarray, fill
 
 
 @torch.no_grad()
-def _nll_at(model, rows: np.ndarray, pos: np.ndarray, window, reset: bool, batch: int) -> np.ndarray:
+def _nll_at(
+    model, rows: np.ndarray, pos: np.ndarray, window, reset: bool, batch: int
+) -> np.ndarray:
     """NLL of token pos + 1 of every row given its tokens up to pos; with ``reset`` the
     recurrent state is emptied right before position pos (rows with the same pos together)."""
     device = model.embed.weight.device
@@ -68,7 +70,9 @@ def _nll_at(model, rows: np.ndarray, pos: np.ndarray, window, reset: bool, batch
             keep = int(p.max()) + 1
             logits = model(x[:, :keep], window=window).float()
             lp = torch.log_softmax(logits[torch.arange(len(x)), p], -1)
-            out[b : b + batch] = -lp.gather(1, x[torch.arange(len(x)), p + 1][:, None])[:, 0].cpu().numpy()
+            out[b : b + batch] = (
+                -lp.gather(1, x[torch.arange(len(x)), p + 1][:, None])[:, 0].cpu().numpy()
+            )
         return out
     for t in np.unique(pos):
         idx = np.flatnonzero(pos == t)
@@ -123,7 +127,10 @@ def copy_gain_by_bucket(
         filler = tokens
         orig = rows[r_idx]
         repl = np.stack(
-            [replaced_row(rows[r], t, context, hashes[r], filler, rng) for r, t in zip(r_idx, t_idx)]
+            [
+                replaced_row(rows[r], t, context, hashes[r], filler, rng)
+                for r, t in zip(r_idx, t_idx)
+            ]
         )
         settings = {"gain": (window, False)}
         if probe_window is not None:

@@ -51,8 +51,17 @@ def _train_one(cfg: SweepConfig, name: str, seed: int) -> dict:
     return train(tcfg)
 
 
-STAGES = ("recall", "text_loss", "ppl", "curve", "probe", "buckets", "emergence", "copies",
-          "copy_curve")
+STAGES = (
+    "recall",
+    "text_loss",
+    "ppl",
+    "curve",
+    "probe",
+    "buckets",
+    "emergence",
+    "copies",
+    "copy_curve",
+)
 """Evaluation stages, each cached in the run's eval.json once done (a cache from an older
 version of the sweep is completed with the missing stages, not redone)."""
 
@@ -254,7 +263,6 @@ class _EvalContext:
         )  # fmt: skip
         return {"buckets": rows, "laziness": verdict(rows, chance_of(self.ep_cfg), T)}
 
-
     def emergence(self) -> dict:
         """Recall in (W_long, T] at every kept checkpoint and the final model, with the run's
         own window, the window cut and the recurrent reset: when the memory took over."""
@@ -285,7 +293,6 @@ class _EvalContext:
                 }
             )
         return {"emergence": {"bucket": far[0].label if far else "", "points": points}}
-
 
     def _copy_setup(self):
         w, T = self.tcfg.window, self.tcfg.seq_len

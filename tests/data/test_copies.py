@@ -134,7 +134,7 @@ def test_natural_far_share_on_a_corpus_of_repeated_documents():
 
     rng = np.random.default_rng(0)
     docs = []
-    for i in range(60):
+    for _ in range(60):
         phrase = "".join(rng.choice(list("abcdefghijklmnopqrstuvwxyz"), 12))
         filler = "".join(rng.choice(list("0123456789"), 100))
         docs.append(phrase + filler + phrase + filler)

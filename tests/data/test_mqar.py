@@ -13,7 +13,9 @@ from swax.data.mqar import make_mqar_episode, mqar_ids
 from swax.data.tokenizer import ByteTokenizer
 from swax.probes.episodes import episode_accuracy
 
-CFG = SyntheticConfig(task="mqar", mqar_first_id=128, fraction=1.0, num_needles=4, num_queries=3, min_distance=8)
+CFG = SyntheticConfig(
+    task="mqar", mqar_first_id=128, fraction=1.0, num_needles=4, num_queries=3, min_distance=8
+)
 
 
 def _pairs_and_queries(tokens, cfg):
@@ -49,13 +51,17 @@ def test_episode_layout(length):
 
 
 def test_distances_cover_the_allowed_range():
-    cfg = SyntheticConfig(task="mqar", mqar_first_id=128, num_needles=2, num_queries=2, min_distance=5, max_distance=9)
+    cfg = SyntheticConfig(
+        task="mqar", mqar_first_id=128, num_needles=2, num_queries=2, min_distance=5, max_distance=9
+    )
     d = {make_mqar_episode(np.random.default_rng(s), 64, cfg).distance for s in range(200)}
     assert d == set(range(5, 10))
 
 
 def test_text_filler_comes_from_the_haystack():
-    cfg = SyntheticConfig(task="mqar", mqar_first_id=128, num_needles=2, num_queries=2, mqar_noise=0)
+    cfg = SyntheticConfig(
+        task="mqar", mqar_first_id=128, num_needles=2, num_queries=2, mqar_noise=0
+    )
     hay = np.arange(1000, 1100)
     ep = make_mqar_episode(np.random.default_rng(0), 50, cfg, hay)
     keys, values, _ = (set(r.tolist()) for r in mqar_ids(cfg))
@@ -83,7 +89,12 @@ def test_loader_with_episodes_only_supervises_the_answers():
     tok = ByteTokenizer()
     ds = TokenDataset(np.arange(2000, dtype=np.int32) % 100, tok.eot_id, 1, "x", tok)
     cfg = SyntheticConfig(
-        task="mqar", fraction=1.0, num_needles=4, num_queries=4, answers_only=True, min_distance=8,
+        task="mqar",
+        fraction=1.0,
+        num_needles=4,
+        num_queries=4,
+        answers_only=True,
+        min_distance=8,
         mqar_first_id=128,
     )
     loader = PackedLoader(ds, 64, 8, synthetic=cfg, tokenizer=tok)
@@ -164,7 +175,9 @@ def _answers_logp(model, ids, spans, window):
 
 def test_window_none_is_full_attention():
     model = _model("SX")
-    cfg = SyntheticConfig(task="mqar", mqar_first_id=128, num_needles=2, num_queries=2, min_distance=4)
+    cfg = SyntheticConfig(
+        task="mqar", mqar_first_id=128, num_needles=2, num_queries=2, min_distance=4
+    )
     got = episode_accuracy(model, None, [], [120], samples=1, cfg=cfg, window=None, progress=False)
     ep = make_mqar_episode(np.random.default_rng([1234, 120, 0]), 120, cfg)
     ref = _answers_logp(model, torch.tensor([ep.tokens]), ep.answer_spans, None)
@@ -174,7 +187,9 @@ def test_window_none_is_full_attention():
 
 
 def test_reset_recurrent_empties_only_the_recurrent_memory():
-    cfg = SyntheticConfig(task="mqar", mqar_first_id=128, num_needles=2, num_queries=2, min_distance=4)
+    cfg = SyntheticConfig(
+        task="mqar", mqar_first_id=128, num_needles=2, num_queries=2, min_distance=4
+    )
     ep = make_mqar_episode(np.random.default_rng([1234, 90, 0]), 90, cfg)
     ids = torch.tensor([ep.tokens])
     cut = ep.question_spans[0][0]
@@ -213,7 +228,9 @@ def test_window_cut_and_reset_leave_no_path_from_the_pair_to_the_answer():
     from swax.probes.episodes import _top1
 
     model = _model("SX")
-    cfg = SyntheticConfig(task="mqar", mqar_first_id=128, num_needles=1, num_queries=1, min_distance=12)
+    cfg = SyntheticConfig(
+        task="mqar", mqar_first_id=128, num_needles=1, num_queries=1, min_distance=12
+    )
     ep = make_mqar_episode(np.random.default_rng(5), 60, cfg)
     ids = torch.tensor([ep.tokens])
     (a0, _), s0 = ep.answer_spans[0], ep.needle_span[0]
@@ -229,7 +246,9 @@ def test_window_cut_and_reset_leave_no_path_from_the_pair_to_the_answer():
 def test_far_share_draws_that_share_of_distances_beyond_far_from():
     from swax.data.episode import draw_distance
 
-    cfg = SyntheticConfig(task="mqar", mqar_first_id=128, min_distance=8, far_share=0.3, far_from=32)
+    cfg = SyntheticConfig(
+        task="mqar", mqar_first_id=128, min_distance=8, far_share=0.3, far_from=32
+    )
     rng = np.random.default_rng(0)
     d = np.array([draw_distance(rng, cfg, 250) for _ in range(4000)])
     far = d > 32
@@ -250,7 +269,11 @@ def test_far_share_draws_that_share_of_distances_beyond_far_from():
         draw_distance(rng, SyntheticConfig(task="mqar", mqar_first_id=128, far_share=0.1), 99)
     with pytest.raises(SwaxError, match="far_from=4"):
         draw_distance(
-            rng, SyntheticConfig(task="mqar", mqar_first_id=128, min_distance=8, far_share=0.1, far_from=4), 99
+            rng,
+            SyntheticConfig(
+                task="mqar", mqar_first_id=128, min_distance=8, far_share=0.1, far_from=4
+            ),
+            99,
         )
 
 
@@ -329,8 +352,8 @@ def test_distractors_make_the_answer_a_lookup_by_key():
     """With value tokens scattered in the filler the queried value is not the only value in
     the context: the token after the key's first occurrence answers every query (a binding
     retriever), the last value seen before the query answers few (no binding)."""
-    cfg = SyntheticConfig(task="mqar", mqar_first_id=128, num_needles=1, num_queries=1, min_distance=8,
-                          mqar_distractors=0.25)  # fmt: skip
+    cfg = SyntheticConfig(task="mqar", mqar_first_id=128, num_needles=1, num_queries=1,
+                          min_distance=8, mqar_distractors=0.25)  # fmt: skip
     keys, values, noise = (set(r.tolist()) for r in mqar_ids(cfg))
     rng = np.random.default_rng(0)
     n, bound, last_value, share = 400, 0, 0, []

@@ -28,7 +28,7 @@ CONFIGS = sorted(
 )
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _data(source: str, fmt: str, tokenizer: str, val_fraction: float):
     tok = load_tokenizer(tokenizer)
     cfg = DataConfig(source=source, format=fmt, tokenizer=tokenizer, val_fraction=val_fraction)
@@ -36,7 +36,7 @@ def _data(source: str, fmt: str, tokenizer: str, val_fraction: float):
     return tok, train
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _text_ids(source: str, fmt: str, tokenizer: str, val_fraction: float) -> frozenset[int]:
     """Every id that occurs in the training text, counted from the tokens."""
     _, train = _data(source, fmt, tokenizer, val_fraction)
@@ -103,8 +103,8 @@ def test_the_archived_runs_ids_clash_with_kjv_and_say_where():
 def test_a_clash_on_the_command_line_is_one_line(tmp_path, capsys):
     from swax.cli.main import main
 
-    rc = main(["train", f"run_dir={tmp_path / 'r'}", "steps=1", "seq_len=64", "batch_size=2", "window.long=32",
-               "data.synthetic.task=mqar", "data.synthetic.fraction=0.5",
+    rc = main(["train", f"run_dir={tmp_path / 'r'}", "steps=1", "seq_len=64", "batch_size=2",
+               "window.long=32", "data.synthetic.task=mqar", "data.synthetic.fraction=0.5",
                "data.synthetic.min_distance=2", "data.synthetic.mqar_first_id=128"])  # fmt: skip
     err = capsys.readouterr().err.strip().splitlines()
     assert rc != 0

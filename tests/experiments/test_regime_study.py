@@ -303,7 +303,10 @@ def test_claims_fail_when_the_numbers_say_so():
     assert got[2][1][0] == "did not hold"  # 85 is not 10 points above 80
     # the short window did not learn on most seeds: 1a fails, 1b cannot be shown
     weak = [_rec(b, seed=i, text=1.35) for i, b in enumerate((90, 10, 5, 8))]
-    assert verdicts(s=weak)[0] == ("did not hold", ["did not hold", "cannot be shown at this scale"])
+    assert verdicts(s=weak)[0] == (
+        "did not hold",
+        ["did not hold", "cannot be shown at this scale"],
+    )
     # recall beyond T lost: claim 1 held in part
     lost = [_rec(90, beyond_t=10, seed=i, text=t + 0.05) for i, t in enumerate(SEED_TEXT)]
     assert verdicts(s=lost)[0] == ("held in part", ["held", "did not hold"])
@@ -453,7 +456,9 @@ def test_the_study_report_reads_the_map_and_the_claims_from_the_archive(tmp_path
     # the README's paragraph is made from the same numbers
     block = report.readme_block(settings, report.L.load_cells(lcfg), {("kjv", "byte"): far})
     assert "ended lazy in 2 of 2 SX seeds and 1 of 2 SD seeds" in block
-    assert "SX at ρ = 1 %, 30.7M tokens, 2 seeds: claim 1 held in part, claim 2 did not hold" in block
+    assert (
+        "SX at ρ = 1 %, 30.7M tokens, 2 seeds: claim 1 held in part, claim 2 did not hold" in block
+    )
     assert "SX at ρ = 0, 30.7M tokens, 2 seeds: claim 1 held in part, claim 2 held" in block
     assert "(SD at " not in block  # no SD claims run in this archive: no SD verdict
     assert "Text alone puts 0.50 % of KJV's targets beyond the study's W_long" in block
@@ -474,5 +479,3 @@ def test_the_readme_states_the_committed_reading():
         f"{laziness.README_BEGIN}\n{laziness.readme_block(lcfg, laziness.load_cells(lcfg))}\n"
         f"{laziness.README_END}" in readme
     )
-
-
