@@ -385,6 +385,36 @@ def test_the_delay_pairs_seeds_and_bounds_what_never_emerged():
     assert "| 2 | 2.0 | > 30.7 | 2.0 | ≥ 15.4 |" in lines
 
 
+def _quick(tmp_path, script, *args):
+    cmd = [sys.executable, str(HERE / script), "--quick", "--run", *args, "--report-dir",
+           str(tmp_path / "r")]  # fmt: skip
+    r = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+
+
+@pytest.mark.slow
+def test_quick_rho0_claims_run_and_report(tmp_path):
+    """The rho = 0 claims end to end in their reduced form, with the emergence curve read at
+    every checkpoint."""
+    _quick(tmp_path, "claims.py", "--config", "claims_rho0.yaml")
+    claims = (tmp_path / "r" / "CLAIMS.md").read_text()
+    assert "3 of 3 planned" in claims
+    assert "## No answer beyond W_long" in claims and "| seed | short | long |" in claims
+    kept = json.loads((tmp_path / "runs/claims_rho0_quick/archive/sx-long/seed0.json").read_text())
+    points = kept["emergence"]["points"]
+    assert [p["step"] for p in points] == [20, 40] and {"acc", "cut", "reset", "n"} <= set(
+        points[0]
+    )
+
+
+@pytest.mark.slow
+def test_quick_text_only_runs_and_reports(tmp_path):
+    _quick(tmp_path, "textonly.py")
+    text_only = (tmp_path / "r" / "TEXT_ONLY.md").read_text()
+    assert "3 of 3 planned" in text_only
+    assert text_only.count("| sx-long | 0 |") == 4  # one row per bucket
+
+
 @pytest.mark.slow
 def test_quick_claims_study_runs_and_reports(tmp_path):
     cmd = [sys.executable, str(HERE / "claims.py"), "--quick", "--run", "--report-dir",
