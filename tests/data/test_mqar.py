@@ -371,3 +371,38 @@ def test_distractors_make_the_answer_a_lookup_by_key():
     # (or one equal to the answer): far from every episode
     assert last_value < n / 4
     assert abs(np.mean(share) - 0.25) < 0.02  # binomial over ~100 filler tokens × 400 episodes
+
+
+def test_episode_ids_are_checked_against_a_shard_set_chunk_by_chunk(tmp_path, monkeypatch):
+    """A memory-mapped shard set is scanned chunk by chunk: the counts and first positions of
+    the clashing ids equal numpy's over the whole stream, across chunk and shard boundaries."""
+    import swax.data.mqar as M
+    from swax.data import DataConfig, build_datasets
+    from swax.data.prepare import prepare_shards
+
+    src = tmp_path / "docs"
+    src.mkdir()
+    rng = np.random.default_rng(0)
+    for i in range(30):
+        (src / f"{i}.txt").write_text(" ".join("".join(rng.choice(list("abcxyz"), 5))
+                                               for _ in range(60)))  # fmt: skip
+    prepare_shards(str(src), tmp_path / "set", shard_tokens=3000, val_fraction=0.1,
+                   progress=False)  # fmt: skip
+    tok = ByteTokenizer()
+    train, _ = build_datasets(DataConfig(source=str(tmp_path / "set")), tok, 64, 0)
+    stream = np.asarray(train.tokens[0 : len(train.tokens)])
+    monkeypatch.setattr(M, "SCAN_CHUNK", 1000)  # many chunks, boundaries inside shards
+    cfg = SyntheticConfig(task="mqar", fraction=0.5, mqar_first_id=96, mqar_keys=4,
+                          mqar_values=4, mqar_noise=4)  # fmt: skip  # ids 96..107: a b c
+    found = M.text_id_clashes(cfg, train.tokens, tok.vocab_size)
+    for i in range(96, 108):
+        hits = np.flatnonzero(stream == i)
+        assert (i in found) == bool(len(hits))
+        if len(hits):
+            assert found[i] == (len(hits), int(hits[0]))
+    assert set(found) == {97, 98, 99}
+    with pytest.raises(SwaxError, match=r"key id 97 \(byte 0x61\)"):
+        PackedLoader(train, 64, 2, synthetic=cfg, tokenizer=tok)
+    # the default ids (after the vocabulary) need no scan and load
+    ok = SyntheticConfig(task="mqar", fraction=0.5, min_distance=2)
+    assert PackedLoader(train, 64, 2, synthetic=ok, tokenizer=tok).synthetic.mqar_first_id == 257
