@@ -68,6 +68,84 @@ def paired(a: list[float], b: list[float]) -> tuple[float, float, int]:
     return m, math.sqrt(var / len(d)), len(d)
 
 
+def gain_of(r: dict, key: str, probe: str | None = None) -> float:
+    row = gains(r).get(key)
+    if not row:
+        return math.nan
+    g = row.get("probes", {}).get(probe) if probe else row.get("gain")
+    return g["mean"] if g and g.get("n") else math.nan
+
+
+def reading(cfg, runs) -> list[str]:
+    """Sentences on laziness on text, each made from the archived numbers: the long window's
+    copy gain beyond W_long against the short window's, paired by seed, and which memory
+    carries it (the reset and the cut)."""
+    from stats import paired as paired_stats
+
+    roles = cfg.roles
+    s, lg, st = (runs.get(roles[r], []) for r in ("short", "long", "stochastic"))
+    if not (s and lg):
+        return []
+    by_long = {r["seed"]: r for r in lg}
+    pairs = [(r, by_long[r["seed"]]) for r in s if r["seed"] in by_long]
+    out = []
+    for key, where in (("long_T", "beyond W_long within T"), ("T_4T", "beyond T")):
+        a = [gain_of(x, key) for x, _ in pairs]
+        b = [gain_of(y, key) for _, y in pairs]
+        if not any(v == v for v in a):
+            continue
+        d = paired_stats(b, a)
+        sm = sum(a) / len(a)
+        lm = sum(b) / len(b)
+        ratio = lm / sm if sm > 0 else math.nan
+        reset_s = sum(gain_of(x, key, "reset") for x, _ in pairs) / len(pairs)
+        if sm > 0 and ratio < 0.25:
+            word = "**lazy on text**: it gains less than a quarter of what the short window does"
+        elif ratio >= 0.75:
+            word = "**not lazy on text**: it gains at least three quarters of the short window's"
+        elif ratio == ratio:
+            word = "**partly lazy on text**"
+        else:
+            word = "not comparable (the short window gains nothing here)"
+        out.append(
+            f"- {where}: copy gain short {sm:.3f}, long {lm:.3f} nats (per seed "
+            f"{', '.join(f'{x:.3f}' for x in a)} and {', '.join(f'{x:.3f}' for x in b)}); long "
+            f"minus short {d['mean']:+.3f} (95 % interval {d['ci'][0]:+.3f} to {d['ci'][1]:+.3f}, "
+            f"sign-flip p = {d['p']:.2f}). The long window is {word}. With the short window's "
+            f"recurrent state reset before the prediction its gain there is {reset_s:.3f}: "
+            + (
+                "the memory carries it."
+                if sm > 0 and reset_s < 0.25 * sm
+                else "not only the memory."
+            )
+        )
+    if st:
+        m = [gain_of(r, "long_T") for r in st]
+        per = ", ".join(f"{x:.3f}" for x in m)
+        out.append(
+            f"- stochastic windows: copy gain beyond W_long within T {sum(m) / len(m):.3f} nats "
+            f"(per seed {per})."
+        )
+    return out
+
+
+def curve_lines(cfg, runs) -> list[str]:
+    """When the copy gain beyond W_long appeared: per run, the gain at each checkpoint."""
+    out = []
+    for name, recs in runs.items():
+        for r in recs:
+            pts = r.get("copy_curve", [])
+            if pts:
+                out.append(
+                    f"- {name} seed {r['seed']}: "
+                    + ", ".join(
+                        f"{p['tokens'] / 1e6:.1f}M {p['gain'].get('long_T', math.nan):.2f}"
+                        for p in pts
+                    )  # fmt: skip
+                )
+    return out
+
+
 def _table(head, rows):
     out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     return out + ["| " + " | ".join(r) + " |" for r in rows]
@@ -146,6 +224,14 @@ def write_report(cfg, runs, out: Path, command: str) -> Path:
             + f". Long minus short: {m:+.3f} ± {se:.3f} nats (standard error over {n} pairs)."
         )
     lines.append("")
+    read = reading(cfg, runs)
+    if read:
+        lines += ["## Reading", "", *read, ""]
+    curve = curve_lines(cfg, runs)
+    if curve:
+        lines += ["## Copy gain beyond W_long (within T) over training", "",
+                  "Tokens and the gain (nats, own window) at every kept checkpoint:", "",
+                  *curve, ""]  # fmt: skip
     path = out / REPORT
     path.write_text("\n".join(lines))
     return path
