@@ -34,7 +34,6 @@ W_long reaches 50 % (with the window-cut probe agreeing where the run has it).
 
 from __future__ import annotations
 
-import json
 import math
 import statistics
 import sys
@@ -47,9 +46,9 @@ sys.path.insert(0, str(HERE))
 
 import stats as S  # noqa: E402
 from laziness import fmt, record  # noqa: E402
-from studycli import prepare, run  # noqa: E402
+from studycli import load_archived, prepare, run  # noqa: E402
 
-from swax.sweep import archive_path, load_sweep  # noqa: E402
+from swax.sweep import load_sweep  # noqa: E402
 
 REPORT = "CLAIMS.md"
 SETTINGS = ("claims.yaml", "claims_rho0.yaml")
@@ -66,15 +65,7 @@ PARTS = (("beyond W_long", "beyond T"), ("lazy",), ("recall", "quality"))
 
 def load_runs(cfg) -> dict[str, list[dict]]:
     """{run name: [record per archived seed]} (see laziness.record)."""
-    out = {}
-    for name in cfg.runs:
-        recs = []
-        for seed in cfg.seeds:
-            path = archive_path(cfg, name, seed)
-            if path is not None and path.is_file():
-                recs.append(record(json.loads(path.read_text()), seed))
-        out[name] = recs
-    return out
+    return load_archived(cfg, record)
 
 
 def load_settings(names=SETTINGS) -> list[tuple]:

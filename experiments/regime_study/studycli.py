@@ -37,6 +37,23 @@ def prepare(script: str, doc: str, config: str, report: str, argv=None):
     return cfg, args, out, command
 
 
+def load_archived(cfg, convert) -> dict[str, list]:
+    """{run name: [convert(archived result, seed) per seed that has one]} of a sweep's runs."""
+    import json
+
+    from swax.sweep import archive_path
+
+    out = {}
+    for name in cfg.runs:
+        recs = []
+        for seed in cfg.seeds:
+            path = archive_path(cfg, name, seed)
+            if path is not None and path.is_file():
+                recs.append(convert(json.loads(path.read_text()), seed))
+        out[name] = recs
+    return out
+
+
 def update_readme(readme: Path, begin: str, end: str, block: str) -> bool:
     """Replace what stands between the markers ``begin`` and ``end`` in ``readme`` with
     ``block``; False (nothing written) when the file or a marker is missing."""

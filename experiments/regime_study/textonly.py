@@ -13,7 +13,6 @@ On text, **lazy** means the long window gains nothing beyond W_long where the sh
 
 from __future__ import annotations
 
-import json
 import math
 import sys
 from pathlib import Path
@@ -23,9 +22,7 @@ ROOT = HERE.parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(HERE))
 
-from studycli import prepare, run  # noqa: E402
-
-from swax.sweep import archive_path  # noqa: E402
+from studycli import load_archived, prepare, run  # noqa: E402
 
 REPORT = "TEXT_ONLY.md"
 ORDER = ("le_short", "short_long", "long_T", "T_4T")
@@ -33,15 +30,7 @@ ORDER = ("le_short", "short_long", "long_T", "T_4T")
 
 def load_runs(cfg) -> dict[str, list[dict]]:
     """{run name: [archived result per seed, with "seed"]}."""
-    out = {}
-    for name in cfg.runs:
-        recs = []
-        for seed in cfg.seeds:
-            path = archive_path(cfg, name, seed)
-            if path is not None and path.is_file():
-                recs.append({**json.loads(path.read_text()), "seed": seed})
-        out[name] = recs
-    return out
+    return load_archived(cfg, lambda ev, seed: {**ev, "seed": seed})
 
 
 def gains(ev: dict) -> dict[str, dict]:

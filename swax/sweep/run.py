@@ -263,20 +263,25 @@ class _EvalContext:
         )  # fmt: skip
         return {"buckets": rows, "laziness": verdict(rows, chance_of(self.ep_cfg), T)}
 
-    def emergence(self) -> dict:
-        """Recall in (W_long, T] at every kept checkpoint and the final model, with the run's
-        own window, the window cut and the recurrent reset: when the memory took over."""
-        w, T = self.tcfg.window, self.tcfg.seq_len
-        far = [b for b in distance_buckets(w.short, w.long, T, ()) if b.key == "long_T"]
-        per_step = self.tcfg.batch_size * self.tcfg.seq_len
+    def _checkpoints(self) -> list[tuple[int, object]]:
+        """(step, a function loading its model) of every kept checkpoint, and of the final
+        model when no checkpoint was kept at the last step."""
         models = [
             (int(c.name.split("_")[1]), lambda c=c: _checkpoint_model(self.model.config, c))
             for c in list_checkpoints(self.tcfg.run_dir)
         ]
         if not models or models[-1][0] < self.tcfg.steps:
             models.append((self.tcfg.steps, lambda: self.model))
+        return models
+
+    def emergence(self) -> dict:
+        """Recall in (W_long, T] at every kept checkpoint and the final model, with the run's
+        own window, the window cut and the recurrent reset: when the memory took over."""
+        w, T = self.tcfg.window, self.tcfg.seq_len
+        far = [b for b in distance_buckets(w.short, w.long, T, ()) if b.key == "long_T"]
+        per_step = self.tcfg.batch_size * self.tcfg.seq_len
         points = []
-        for step, load in models:
+        for step, load in self._checkpoints():
             row = recall_by_bucket(
                 load(), self.tok, self.val, self.ep_cfg, far, self.ev.emergence_samples,
                 self.deploy_window, probe_window=self.ev.probe_window or w.short,
@@ -319,14 +324,8 @@ class _EvalContext:
         """Copy gain per bucket (own window) at every kept checkpoint and the final model."""
         buckets, baseline = self._copy_setup()
         per_step = self.tcfg.batch_size * self.tcfg.seq_len
-        models = [
-            (int(c.name.split("_")[1]), lambda c=c: _checkpoint_model(self.model.config, c))
-            for c in list_checkpoints(self.tcfg.run_dir)
-        ]
-        if not models or models[-1][0] < self.tcfg.steps:
-            models.append((self.tcfg.steps, lambda: self.model))
         points = []
-        for step, load in models:
+        for step, load in self._checkpoints():
             rows = copy_gain_by_bucket(
                 load(), self.val, buckets, baseline, self.ev.copy_curve_events,
                 self.deploy_window, seed=self.ev.seed, batch_size=self.ev.batch_size,
