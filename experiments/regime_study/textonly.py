@@ -140,8 +140,15 @@ def _table(head, rows):
     return out + ["| " + " | ".join(r) + " |" for r in rows]
 
 
-def write_report(cfg, runs, out: Path, command: str) -> Path:
+def report_name(config: str) -> str:
+    """TEXT_ONLY.md for textonly.yaml, TEXT_ONLY_SXSX.md for textonly_sxsx.yaml, and so on."""
+    stem = Path(config).stem
+    return REPORT if stem == "textonly" else f"TEXT_ONLY{stem[len('textonly') :].upper()}.md"
+
+
+def write_report(cfg, runs, out: Path, command: str, name: str = REPORT) -> Path:
     b = cfg.base
+    m = b["model"]
     tokens = b["steps"] * b["batch_size"] * b["seq_len"] / 1e6
     w = b["window"]
     done = sum(len(v) for v in runs.values())
@@ -153,7 +160,8 @@ def write_report(cfg, runs, out: Path, command: str) -> Path:
         "`swax/probes/copies.py`.",
         "",
         f"- runs: {done} of {len(cfg.runs) * len(cfg.seeds)} planned ({len(cfg.runs)} windows × "
-        f"seeds {cfg.seeds}); SX, d_model {b['model']['d_model']}, KJV text only (no episodes), "
+        f"seeds {cfg.seeds}); {m['layer_pattern']} ({m['n_layers']} layers), d_model "
+        f"{m['d_model']}, KJV text only (no episodes), "
         f"T = {b['seq_len']}, W_short = {w['short']}, W_long = {w['long']}, {tokens:.1f}M "
         "tokens per run;",
         f"- a copy event: the token after the most recent earlier occurrence of the "
@@ -168,7 +176,7 @@ def write_report(cfg, runs, out: Path, command: str) -> Path:
         "",
     ]
     if not done:
-        path = out / REPORT
+        path = out / name
         path.write_text("\n".join(lines + ["No run is archived yet.", ""]))
         return path
     lines += ["## Copy gain per run", ""]
@@ -221,14 +229,17 @@ def write_report(cfg, runs, out: Path, command: str) -> Path:
         lines += ["## Copy gain beyond W_long (within T) over training", "",
                   "Tokens and the gain (nats, own window) at every kept checkpoint:", "",
                   *curve, ""]  # fmt: skip
-    path = out / REPORT
+    path = out / name
     path.write_text("\n".join(lines))
     return path
 
 
 def main(argv=None) -> int:
-    cfg, _, out, command = prepare(Path(__file__).name, __doc__, "textonly.yaml", REPORT, argv)
-    print(f"report: {write_report(cfg, load_runs(cfg), out, command)}")
+    cfg, args, out, command = prepare(Path(__file__).name, __doc__, "textonly.yaml", REPORT, argv)
+    if args.config != "textonly.yaml":
+        command += f" --config {args.config}"
+    name = report_name(args.config)
+    print(f"report: {write_report(cfg, load_runs(cfg), out, command, name)}")
     return 0
 
 
