@@ -146,7 +146,7 @@ def report_name(config: str) -> str:
     return REPORT if stem == "textonly" else f"TEXT_ONLY{stem[len('textonly') :].upper()}.md"
 
 
-def write_report(cfg, runs, out: Path, command: str, name: str = REPORT) -> Path:
+def write_report(cfg, runs, out: Path, command: str, report: str = REPORT) -> Path:
     b = cfg.base
     m = b["model"]
     tokens = b["steps"] * b["batch_size"] * b["seq_len"] / 1e6
@@ -176,7 +176,7 @@ def write_report(cfg, runs, out: Path, command: str, name: str = REPORT) -> Path
         "",
     ]
     if not done:
-        path = out / name
+        path = out / report
         path.write_text("\n".join(lines + ["No run is archived yet.", ""]))
         return path
     lines += ["## Copy gain per run", ""]
@@ -229,7 +229,7 @@ def write_report(cfg, runs, out: Path, command: str, name: str = REPORT) -> Path
         lines += ["## Copy gain beyond W_long (within T) over training", "",
                   "Tokens and the gain (nats, own window) at every kept checkpoint:", "",
                   *curve, ""]  # fmt: skip
-    path = out / name
+    path = out / report
     path.write_text("\n".join(lines))
     return path
 
