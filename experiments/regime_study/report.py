@@ -312,8 +312,24 @@ def text_only_section(tcfg, truns) -> list[str]:
             )
         if parts:
             lines.append(f"- {label}: mean copy gain " + "; ".join(parts) + ".")
-    lines.append("")
+    lines += ["", "Long against short, paired by seed:", "", *X.reading(tcfg, truns), ""]
     return lines
+
+
+def sxsx_section() -> list[str]:
+    """The text-only probe with two attention layers (textonly_sxsx.yaml), once archived."""
+    cfg = load_sweep(HERE / "textonly_sxsx.yaml")
+    runs = X.load_runs(cfg)
+    done = sum(len(v) for v in runs.values())
+    if not done:
+        return []
+    return [
+        f"With two attention layers (SXSX, 4 layers; {done} of "
+        f"{len(cfg.runs) * len(cfg.seeds)} runs, [TEXT_ONLY_SXSX.md](TEXT_ONLY_SXSX.md)):",
+        "",
+        *X.reading(cfg, runs),
+        "",
+    ]
 
 
 def reading(ccfg, runs, cells, settings, tcfg, truns) -> list[str]:
@@ -461,6 +477,7 @@ def write_report(out: Path, lcfg=None, settings=None, tcfg=None, shares=None) ->
         *delay_section(settings),
         *far_share_section(lcfg, ccfg, cells, shares),
         *text_only_section(tcfg, truns),
+        *sxsx_section(),
         *reading(ccfg, runs, cells, settings, tcfg, truns),
     ]
     path = out / REPORT

@@ -25,6 +25,8 @@ sys.path.insert(0, str(HERE))
 from studycli import load_archived, prepare, run  # noqa: E402
 
 REPORT = "TEXT_ONLY.md"
+NOTHING = 0.05
+"""Copy gain (nats) below which a window is read as not copying from a distance at all."""
 ORDER = ("le_short", "short_long", "long_T", "T_4T")
 
 
@@ -78,6 +80,19 @@ def reading(cfg, runs) -> list[str]:
     by_long = {r["seed"]: r for r in lg}
     pairs = [(r, by_long[r["seed"]]) for r in s if r["seed"] in by_long]
     out = []
+    inner = [(gain_of(x, "short_long"), gain_of(y, "short_long")) for x, y in pairs]
+    if inner and all(v == v for p in inner for v in p):
+        ls = [y for _, y in inner]
+        out.append(
+            f"- inside W_long, in (W_short, W_long], where the long window's attention can copy: "
+            f"long {sum(ls) / len(ls):.3f} nats (per seed {', '.join(f'{y:.3f}' for y in ls)}), "
+            f"short {sum(x for x, _ in inner) / len(inner):.3f} (beyond its own window: memory)."
+            + (
+                f" Below {NOTHING} nats: the long window's attention does not copy either."
+                if sum(ls) / len(ls) < NOTHING
+                else ""
+            )
+        )
     for key, where in (("long_T", "beyond W_long within T"), ("T_4T", "beyond T")):
         a = [gain_of(x, key) for x, _ in pairs]
         b = [gain_of(y, key) for _, y in pairs]
@@ -86,27 +101,30 @@ def reading(cfg, runs) -> list[str]:
         d = paired_stats(b, a)
         sm = sum(a) / len(a)
         lm = sum(b) / len(b)
-        ratio = lm / sm if sm > 0 else math.nan
         reset_s = sum(gain_of(x, key, "reset") for x, _ in pairs) / len(pairs)
-        if sm > 0 and ratio < 0.25:
+        head = (
+            f"- {where}: copy gain short {sm:.3f}, long {lm:.3f} nats (per seed "
+            f"{', '.join(f'{x:.3f}' for x in a)} and {', '.join(f'{x:.3f}' for x in b)}); long "
+            f"minus short {d['mean']:+.3f} (95 % interval {d['ci'][0]:+.3f} to "
+            f"{d['ci'][1]:+.3f}, sign-flip p = {d['p']:.2f})."
+        )
+        if sm < NOTHING:
+            out.append(
+                head + f" The short window gains less than {NOTHING} nats here: neither window "
+                "copies from this distance, so laziness on text **cannot be shown** here."
+            )
+            continue
+        ratio = lm / sm
+        if ratio < 0.25:
             word = "**lazy on text**: it gains less than a quarter of what the short window does"
         elif ratio >= 0.75:
             word = "**not lazy on text**: it gains at least three quarters of the short window's"
-        elif ratio == ratio:
-            word = "**partly lazy on text**"
         else:
-            word = "not comparable (the short window gains nothing here)"
+            word = "**partly lazy on text**"
+        carried = "the memory carries it" if reset_s < 0.25 * sm else "not the memory alone"
         out.append(
-            f"- {where}: copy gain short {sm:.3f}, long {lm:.3f} nats (per seed "
-            f"{', '.join(f'{x:.3f}' for x in a)} and {', '.join(f'{x:.3f}' for x in b)}); long "
-            f"minus short {d['mean']:+.3f} (95 % interval {d['ci'][0]:+.3f} to {d['ci'][1]:+.3f}, "
-            f"sign-flip p = {d['p']:.2f}). The long window is {word}. With the short window's "
-            f"recurrent state reset before the prediction its gain there is {reset_s:.3f}: "
-            + (
-                "the memory carries it."
-                if sm > 0 and reset_s < 0.25 * sm
-                else "not only the memory."
-            )
+            head + f" The long window is {word}. The short window's gain with its recurrent "
+            f"state reset before the prediction: {reset_s:.3f} ({carried})."
         )
     if st:
         m = [gain_of(r, "long_T") for r in st]
