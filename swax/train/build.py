@@ -31,6 +31,7 @@ from swax.train.checkpoint import (
     save_checkpoint,
 )
 from swax.train.config import TrainConfig, save_train_config
+from swax.train.guard import StepGuard
 from swax.train.logger import RunLogger
 from swax.train.monitor import LazinessMonitor
 from swax.train.peak import Peak, peak_flops
@@ -73,6 +74,10 @@ class RunState:
     elapsed0: float = 0.0
     """Seconds spent by earlier processes of this run (restored from the checkpoint)."""
     tokens_seen: int = 0
+    batches: int = 0
+    """Global batches drawn so far, skipped ones included (the next batch's index)."""
+    guard: StepGuard | None = None
+    """Bad steps: the batches skipped, the rollbacks made (swax.train.guard)."""
     summary: dict = field(default_factory=dict)
     logger: RunLogger | None = None
     peak: Peak | None = None
@@ -102,6 +107,8 @@ class RunState:
             "elapsed": self.elapsed(),
             "plan_steps": self.plan_steps,
             "tokens": self.tokens_seen,
+            "batches": self.batches,
+            "guard": self.guard.state_dict(),
             "summary": self.summary,
             "config": self.cfg.to_dict(),
         }
@@ -259,9 +266,10 @@ def setup_run(cfg: TrainConfig, info: D.DistInfo) -> RunState:
         amp_dtype=torch.bfloat16 if bf16 else None,
         n_params=raw_model.num_parameters(),
         summary={"run_dir": str(run_dir), "params": raw_model.num_parameters()},
+        guard=StepGuard(cfg.guard),
     )
     if ckpt is not None:
-        _restore(run)
+        restore(run)
     run.plan_steps = run.plan_steps or cfg.steps
     run.logger = RunLogger(cfg, run_dir, info.is_main, run.start_step)
     if info.is_main:
@@ -273,7 +281,7 @@ def setup_run(cfg: TrainConfig, info: D.DistInfo) -> RunState:
     return run
 
 
-def _restore(run: RunState) -> None:
+def restore(run: RunState) -> None:
     """Weights, optimizer, RNG, data position, clocks and summary from the run's latest intact
     checkpoint; the schedules laid over the steps the run was planned with."""
     cfg, info = run.cfg, run.info
@@ -287,6 +295,8 @@ def _restore(run: RunState) -> None:
     run.loader.load_state_dict(state["loader"])
     run.elapsed0 = state.get("elapsed", 0.0)
     run.tokens_seen = state.get("tokens", 0)
+    run.batches = int(state.get("batches", run.start_step))  # older: one batch per step
+    run.guard.load_state_dict(state.get("guard", {}))
     run.summary.update(state.get("summary", {}))
 
 

@@ -88,6 +88,20 @@ def _write_files(tmp: Path, model_sd: dict, optim_sd: dict, trainer_state: dict)
     (tmp / "trainer.json").write_text(json.dumps(state, indent=1))
 
 
+def weights_finite(model) -> bool:
+    """Whether every weight of ``model`` is finite, on every rank (each checks its own shard)."""
+    bad = torch.zeros(1)
+    for p in model.parameters():
+        local = p.to_local() if hasattr(p, "to_local") else p
+        if not torch.isfinite(local.detach()).all():
+            bad += 1
+            break
+    if dist.is_initialized():
+        bad = bad.to(next(model.parameters()).device)
+        dist.all_reduce(bad)
+    return not bool(bad.item())
+
+
 def save_checkpoint(
     run_dir: str | Path,
     step: int,
@@ -97,7 +111,14 @@ def save_checkpoint(
     keep: int = 2,
     is_main: bool = True,
 ) -> Path | None:
-    """Write checkpoint ``step`` (collective under torch.distributed: every rank calls it)."""
+    """Write checkpoint ``step`` (collective under torch.distributed: every rank calls it).
+    Weights that are not finite are never saved: a CheckpointError, the older checkpoints
+    kept."""
+    if not weights_finite(model):
+        raise CheckpointError(
+            f"not saving step {step}: the weights hold non-finite values; the checkpoints "
+            f"before it are kept in {checkpoint_dir(run_dir)}"
+        )
     from torch.distributed.checkpoint.state_dict import get_state_dict
 
     model_sd, optim_sd = get_state_dict(model, optimizer, options=_options())

@@ -74,6 +74,35 @@ class CheckpointConfig:
 
 
 @dataclass
+class GuardConfig:
+    """What a bad step does (swax.train.guard). A step is bad when its gradient norm is not
+    finite, or (spike_z > 0) its loss lies more than spike_z standard deviations above the mean
+    of the last spike_window good steps: it is skipped (weights and optimizer state untouched)
+    and the same step is tried again on the next batch. After max_bad_in_row bad steps in a row,
+    or at once on a non-finite loss, the run rolls back to its last checkpoint and skips the
+    batches that caused it; after max_rollbacks rollbacks it stops."""
+
+    max_bad_in_row: int = bounded(3, "[1, inf)")
+    """Bad steps in a row that make the run roll back (K)."""
+    max_rollbacks: int = bounded(3, "[0, inf)")
+    """Rollbacks a run may make before it stops (0: stop at the first)."""
+    spike_z: float = bounded(0.0, "[0, inf)")
+    """The loss-spike rule: a loss above mean + spike_z · std of the last spike_window good
+    steps is a bad step; 0 = off."""
+    spike_window: int = bounded(100, "[2, inf)")
+    """Good steps the loss-spike rule's mean and standard deviation are taken over (it acts once
+    that many have run)."""
+    skip_batches: list[int] = field(default_factory=list)
+    """Global batch indices (0-based: the n-th batch the run draws) that are drawn and not
+    trained on. A rollback adds the batches it skips to the run's own list (kept in its
+    checkpoints); set here, it reproduces a run that never saw them."""
+    inject_nan_grad: list[int] = field(default_factory=list)
+    """Fault injector, for tests: the batches (global indices) whose gradients are made NaN."""
+    inject_nan_loss: list[int] = field(default_factory=list)
+    """Fault injector, for tests: the batches whose loss is made NaN."""
+
+
+@dataclass
 class LogConfig:
     """Progress output and metrics."""
 
@@ -152,6 +181,8 @@ class TrainConfig:
     """Checkpoints."""
     log: LogConfig = field(default_factory=LogConfig)
     """Logging."""
+    guard: GuardConfig = field(default_factory=GuardConfig)
+    """Bad steps: skip, roll back, stop."""
     dist: DistConfig = field(default_factory=DistConfig)
     """Distributed settings."""
     device: str = "auto"
@@ -274,7 +305,7 @@ def _set(tree: dict, path: list[str], value: Any) -> None:
     node[path[-1]] = value
 
 
-RESUME_MAY_CHANGE = ("steps", "threads", "resume", "device", "log", "checkpoint.every",
+RESUME_MAY_CHANGE = ("steps", "threads", "resume", "device", "log", "guard", "checkpoint.every",
                      "checkpoint.keep")  # fmt: skip
 """Keys (or sections) a resumed run may set differently from its config.yaml: how long it runs,
 where and how fast, and what it logs; everything that shapes the model, the data order or the

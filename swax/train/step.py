@@ -2,8 +2,10 @@
 
 The loss of a step is normalised by the *global* number of target tokens (or their summed
 weights), so any world size and gradient accumulation give the same update for the same
-global batch; the gradient norm is clipped; AdamW steps. A non-finite loss raises
-:class:`TrainingError` before the weights change.
+global batch; the gradient norm is clipped; AdamW steps. A bad step (a non-finite gradient
+norm, or a loss spike) is skipped before the weights change and returned as such; a
+non-finite loss raises :class:`BadLoss` before the weights change (the loop rolls back:
+:mod:`swax.train.guard`).
 """
 
 from __future__ import annotations
@@ -25,6 +27,34 @@ from swax.train.schedules import lr_at
 
 class TrainingError(SwaxError):
     """The run cannot continue (e.g. a non-finite loss); the last good checkpoint is kept."""
+
+
+class BadLoss(TrainingError):
+    """A step's loss was not finite (nothing was updated): the loop rolls back."""
+
+    def __init__(self, message: str, step: int, batch: int):
+        super().__init__(message)
+        self.step, self.batch = step, batch
+
+
+def next_batches(run: RunState) -> tuple[int, list]:
+    """The batch the next step trains on: (its global index, its micro-batches on this rank).
+    Batches in the guard's skip list are drawn and dropped, so the data after them is where it
+    would be without the skip."""
+    while True:
+        index = run.batches
+        batches = [run.loader.next_batch() for _ in range(run.cfg.optim.grad_accum)]
+        run.batches += 1
+        if index not in run.guard.skip:
+            return index, batches
+
+
+def _poison_gradients(model: torch.nn.Module) -> None:
+    """The fault injector: one gradient made NaN (on every rank, so the global norm is NaN)."""
+    for p in model.parameters():
+        if p.grad is not None:
+            p.grad.fill_(float("nan"))
+            return
 
 
 def _cross_entropy_sum(
@@ -106,36 +136,58 @@ def _forward_backward(run: RunState, batches: list, window) -> float:
 def train_step(run: RunState, step: int) -> dict:
     """Optimizer step ``step`` (0-based): window and learning rate of the step, forward and
     backward over its micro-batches, clipping, AdamW. Returns the step's record (1-based
-    ``step``). A non-finite loss raises TrainingError before the weights change."""
-    o = run.cfg.optim
+    ``step``, the global index of its ``batch``). A bad step (non-finite gradient norm, or a
+    loss spike under guard.spike_z) leaves weights and optimizer untouched and returns its
+    record with ``skipped`` (the reason); a non-finite loss raises :class:`BadLoss`, also
+    before anything changes."""
+    o, g = run.cfg.optim, run.cfg.guard
     window = run.sched(step)
     # past the plan (an extended run), the plan's last step's rate: never re-stretched
     lr = lr_at(
         min(step, run.plan_steps - 1), run.plan_steps, o.lr, o.warmup_steps, o.schedule,
         o.min_lr_ratio, o.decay_frac,
     )  # fmt: skip
-    for g in run.optimizer.param_groups:
-        g["lr"] = lr
-    batches = [run.loader.next_batch() for _ in range(o.grad_accum)]
+    for group in run.optimizer.param_groups:
+        group["lr"] = lr
+    index, batches = next_batches(run)
     loss = _forward_backward(run, batches, window)
+    if index in g.inject_nan_loss:
+        loss = float("nan")
     if not math.isfinite(loss):
+        run.optimizer.zero_grad(set_to_none=True)
         last = latest_checkpoint(run.run_dir)
-        raise TrainingError(
-            f"loss is {loss} at step {step + 1}; stopping. Last good checkpoint: "
-            f"{last if last else 'none'} (lower optim.lr or check the data)"
+        raise BadLoss(
+            f"loss is {loss} at step {step + 1} (batch {index}); last good checkpoint: "
+            f"{last if last else 'none'}",
+            step + 1,
+            index,
         )
+    if index in g.inject_nan_grad:
+        _poison_gradients(run.model)
     gnorm = _grad_norm(run.model, o.grad_clip)
-    run.optimizer.step()
-    run.optimizer.zero_grad(set_to_none=True)
-    run.tokens_seen += run.tokens_per_step
-    return {
+    record = {
         "step": step + 1,
         "loss": loss,
         "lr": lr,
         "window": window_label(window),
         "grad_norm": gnorm,
-        "tokens": run.tokens_seen,
+        "batch": index,
     }
+    why = None
+    if not math.isfinite(gnorm):
+        why = f"gradient norm {gnorm}"
+    elif (z := run.guard.spike(loss)) is not None:
+        why = (
+            f"loss spike: {loss:.4f} is {z:.1f} standard deviations above the last "
+            f"{g.spike_window} steps' mean"
+        )
+    if why:
+        run.optimizer.zero_grad(set_to_none=True)
+        return {**record, "skipped": why}
+    run.optimizer.step()
+    run.optimizer.zero_grad(set_to_none=True)
+    run.tokens_seen += run.tokens_per_step
+    return {**record, "tokens": run.tokens_seen}
 
 
 def _grad_norm(model: torch.nn.Module, clip: float) -> float:

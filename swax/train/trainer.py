@@ -31,13 +31,14 @@ from swax.data import save_tokenizer
 from swax.data.jsonl import json_safe
 from swax.model import SwaxLM
 from swax.train import distributed as D
-from swax.train.build import RunState, param_groups, setup_run
+from swax.train.build import RunState, param_groups, restore, setup_run
+from swax.train.checkpoint import latest_checkpoint
 from swax.train.config import TrainConfig
 from swax.train.logger import fmt_time
 from swax.train.monitor import LazinessMonitor
 from swax.train.runctl import RunLock, StopSignals, TrainingStopped
 from swax.train.schedules import window_schedule
-from swax.train.step import TrainingError, evaluate, train_step
+from swax.train.step import BadLoss, TrainingError, evaluate, train_step
 
 # importable from here as before the loop's parts moved to their own modules
 from swax.train.step import _cross_entropy_sum, _target_weight  # noqa: F401  # isort: skip
@@ -143,10 +144,20 @@ def run_steps(run: RunState, on_step_end: Callable[[int, dict], None] | None = N
     run.model.train()
     run.t_last, run.tok_last = time.perf_counter(), 0
     done = saved = run.start_step
-    for step in range(run.start_step, cfg.steps):
+    while done < cfg.steps:
         if _stop_requested(run):
             _stop_at(run, done, saved)
-        record = train_step(run, step)
+        try:
+            record = train_step(run, done)
+        except BadLoss as e:
+            done = saved = _roll_back(run, [e.batch], str(e))
+            continue
+        if "skipped" in record:
+            if _skipped(run, record):
+                why = f"{len(run.guard.bad_in_row)} bad steps in a row at step {record['step']}"
+                done = saved = _roll_back(run, list(run.guard.bad_in_row), why)
+            continue
+        run.guard.good(record["loss"])
         done = record["step"]
         _report_step(run, record)
         if cfg.log.val_every and done % cfg.log.val_every == 0 and done < cfg.steps:
@@ -160,6 +171,52 @@ def run_steps(run: RunState, on_step_end: Callable[[int, dict], None] | None = N
             saved = done
         if on_step_end is not None:
             on_step_end(done, record)
+
+
+def _skipped(run: RunState, record: dict) -> bool:
+    """Log a skipped step (with its batch); True when it makes guard.max_bad_in_row in a row."""
+    again = run.guard.bad(record["batch"])
+    n = len(run.guard.bad_in_row)
+    run.logger.message(
+        f"step {record['step']}: skipped batch {record['batch']} ({record['skipped']}); "
+        f"weights and optimizer untouched, {n} bad step(s) in a row"
+    )
+    run.logger.write(record)
+    return again
+
+
+def _roll_back(run: RunState, batches: list[int], why: str) -> int:
+    """Back to the newest checkpoint, skipping ``batches`` from now on; returns the step it
+    resumes after. A TrainingError (one line) when guard.max_rollbacks are spent or there is
+    no checkpoint to go back to."""
+    g = run.cfg.guard
+    made = run.guard.rollback(batches)
+    skipped = ", ".join(map(str, sorted(run.guard.skip)))
+    if made > g.max_rollbacks:
+        raise TrainingError(
+            f"{why}; stopping: guard.max_rollbacks={g.max_rollbacks} rollback(s) spent "
+            f"(batches skipped: {skipped}). Lower optim.lr, check the data, or resume=true "
+            "with a higher guard.max_rollbacks"
+        )
+    ckpt = latest_checkpoint(run.run_dir)
+    if ckpt is None:
+        raise TrainingError(
+            f"{why}; stopping: no checkpoint to roll back to (checkpoint.every="
+            f"{run.cfg.checkpoint.every}); lower optim.lr or check the data"
+        )
+    elapsed = run.elapsed()
+    run.optimizer.zero_grad(set_to_none=True)
+    restore(run)  # the guard keeps this run's skip list and rollback count
+    run.elapsed0 = elapsed - (time.perf_counter() - run.t_start)
+    run.t_last, run.tok_last = time.perf_counter(), run.tokens_seen
+    run.logger.message(
+        f"{why}: rolled back to {run.ckpt.name} ({made} of guard.max_rollbacks="
+        f"{g.max_rollbacks}); skipping batch(es) {', '.join(map(str, batches))} from now on"
+    )
+    run.logger.write(
+        {"step": run.start_step, "rollback": why, "skip_batches": sorted(run.guard.skip)}
+    )
+    return run.start_step
 
 
 def _laziness(run: RunState, done: int) -> dict:

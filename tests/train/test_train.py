@@ -310,7 +310,9 @@ def test_nan_loss_stops_and_keeps_last_checkpoint(tmp_path, monkeypatch):
 
     monkeypatch.setattr(T.F, "cross_entropy", ce)
     with pytest.raises(TrainingError, match=r"loss is nan at step 5.*step_000004"):
-        train(small_cfg(tmp_path, "steps=10", "checkpoint.every=2", name="n"))
+        train(
+            small_cfg(tmp_path, "steps=10", "checkpoint.every=2", "guard.max_rollbacks=0", name="n")
+        )
     ck = latest_checkpoint(tmp_path / "n")
     assert ck.name == "step_000004"
     assert not (tmp_path / "n" / "model").exists()

@@ -1,0 +1,201 @@
+"""Bad steps survived (swax.train.guard): a non-finite gradient skips the step, K bad steps in
+a row or a non-finite loss roll back to the last checkpoint and skip the batches that caused
+it, and a run that went through that ends with the weights of a run that never saw them."""
+
+import json
+import math
+import statistics
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from swax.core.errors import CheckpointError
+from swax.train import TrainingError, load_train_config, train
+from swax.train.checkpoint import list_checkpoints, load_checkpoint
+from swax.train.config import GuardConfig
+from swax.train.guard import StepGuard
+
+SMALL = [
+    "model.d_model=32",
+    "model.n_layers=2",
+    "model.n_heads=2",
+    "seq_len=32",
+    "batch_size=2",
+    "window.short=8",
+    "window.long=16",
+    "log.val_batches=1",
+    "log.every=1",
+    "log.val_every=0",
+    "optim.warmup_steps=2",
+    "threads=1",
+    "data.val_fraction=0",
+]
+
+
+def run(tmp_path, name, *extra):
+    cfg = load_train_config(None, [*SMALL, f"run_dir={tmp_path / name}", *extra])
+    summary = train(cfg)
+    return summary, load_file(str(tmp_path / name / "model" / "model.safetensors"))
+
+
+def records(run_dir):
+    lines = (run_dir / "metrics.jsonl").read_text().splitlines()
+    return [json.loads(ln) for ln in lines]
+
+
+def same(a, b):
+    return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_nan_gradient_skips_the_step_and_equals_a_run_without_the_batch(tmp_path):
+    _, plain = run(tmp_path, "plain", "steps=6")
+    _, hit = run(tmp_path, "hit", "steps=6", "guard.inject_nan_grad=[3]")
+    _, ref = run(tmp_path, "ref", "steps=6", "guard.skip_batches=[3]")
+    assert same(hit, ref)
+    assert not same(hit, plain)  # the skipped batch mattered: the comparison can fail
+    skipped = [r for r in records(tmp_path / "hit") if "skipped" in r]
+    assert [(r["step"], r["batch"]) for r in skipped] == [(4, 3)]
+    assert "gradient norm nan" in skipped[0]["skipped"]
+    steps = [r["step"] for r in records(tmp_path / "hit") if "tokens" in r]
+    assert steps == [1, 2, 3, 4, 5, 6]  # step 4 was trained again, on batch 4
+
+
+def test_bad_steps_in_a_row_roll_back_and_skip_their_batches(tmp_path, capsys):
+    args = ["steps=8", "checkpoint.every=3", "guard.max_bad_in_row=3"]
+    _, hit = run(tmp_path, "hit", *args, "guard.inject_nan_grad=[4,5,6]")
+    _, ref = run(tmp_path, "ref", *args, "guard.skip_batches=[4,5,6]")
+    _, plain = run(tmp_path, "plain", *args)
+    assert same(hit, ref) and not same(hit, plain)
+    err = capsys.readouterr()
+    text = err.out + err.err
+    assert "3 bad steps in a row at step 5: rolled back to step_000003" in text
+    rows = records(tmp_path / "hit")
+    back = [r for r in rows if "rollback" in r]
+    assert len(back) == 1 and back[0]["skip_batches"] == [4, 5, 6]
+    # the replayed step 4 trained on batch 3 again, then step 5 on batch 7
+    trained = [(r["step"], r["batch"]) for r in rows if "tokens" in r]
+    assert trained[-5:] == [(4, 3), (5, 7), (6, 8), (7, 9), (8, 10)]
+    # the skip list travels in the checkpoints, and nothing NaN reached one
+    last = list_checkpoints(tmp_path / "hit")[-1]
+    state = json.loads((last / "trainer.json").read_text())
+    assert state["guard"] == {"skip_batches": [4, 5, 6], "rollbacks": 1}
+    weights = load_file(str(last / "model.safetensors"))
+    assert all(torch.isfinite(v).all() for k, v in weights.items() if not k.startswith("__"))
+
+
+def test_non_finite_loss_rolls_back_at_once(tmp_path):
+    args = ["steps=6", "checkpoint.every=2"]
+    _, hit = run(tmp_path, "hit", *args, "guard.inject_nan_loss=[3]")
+    _, ref = run(tmp_path, "ref", *args, "guard.skip_batches=[3]")
+    assert same(hit, ref)
+    back = [r for r in records(tmp_path / "hit") if "rollback" in r]
+    assert len(back) == 1 and "loss is nan at step 4 (batch 3)" in back[0]["rollback"]
+
+
+def test_rollbacks_are_limited_and_stop_with_one_line(tmp_path):
+    cfg = load_train_config(
+        None,
+        [*SMALL, f"run_dir={tmp_path / 'r'}", "steps=8", "checkpoint.every=2",
+         "guard.inject_nan_loss=[2,3,4]", "guard.max_rollbacks=2"],
+    )  # fmt: skip
+    with pytest.raises(TrainingError) as e:
+        train(cfg)
+    msg = str(e.value)
+    assert "\n" not in msg
+    assert "guard.max_rollbacks=2" in msg and "batches skipped: 2, 3, 4" in msg
+    assert not (tmp_path / "r" / "model").exists()
+
+
+def test_no_checkpoint_to_roll_back_to(tmp_path):
+    cfg = load_train_config(
+        None,
+        [*SMALL, f"run_dir={tmp_path / 'r'}", "steps=4", "checkpoint.every=0",
+         "guard.inject_nan_loss=[1]"],
+    )  # fmt: skip
+    with pytest.raises(TrainingError, match=r"no checkpoint to roll back to \(checkpoint.every=0"):
+        train(cfg)
+
+
+def test_rollback_resumes_with_the_skip_list(tmp_path):
+    """A run killed after a rollback and resumed keeps skipping the rolled-back batches."""
+
+    class Stop(Exception):
+        pass
+
+    def stop_at_5(step, record):
+        if step == 5:
+            raise Stop
+
+    args = ["steps=7", "checkpoint.every=2"]
+    cfg = load_train_config(
+        None, [*SMALL, f"run_dir={tmp_path / 'hit'}", *args, "guard.inject_nan_loss=[3]"]
+    )
+    with pytest.raises(Stop):
+        train(cfg, on_step_end=stop_at_5)
+    _, resumed = run(tmp_path, "hit", *args, "resume=true")  # the injector is gone
+    _, ref = run(tmp_path, "ref", *args, "guard.skip_batches=[3]")
+    _, plain = run(tmp_path, "plain", *args)
+    assert same(resumed, ref) and not same(resumed, plain)
+
+
+def test_spike_rule_against_hand_computed_statistics():
+    guard = StepGuard(GuardConfig(spike_z=3.0, spike_window=5))
+    losses = [2.0, 2.2, 1.9, 2.1, 2.05]
+    for x in losses[:-1]:
+        guard.good(x)
+        assert guard.spike(100.0) is None  # fewer than spike_window good steps: off
+    guard.good(losses[-1])
+    mean, std = statistics.mean(losses), statistics.stdev(losses)
+    assert guard.spike(mean + 2.9 * std) is None
+    z = guard.spike(mean + 3.1 * std)
+    assert z == pytest.approx(3.1, rel=1e-9)
+    assert StepGuard(GuardConfig(spike_window=5)).spike(math.inf) is None  # spike_z = 0: off
+
+
+def test_bad_in_row_counts_and_resets():
+    guard = StepGuard(GuardConfig(max_bad_in_row=2))
+    assert not guard.bad(7)
+    guard.good(1.0)
+    assert not guard.bad(8)
+    assert guard.bad(9) and guard.bad_in_row == [8, 9]
+    assert guard.rollback(guard.bad_in_row) == 1 and guard.skip == {8, 9}
+    assert guard.bad_in_row == []
+
+
+def test_spike_skips_like_a_bad_gradient(tmp_path, monkeypatch):
+    """A step the spike rule calls bad (its statistics are tested above; here the verdict is
+    forced on the fourth step tried) is skipped like a bad gradient: the weights end where a
+    run without that batch has them."""
+    tried = []
+
+    def spike(self, loss):
+        tried.append(loss)
+        return 9.0 if len(tried) == 4 else None
+
+    monkeypatch.setattr(StepGuard, "spike", spike)
+    _, hit = run(tmp_path, "hit", "steps=5", "guard.spike_z=3")
+    monkeypatch.undo()
+    skipped = [r for r in records(tmp_path / "hit") if "skipped" in r]
+    assert [(r["step"], r["batch"]) for r in skipped] == [(4, 3)]
+    assert (
+        "loss spike" in skipped[0]["skipped"] and "9.0 standard deviations" in skipped[0]["skipped"]
+    )
+    _, ref = run(tmp_path, "ref", "steps=5", "guard.skip_batches=[3]")
+    assert same(hit, ref)
+
+
+def test_non_finite_weights_are_never_saved(tmp_path):
+    from swax import SwaxConfig, SwaxLM
+    from swax.train.checkpoint import save_checkpoint
+
+    model = SwaxLM(SwaxConfig.preset("tiny", d_model=32, n_layers=2, n_heads=2, window=16))
+    opt = torch.optim.AdamW(model.parameters())
+    save_checkpoint(tmp_path, 1, model, opt, {"loader": {}})
+    with torch.no_grad():
+        model.embed.weight[0, 0] = float("nan")
+    with pytest.raises(CheckpointError, match="not saving step 2: the weights hold non-finite"):
+        save_checkpoint(tmp_path, 2, model, opt, {"loader": {}})
+    assert [p.name for p in list_checkpoints(tmp_path)] == ["step_000001"]
+    load_checkpoint(list_checkpoints(tmp_path)[0], model, opt)
+    assert torch.isfinite(model.embed.weight).all()
