@@ -509,3 +509,10 @@ def test_the_readme_states_the_committed_reading():
         f"{laziness.README_BEGIN}\n{laziness.readme_block(lcfg, laziness.load_cells(lcfg))}\n"
         f"{laziness.README_END}" in readme
     )
+
+
+def test_the_committed_reports_name_no_local_path():
+    # generated reports say where their inputs are relative to the study, never as this
+    # checkout's absolute path
+    for md in sorted(HERE.glob("*.md")):
+        assert str(ROOT) not in md.read_text(), md.name
