@@ -160,13 +160,20 @@ class Block(nn.Module):
             cfg.d_model, swiglu_hidden_dim(cfg.d_model, cfg.mlp_ratio, cfg.mlp_multiple_of)
         )
 
+    def init_parts(self, std: float, out_std: float) -> list[tuple[str, Callable]]:
+        """The norms at 1, the mixer's and the MLP's own initialisation, in this order (see
+        SwaxLM.init_parts)."""
+        return [
+            ("mixer_norm", lambda m: m.reset_parameters()),
+            ("mixer", lambda m: m.reset_parameters(std, out_std)),
+            ("mlp_norm", lambda m: m.reset_parameters()),
+            ("mlp", lambda m: m.reset_parameters(std, out_std)),
+        ]
+
     @torch.no_grad()
     def reset_parameters(self, std: float, out_std: float) -> None:
-        """The norms at 1, the mixer's and the MLP's own initialisation (see SwaxLM)."""
-        self.mixer_norm.reset_parameters()
-        self.mixer.reset_parameters(std, out_std)
-        self.mlp_norm.reset_parameters()
-        self.mlp.reset_parameters(std, out_std)
+        for name, init in self.init_parts(std, out_std):
+            init(self.get_submodule(name))
 
     def forward(self, x, window, state=None, return_state=False, doc_ids=None):
         extra = {} if doc_ids is None else {"doc_ids": doc_ids}
@@ -203,36 +210,55 @@ class SwaxLM(nn.Module):
         if not isinstance(config, SwaxConfig):
             raise TypeError(f"SwaxLM expects a SwaxConfig, got {type(config).__name__}")
         self.config = config
-        # built under torch.device("meta") (from_pretrained, swax info): shapes only, so no
-        # random initialisation (a normal_ on meta tensors costs seconds of torch imports)
-        on_meta = torch.empty(0).is_meta
-        shape = (config.vocab_size, config.d_model)
-        self.embed = nn.Embedding(*shape, _weight=torch.empty(shape) if on_meta else None)
-        self.blocks = nn.ModuleList(Block(config, k) for k in config.layer_types)
-        self.norm = RMSNorm(config.d_model, config.norm_eps)
+        # the layers are made on the meta device (no values, no random draws) and then, unless
+        # the caller builds under torch.device("meta") itself (from_pretrained, swax info, the
+        # sharded build), given memory and initialised by reset_parameters alone: the initial
+        # weights are a function of the seed and the parts' order (init_parts), whichever way
+        # the model is built
+        device = torch.empty(0).device
+        with torch.device("meta"):
+            self.embed = nn.Embedding(config.vocab_size, config.d_model)
+            self.blocks = nn.ModuleList(Block(config, k) for k in config.layer_types)
+            self.norm = RMSNorm(config.d_model, config.norm_eps)
+            self.head = None
+            if not config.tie_embeddings:
+                self.head = nn.Linear(config.d_model, config.vocab_size, bias=False)
         self.gradient_checkpointing = False  # recompute blocks in backward (training only)
-        self.head = None
-        if not config.tie_embeddings:
-            self.head = nn.Linear(config.d_model, config.vocab_size, bias=False)
-        self.reset_parameters()
+        if device.type != "meta":
+            self.to_empty(device=device)
+            self.reset_parameters()
 
     # ------------------------------------------------------------------ init
-    @torch.no_grad()
-    def reset_parameters(self) -> None:
-        """Normal(0, init_std) embedding (and untied head); each block's layers by their own
-        ``reset_parameters(std, out_std)``, the projections that write to the residual stream
-        at out_std = init_std / sqrt(2·n_layers) (GPT-2's scaling); norms at 1; the mixers'
-        own gate and decay initialisations."""
-        if self.embed.weight.is_meta:  # no values to initialise
-            return
+    def init_parts(self) -> list[tuple[str, Callable[[nn.Module], None]]]:
+        """The initialisation, part by part, in the order it draws random numbers: (submodule
+        name, what initialises that submodule). Normal(0, init_std) embedding (and untied head);
+        each block's norms, mixer and MLP by their own ``reset_parameters``, the projections
+        that write to the residual stream at out_std = init_std / sqrt(2·n_layers) (GPT-2's
+        scaling); norms at 1; the mixers' own gate and decay initialisations. A sharded build
+        (swax.train.distributed) runs the same parts one at a time, so its weights equal an
+        unsharded build's of the same seed."""
         std = self.config.init_std
         out_std = std / math.sqrt(2 * self.config.n_layers)
-        nn.init.normal_(self.embed.weight, std=std)
-        for block in self.blocks:
-            block.reset_parameters(std, out_std)
-        self.norm.reset_parameters()
+
+        def normal(m: nn.Module) -> None:
+            nn.init.normal_(m.weight, std=std)
+
+        parts: list[tuple[str, Callable[[nn.Module], None]]] = [("embed", normal)]
+        for i, block in enumerate(self.blocks):
+            parts += [(f"blocks.{i}.{n}", init) for n, init in block.init_parts(std, out_std)]
+        parts.append(("norm", lambda m: m.reset_parameters()))
         if self.head is not None:
-            nn.init.normal_(self.head.weight, std=std)
+            parts.append(("head", normal))
+        return parts
+
+    @torch.no_grad()
+    def reset_parameters(self) -> None:
+        """Every weight initialised, part by part (:meth:`init_parts`); nothing to do on the
+        meta device."""
+        if self.embed.weight.is_meta:  # no values to initialise
+            return
+        for name, init in self.init_parts():
+            init(self.get_submodule(name))
 
     # ------------------------------------------------------------------ forward
     def forward(

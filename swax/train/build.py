@@ -25,6 +25,7 @@ from swax.data.mqar import mqar_vocab_needed
 from swax.model import SwaxLM
 from swax.train import distributed as D
 from swax.train.checkpoint import (
+    PendingSave,
     latest_checkpoint,
     list_checkpoints,
     load_latest_checkpoint,
@@ -78,6 +79,14 @@ class RunState:
     """Global batches drawn so far, skipped ones included (the next batch's index)."""
     guard: StepGuard | None = None
     """Bad steps: the batches skipped, the rollbacks made (swax.train.guard)."""
+    sharded: bool = False
+    """Checkpoints written shard by shard (checkpoint.format; swax.train.sharded)."""
+    background: bool = False
+    """Sharded checkpoints written in the background (checkpoint.async_save)."""
+    save_group: Any = None
+    """The process group background saves talk on (their own, next to the steps')."""
+    pending: PendingSave | None = None
+    """The background save being written, if any."""
     summary: dict = field(default_factory=dict)
     logger: RunLogger | None = None
     peak: Peak | None = None
@@ -114,7 +123,10 @@ class RunState:
         }
 
     def save(self, step: int) -> None:
-        save_checkpoint(
+        """Checkpoint ``step`` (every rank calls it). A background save returns at once; the
+        one before it is waited for first, so at most one is being written."""
+        self.wait_save()
+        out = save_checkpoint(
             self.run_dir,
             step,
             self.model,
@@ -122,7 +134,36 @@ class RunState:
             self.trainer_state(),
             self.cfg.checkpoint.keep,
             self.info.is_main,
+            sharded=self.sharded,
+            background=self.background,
+            group=self.save_group,
         )
+        if isinstance(out, PendingSave):
+            self.pending = out
+
+    def poll_save(self) -> None:
+        """Complete a background save whose shards are all written (rank 0 renames it)."""
+        if self.pending is not None and self.pending.done():
+            self.pending.wait()
+            self.pending = None
+
+    def settle_save(self) -> None:
+        """On the way out after an error: complete a background save whose shards get written
+        (no collective, so a dead rank cannot hang it); one that fails stays absent."""
+        pending, self.pending = self.pending, None
+        if pending is not None:
+            try:
+                pending.wait()
+            except Exception as e:  # noqa: BLE001 - the error already leaving wins
+                log.warning("the background checkpoint %s was not completed: %s", pending.final, e)
+
+    def wait_save(self) -> None:
+        """Wait for a background save to be complete on every rank."""
+        if self.pending is not None:
+            self.pending.wait()
+            self.pending = None
+        if self.background and self.info.distributed:
+            torch.distributed.barrier()
 
 
 def param_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:
@@ -225,10 +266,13 @@ def _build_data(cfg: TrainConfig, info: D.DistInfo):
 def _build_model(cfg: TrainConfig, info: D.DistInfo, mcfg: SwaxConfig):
     """(raw model, wrapped model, forward callable, optimizer) on the run's device."""
     torch.manual_seed(cfg.seed)
-    raw_model = SwaxLM(mcfg).to(info.device)
+    if info.distributed and cfg.dist.strategy == "fsdp":  # no rank holds the whole model
+        raw_model = model = D.build_sharded(mcfg, info, cfg.seed)
+    else:
+        raw_model = SwaxLM(mcfg).to(info.device)
+        model = D.wrap_model(raw_model, info, cfg.dist.strategy)
     if cfg.activation_checkpointing:
         raw_model.gradient_checkpointing = True
-    model = D.wrap_model(raw_model, info, cfg.dist.strategy)
     fwd = torch.compile(model) if cfg.compile else model
     o = cfg.optim
     optimizer = torch.optim.AdamW(
@@ -268,6 +312,7 @@ def setup_run(cfg: TrainConfig, info: D.DistInfo) -> RunState:
         summary={"run_dir": str(run_dir), "params": raw_model.num_parameters()},
         guard=StepGuard(cfg.guard),
     )
+    _checkpoint_mode(run)
     if ckpt is not None:
         restore(run)
     run.plan_steps = run.plan_steps or cfg.steps
@@ -279,6 +324,23 @@ def setup_run(cfg: TrainConfig, info: D.DistInfo) -> RunState:
         run.auto_threads = AutoThreads()
     _announce(run)
     return run
+
+
+def _checkpoint_mode(run: RunState) -> None:
+    """Sharded or full checkpoints, in the background or not (checkpoint.format, async_save)."""
+    c, info = run.cfg.checkpoint, run.info
+    fsdp = info.distributed and run.cfg.dist.strategy == "fsdp"
+    run.sharded = fsdp if c.format == "auto" else c.format == "sharded"
+    background = info.device.type == "cuda" if c.async_save == "auto" else bool(c.async_save)
+    run.background = background and run.sharded
+    if c.async_save is True and not run.sharded:
+        _warn_main(info)(
+            "note: checkpoint.async_save=true applies to sharded checkpoints "
+            "(checkpoint.format=sharded, or auto under dist.strategy=fsdp); these are written "
+            "in the foreground"
+        )
+    if run.background and info.distributed:  # every rank makes it, in the same order
+        run.save_group = torch.distributed.new_group(backend="gloo")
 
 
 def restore(run: RunState) -> None:

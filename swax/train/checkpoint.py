@@ -11,6 +11,11 @@ Layout of ``run_dir/checkpoints/step_000100/``:
 A checkpoint is written to ``step_000100.tmp/`` and renamed when complete, so a run killed
 mid-write leaves the previous checkpoint intact. The last ``keep`` checkpoints are kept.
 Works for plain, DDP and FSDP2 models through ``torch.distributed.checkpoint.state_dict``.
+
+Under FSDP2 checkpoints are **sharded** instead (:mod:`swax.train.sharded`): each rank writes its
+own shard with ``torch.distributed.checkpoint``, nothing is gathered, and the save can run in
+the background (:class:`PendingSave`) while the steps go on. Either format loads into any world
+size; the one a checkpoint has is read from its files.
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ from swax.core.errors import CheckpointError, CorruptCheckpointError
 from swax.core.integrity import checksums, match_umask, verify_checksums
 from swax.core.paths import writing
 from swax.model import state_dict_mismatch
+from swax.train import sharded as S
 
 STEP_RE = re.compile(r"^step_(\d+)$")
 
@@ -102,6 +108,46 @@ def weights_finite(model) -> bool:
     return not bool(bad.item())
 
 
+class PendingSave:
+    """A checkpoint being written in the background (``checkpoint.async_save``): its shards are
+    staged (copied) already, so the steps may change the weights; :meth:`wait` blocks until every
+    rank's shard is written, then rank 0 completes it (side files, trainer.json, rename)."""
+
+    def __init__(self, future, finalize: Callable[[], None], final: Path):
+        self.future, self._finalize, self.final = future, finalize, final
+
+    def done(self) -> bool:
+        return self.future.done()
+
+    def wait(self) -> Path:
+        self.future.result()  # raises what the writer raised
+        if self._finalize is not None:
+            self._finalize()
+            self._finalize = None
+        return self.final
+
+
+def _rng_state() -> dict:
+    rng = {"torch": torch.get_rng_state()}
+    if torch.cuda.is_available():
+        rng["cuda"] = torch.cuda.get_rng_state()
+    return rng
+
+
+def _promote(tmp: Path, final: Path, run_dir, keep: int) -> None:
+    """Rename the complete ``tmp`` to ``final`` (swapping out an older save of the same step),
+    then drop all but the last ``keep`` checkpoints."""
+    if final.exists():  # re-saving a step (e.g. after a resume): swap, then delete the old
+        old = final.with_name(final.name + ".old")
+        os.replace(final, old)
+        os.replace(tmp, final)
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        os.replace(tmp, final)
+    for stale in list_checkpoints(run_dir)[:-keep]:
+        shutil.rmtree(stale, ignore_errors=True)
+
+
 def save_checkpoint(
     run_dir: str | Path,
     step: int,
@@ -110,15 +156,23 @@ def save_checkpoint(
     trainer_state: dict,
     keep: int = 2,
     is_main: bool = True,
-) -> Path | None:
+    sharded: bool = False,
+    background: bool = False,
+    group=None,
+) -> Path | PendingSave | None:
     """Write checkpoint ``step`` (collective under torch.distributed: every rank calls it).
     Weights that are not finite are never saved: a CheckpointError, the older checkpoints
-    kept."""
+    kept. ``sharded``: each rank writes its shard (torch.distributed.checkpoint); with
+    ``background`` that write goes on in a thread (its collectives on ``group``, a process group
+    of its own when distributed) and a :class:`PendingSave` is returned."""
     if not weights_finite(model):
         raise CheckpointError(
             f"not saving step {step}: the weights hold non-finite values; the checkpoints "
             f"before it are kept in {checkpoint_dir(run_dir)}"
         )
+    if sharded:
+        return _save_sharded(run_dir, step, model, optimizer, trainer_state, keep, is_main,
+                             background, group)  # fmt: skip
     from torch.distributed.checkpoint.state_dict import get_state_dict
 
     model_sd, optim_sd = get_state_dict(model, optimizer, options=_options())
@@ -127,9 +181,7 @@ def save_checkpoint(
         tmp = final.with_name(final.name + ".tmp")
         if tmp.exists():
             shutil.rmtree(tmp)
-        rng = {"torch": torch.get_rng_state()}
-        if torch.cuda.is_available():
-            rng["cuda"] = torch.cuda.get_rng_state()
+        rng = _rng_state()
         with writing(f"checkpoint {final.name}", tmp, cleanup=[tmp]):
             tmp.mkdir(parents=True)
             _write_files(
@@ -138,15 +190,50 @@ def save_checkpoint(
                 optim_sd,
                 {**trainer_state, "step": step},
             )
-        if final.exists():  # re-saving a step (e.g. after a resume): swap, then delete the old
-            old = final.with_name(final.name + ".old")
-            os.replace(final, old)
-            os.replace(tmp, final)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.replace(tmp, final)
-        for stale in list_checkpoints(run_dir)[:-keep]:
-            shutil.rmtree(stale, ignore_errors=True)
+        _promote(tmp, final, run_dir, keep)
+    if dist.is_initialized():
+        dist.barrier()
+    return final if is_main else None
+
+
+def _save_sharded(run_dir, step, model, optimizer, trainer_state, keep, is_main, background, group):
+    from torch.distributed.checkpoint import FileSystemWriter
+
+    final = checkpoint_dir(run_dir) / f"step_{step:06d}"
+    tmp = final.with_name(final.name + ".tmp")
+    if is_main:
+        if tmp.exists():
+            shutil.rmtree(tmp)
+        (tmp / S.SHARDS).mkdir(parents=True)
+    if dist.is_initialized():
+        dist.barrier()
+    tensors, groups, scalars = S.split_state(model, optimizer)
+    state = {**trainer_state, "step": step}
+    rng = _rng_state()
+
+    def finalize() -> None:  # rank 0, once every rank's shard is on disk
+        with writing(f"checkpoint {final.name}", tmp, cleanup=[tmp]):
+            S.write_side_files(tmp, groups, scalars, rng)
+            names = [*S.shard_files(tmp), *S.SHARDED_FILES]
+            for name in names:
+                match_umask(tmp / name)
+            done = {**state, "format": "sharded", "checksums": checksums(tmp, names)}
+            (tmp / "trainer.json").write_text(json.dumps(done, indent=1))
+        _promote(tmp, final, run_dir, keep)
+
+    writer = FileSystemWriter(str(tmp / S.SHARDS))
+    if background:
+        from torch.distributed.checkpoint import async_save
+
+        out = async_save(tensors, storage_writer=writer, process_group=group)
+        future = getattr(out, "upload_completion", out)
+        return PendingSave(future, finalize if is_main else None, final)
+    from torch.distributed.checkpoint import save
+
+    with writing(f"checkpoint {final.name}", tmp, cleanup=[tmp] if is_main else []):
+        save(tensors, storage_writer=writer)
+    if is_main:
+        finalize()
     if dist.is_initialized():
         dist.barrier()
     return final if is_main else None
@@ -214,6 +301,10 @@ def load_checkpoint(path: str | Path, model, optimizer) -> dict:
     state = read_trainer_state(path)
     if "checksums" in state:  # checkpoints from before checksums load without the check
         verify_checksums(path, state["checksums"], f"checkpoint {path}")
+    if (path / S.SHARDS).is_dir():
+        rng = _load_sharded(path, state, model, optimizer)
+        _set_rng(rng)
+        return state
     try:
         model_sd = load_file(str(path / "model.safetensors"))
         optim_t = load_file(str(path / "optimizer.safetensors"))
@@ -245,8 +336,33 @@ def load_checkpoint(path: str | Path, model, optimizer) -> dict:
         raise CheckpointError(
             f"checkpoint {path} does not match this model/optimizer: {str(e).splitlines()[0]}"
         ) from None
+    _set_rng(rng)
+    return state
+
+
+def _set_rng(rng: dict) -> None:
     if "torch" in rng:
         torch.set_rng_state(rng["torch"])
     if "cuda" in rng and torch.cuda.is_available():
         torch.cuda.set_rng_state(rng["cuda"])
-    return state
+
+
+def _load_sharded(path: Path, state: dict, model, optimizer) -> dict:
+    """Weights and optimizer from a sharded checkpoint, into this world size; returns its RNG."""
+    import pickle
+
+    from safetensors import SafetensorError
+
+    try:
+        saved = S.saved_model_shapes(path)
+    except (OSError, EOFError, pickle.UnpicklingError, AttributeError, ValueError) as e:
+        raise CorruptCheckpointError(f"checkpoint {path} is corrupt: {e}") from None
+    _check_model_matches(path, state, model, saved)
+    try:
+        return S.load_sharded(path, model, optimizer)
+    except (SafetensorError, OSError, json.JSONDecodeError) as e:
+        raise CorruptCheckpointError(f"checkpoint {path} is corrupt: {e}") from None
+    except (RuntimeError, KeyError, ValueError) as e:  # DCP's CheckpointException among them
+        raise CheckpointError(
+            f"checkpoint {path} does not match this model/optimizer: {str(e).splitlines()[0]}"
+        ) from None

@@ -71,6 +71,15 @@ class CheckpointConfig:
     """Save every N steps (0 = only at the end)."""
     keep: int = bounded(2, "[1, inf)")
     """Keep the last K checkpoints."""
+    format: Literal["auto", "full", "sharded"] = "auto"
+    """full: one safetensors file of the whole model and one of the optimizer, gathered on rank
+    0; sharded: each rank writes its own shard with torch.distributed.checkpoint, nothing
+    gathered; auto: sharded under dist.strategy=fsdp, else full. Either loads into any world
+    size (a sharded checkpoint of 2 ranks resumes on 1 or 4)."""
+    async_save: bool | Literal["auto"] = "auto"
+    """Write sharded checkpoints in the background while the steps go on (each rank holds a
+    staged copy of its shard meanwhile); auto: on CUDA only (on the CPU the copy costs as much
+    memory as the shard and the write competes with the steps for the cores)."""
 
 
 @dataclass
@@ -306,7 +315,8 @@ def _set(tree: dict, path: list[str], value: Any) -> None:
 
 
 RESUME_MAY_CHANGE = ("steps", "threads", "resume", "device", "log", "guard", "checkpoint.every",
-                     "checkpoint.keep")  # fmt: skip
+                     "checkpoint.keep", "checkpoint.format", "checkpoint.async_save",
+                     "dist")  # fmt: skip
 """Keys (or sections) a resumed run may set differently from its config.yaml: how long it runs,
 where and how fast, and what it logs; everything that shapes the model, the data order or the
 optimisation must stay as the run started."""

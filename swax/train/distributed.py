@@ -97,6 +97,18 @@ def broadcast_object(obj, src: int = 0):
     return box[0]
 
 
+def _fully_shard(model: nn.Module) -> nn.Module:
+    """FSDP2: fully_shard on each block, then on the root (embedding, final norm, head)."""
+    try:
+        from torch.distributed.fsdp import fully_shard
+    except ImportError:  # torch 2.5
+        from torch.distributed._composable.fsdp import fully_shard
+    for block in model.blocks:
+        fully_shard(block)
+    fully_shard(model)
+    return model
+
+
 def wrap_model(model: nn.Module, info: DistInfo, strategy: str) -> nn.Module:
     """DDP or FSDP2 (fully_shard on each block, then the root) when distributed."""
     if not info.distributed:
@@ -106,12 +118,64 @@ def wrap_model(model: nn.Module, info: DistInfo, strategy: str) -> nn.Module:
 
         return DDP(model, device_ids=[info.device.index] if info.device.type == "cuda" else None)
     if strategy == "fsdp":
-        try:
-            from torch.distributed.fsdp import fully_shard
-        except ImportError:  # torch 2.5
-            from torch.distributed._composable.fsdp import fully_shard
-        for block in model.blocks:
-            fully_shard(block)
-        fully_shard(model)
-        return model
+        return _fully_shard(model)
     raise ValueError(f"unknown dist.strategy {strategy!r}; expected ddp or fsdp")
+
+
+def _release_freed_memory() -> None:
+    """Hand memory freed by the allocator back to the system (glibc's malloc_trim), so that the
+    parts drawn one after another do not pile up as freed but resident heap; nothing elsewhere."""
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
+
+
+def _keep_shards(part: nn.Module, full: nn.Module, info: DistInfo, name: str, DTensor, Shard):
+    """Copy this rank's FSDP2 shard (dim-0 chunk) of each of ``full``'s parameters into
+    ``part``'s (a function, so that no reference to the full tensors outlives it)."""
+    for pname, p in part.named_parameters():
+        value = full.get_parameter(pname)
+        if not isinstance(p, DTensor):
+            p.copy_(value)
+            continue
+        if tuple(p.placements) != (Shard(0),):
+            raise RuntimeError(f"{name}.{pname}: unexpected placements {p.placements}")
+        local = p.to_local()
+        chunks = value.chunk(info.world_size, dim=0)
+        mine = chunks[info.rank] if info.rank < len(chunks) else value[:0]
+        if mine.shape != local.shape:
+            raise RuntimeError(
+                f"{name}.{pname}: shard {tuple(local.shape)} is not the chunk {tuple(mine.shape)}"
+            )
+        local.copy_(mine)
+
+
+def build_sharded(config, info: DistInfo, seed: int) -> nn.Module:
+    """A SwaxLM sharded by FSDP2 without a whole model on any rank: built on the meta device,
+    sharded block by block, then each part (the embedding, each block, the norm, the head; the
+    order of :meth:`SwaxLM.init_parts`) is initialised in full on the CPU, one at a time, from
+    the seed's random stream, and each rank keeps its shard of it. The weights equal those of
+    an unsharded ``torch.manual_seed(seed); SwaxLM(config)``; a rank holds its shards plus one
+    part at a time (the largest: the embedding, or a block)."""
+    from torch.distributed.tensor import DTensor, Shard
+
+    from swax.model import SwaxLM
+
+    with torch.device("meta"):
+        model = SwaxLM(config)
+        twin = SwaxLM(config)  # the unsharded shapes each part is drawn in
+    _fully_shard(model)
+    torch.manual_seed(seed)
+    with torch.no_grad():
+        for name, init in twin.init_parts():
+            full = twin.get_submodule(name).to_empty(device="cpu")
+            init(full)
+            part = model.get_submodule(name)
+            part.to_empty(device=info.device)
+            _keep_shards(part, full, info, name, DTensor, Shard)
+            full.to_empty(device="meta")  # the part's full copy goes before the next is made
+            _release_freed_memory()
+    return model

@@ -74,6 +74,7 @@ def train(cfg: TrainConfig, on_step_end: Callable[[int, dict], None] | None = No
                 run_steps(run, on_step_end)
                 return finish(run)
         finally:
+            run.settle_save()
             run.logger.close()
     finally:
         lock.release()
@@ -169,6 +170,7 @@ def run_steps(run: RunState, on_step_end: Callable[[int, dict], None] | None = N
         if cfg.checkpoint.every and done % cfg.checkpoint.every == 0 and done < cfg.steps:
             run.save(done)
             saved = done
+        run.poll_save()
         if on_step_end is not None:
             on_step_end(done, record)
 
@@ -198,6 +200,7 @@ def _roll_back(run: RunState, batches: list[int], why: str) -> int:
             f"(batches skipped: {skipped}). Lower optim.lr, check the data, or resume=true "
             "with a higher guard.max_rollbacks"
         )
+    run.wait_save()
     ckpt = latest_checkpoint(run.run_dir)
     if ckpt is None:
         raise TrainingError(
@@ -260,6 +263,7 @@ def _stop_at(run: RunState, done: int, saved: int) -> None:
     else:
         if done != saved:  # else that step's checkpoint is on disk already
             run.save(done)
+        run.wait_save()
         what = f"checkpoint step_{done:06d} saved; resume=true continues from it"
     run.logger.message(f"stopped by {name} after step {done}: {what}")
     raise TrainingStopped(f"stopped by {name} after step {done}: {what}", signum)
@@ -278,6 +282,7 @@ def finish(run: RunState) -> dict:
         summary["tok_s"] = steps_run * run.tokens_per_step / wall
     run.logger.write({"step": cfg.steps, "val_loss": summary["final_val_loss"]})
     run.save(cfg.steps)
+    run.wait_save()
     _export(run)
     return summary
 
