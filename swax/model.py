@@ -167,7 +167,7 @@ class Block(nn.Module):
             ("mixer_norm", lambda m: m.reset_parameters()),
             ("mixer", lambda m: m.reset_parameters(std, out_std)),
             ("mlp_norm", lambda m: m.reset_parameters()),
-            ("mlp", lambda m: m.reset_parameters(std, out_std)),
+            *((f"mlp.{n}", init) for n, init in self.mlp.init_parts(std, out_std)),
         ]
 
     @torch.no_grad()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -22,13 +24,20 @@ class SwiGLU(nn.Module):
         self.up = nn.Linear(d_model, hidden, bias=False)
         self.down = nn.Linear(hidden, d_model, bias=False)
 
+    def init_parts(self, std: float, out_std: float) -> list[tuple[str, Callable]]:
+        """Normal(0, std) input projections; the output projection, which writes to the
+        residual stream, Normal(0, out_std): one part per projection, in this order (a sharded
+        build draws one part at a time)."""
+
+        def normal(s: float) -> Callable[[nn.Module], None]:
+            return lambda m: nn.init.normal_(m.weight, std=s)
+
+        return [("gate", normal(std)), ("up", normal(std)), ("down", normal(out_std))]
+
     @torch.no_grad()
     def reset_parameters(self, std: float, out_std: float) -> None:
-        """Normal(0, std) input projections; the output projection, which writes to the
-        residual stream, Normal(0, out_std)."""
-        nn.init.normal_(self.gate.weight, std=std)
-        nn.init.normal_(self.up.weight, std=std)
-        nn.init.normal_(self.down.weight, std=out_std)
+        for name, init in self.init_parts(std, out_std):
+            init(self.get_submodule(name))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.down(F.silu(self.gate(x)) * self.up(x))

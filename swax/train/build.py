@@ -18,6 +18,7 @@ import torch
 
 from swax.config import SwaxConfig
 from swax.core.errors import ConfigError
+from swax.core.memory import map_large_allocations
 from swax.core.threads import AutoThreads, set_threads, threads_note
 from swax.data import PackedLoader, build_datasets
 from swax.data.loader import data_tokenizer
@@ -267,6 +268,8 @@ def _build_model(cfg: TrainConfig, info: D.DistInfo, mcfg: SwaxConfig):
     """(raw model, wrapped model, forward callable, optimizer) on the run's device."""
     torch.manual_seed(cfg.seed)
     if info.distributed and cfg.dist.strategy == "fsdp":  # no rank holds the whole model
+        if info.device.type == "cpu":  # FSDP on the CPU is for memory: freed blocks go back
+            map_large_allocations()  # (costs some speed: benchmarks/README.md, fsdp.py)
         raw_model = model = D.build_sharded(mcfg, info, cfg.seed)
     else:
         raw_model = SwaxLM(mcfg).to(info.device)

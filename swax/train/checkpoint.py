@@ -25,6 +25,7 @@ import os
 import re
 import shutil
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import torch
@@ -110,8 +111,9 @@ def weights_finite(model) -> bool:
 
 class PendingSave:
     """A checkpoint being written in the background (``checkpoint.async_save``): its shards are
-    staged (copied) already, so the steps may change the weights; :meth:`wait` blocks until every
-    rank's shard is written, then rank 0 completes it (side files, trainer.json, rename)."""
+    staged (copied) already, so the steps may change the weights; once every rank's shard is
+    written, rank 0 completes it (side files, checksums, trainer.json, rename), also in the
+    background. :meth:`wait` blocks until that is done and raises what went wrong."""
 
     def __init__(self, future, finalize: Callable[[], None], final: Path):
         self.future, self._finalize, self.final = future, finalize, final
@@ -226,8 +228,17 @@ def _save_sharded(run_dir, step, model, optimizer, trainer_state, keep, is_main,
         from torch.distributed.checkpoint import async_save
 
         out = async_save(tensors, storage_writer=writer, process_group=group)
-        future = getattr(out, "upload_completion", out)
-        return PendingSave(future, finalize if is_main else None, final)
+        written = getattr(out, "upload_completion", out)
+
+        def complete() -> None:  # in the background too: rank 0 hashes and renames
+            written.result()
+            if is_main:
+                finalize()
+
+        pool = ThreadPoolExecutor(1, thread_name_prefix="swax-checkpoint")
+        future = pool.submit(complete)
+        pool.shutdown(wait=False)
+        return PendingSave(future, None, final)
     from torch.distributed.checkpoint import save
 
     with writing(f"checkpoint {final.name}", tmp, cleanup=[tmp] if is_main else []):

@@ -17,6 +17,7 @@ import torch.distributed as dist
 from torch import nn
 
 from swax.core.configs import resolve_device
+from swax.core.memory import trim
 
 
 @dataclass(frozen=True)
@@ -122,17 +123,6 @@ def wrap_model(model: nn.Module, info: DistInfo, strategy: str) -> nn.Module:
     raise ValueError(f"unknown dist.strategy {strategy!r}; expected ddp or fsdp")
 
 
-def _release_freed_memory() -> None:
-    """Hand memory freed by the allocator back to the system (glibc's malloc_trim), so that the
-    parts drawn one after another do not pile up as freed but resident heap; nothing elsewhere."""
-    try:
-        import ctypes
-
-        ctypes.CDLL("libc.so.6").malloc_trim(0)
-    except (OSError, AttributeError):
-        pass
-
-
 def _keep_shards(part: nn.Module, full: nn.Module, info: DistInfo, name: str, DTensor, Shard):
     """Copy this rank's FSDP2 shard (dim-0 chunk) of each of ``full``'s parameters into
     ``part``'s (a function, so that no reference to the full tensors outlives it)."""
@@ -177,5 +167,5 @@ def build_sharded(config, info: DistInfo, seed: int) -> nn.Module:
             part.to_empty(device=info.device)
             _keep_shards(part, full, info, name, DTensor, Shard)
             full.to_empty(device="meta")  # the part's full copy goes before the next is made
-            _release_freed_memory()
+            trim()
     return model

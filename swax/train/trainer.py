@@ -292,6 +292,7 @@ def _export(run: RunState) -> None:
     the run's config with its tokenizer, and write summary.json."""
     from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
+    run.optimizer.state.clear()  # saved in the last checkpoint; its memory goes to the gather
     full = get_model_state_dict(
         run.model, options=StateDictOptions(full_state_dict=True, cpu_offload=True)
     )
@@ -299,8 +300,7 @@ def _export(run: RunState) -> None:
         return
     with torch.device("meta"):
         export = SwaxLM(run.mcfg)
-    export = export.to_empty(device="cpu")
-    export.load_state_dict(full)
+    export.load_state_dict(full, assign=True)  # the gathered tensors themselves, no copy
     model_dir = run.run_dir / "model"
     export.save_pretrained(model_dir)
     save_tokenizer(run.tok, model_dir)
