@@ -45,6 +45,7 @@ def prefill(
     T = input_ids.shape[1]
     if T == 0:
         raise ValueError("the prompt is empty: generation needs at least one token")
+    model.check_token_ids(input_ids)  # once for the prompt, not per chunk
     logits = None
     for s in range(0, T, chunk_size):
         logits, state = model(
@@ -53,6 +54,7 @@ def prefill(
             state=state,
             return_state=True,
             logits_to_keep=1,
+            check_ids=False,
         )
         if progress is not None:
             progress(min(T, s + chunk_size), T)
@@ -291,8 +293,9 @@ class _EagerStep:
         self.sampling = (temperature, top_k, top_p)
 
     def __call__(self, tok: torch.Tensor) -> torch.Tensor:
+        # the ids were sampled from the model's own logits: in range, no check (a host sync)
         logits, self.state = self.model(
-            tok[:, None], window=self.window, state=self.state, return_state=True
+            tok[:, None], window=self.window, state=self.state, return_state=True, check_ids=False
         )
         return sample_next(logits[:, -1].float(), *self.sampling, self.gen)
 

@@ -202,6 +202,7 @@ def _build_data(cfg: TrainConfig, info: D.DistInfo):
         synthetic=cfg.data.synthetic,
         tokenizer=tok,
         doc_mask=cfg.data.doc_mask,
+        vocab_size=mcfg.vocab_size,  # the ids checked here, not per forward
     )
     # validation batches are global batches (batch_size sequences), whatever the world size
     # and accumulation, so every run of a config is validated on the same sequences
@@ -210,7 +211,7 @@ def _build_data(cfg: TrainConfig, info: D.DistInfo):
         per_rank = cfg.batch_size // info.world_size
         val_loader = PackedLoader(
             val_ds, cfg.seq_len, per_rank, info.rank, info.world_size, cfg.seed,
-            doc_mask=cfg.data.doc_mask,
+            doc_mask=cfg.data.doc_mask, vocab_size=mcfg.vocab_size,
         )  # fmt: skip
     return tok, mcfg, train_ds.num_tokens, loader, val_loader
 
@@ -219,6 +220,7 @@ def _build_model(cfg: TrainConfig, info: D.DistInfo, mcfg: SwaxConfig):
     """(raw model, wrapped model, forward callable, optimizer) on the run's device."""
     torch.manual_seed(cfg.seed)
     raw_model = SwaxLM(mcfg).to(info.device)
+    raw_model.check_ids = False  # the loaders checked the ids (no host sync per forward)
     if cfg.activation_checkpointing:
         raw_model.gradient_checkpointing = True
     model = D.wrap_model(raw_model, info, cfg.dist.strategy)

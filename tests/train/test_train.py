@@ -284,6 +284,33 @@ def test_resume_reproduces_uninterrupted_losses(tmp_path):
     assert len(list_checkpoints(tmp_path / "b")) == 2  # keep=2
 
 
+def test_training_forwards_skip_the_id_check(tmp_path, monkeypatch):
+    """The loader checks the ids once, so the training steps' forwards do not (the check reads
+    the ids' min and max: a host sync per micro-batch); a model used directly still checks."""
+    calls = {"forward": 0, "check": 0}
+    forward, check = SwaxLM.forward, SwaxLM.check_token_ids
+
+    def counted_forward(self, *a, **k):
+        calls["forward"] += 1
+        return forward(self, *a, **k)
+
+    def counted_check(self, ids):
+        calls["check"] += 1
+        return check(self, ids)
+
+    monkeypatch.setattr(SwaxLM, "forward", counted_forward)
+    monkeypatch.setattr(SwaxLM, "check_token_ids", counted_check)
+    train(small_cfg(tmp_path, "steps=3", "log.val_every=2"))
+    assert calls["forward"] >= 3 and calls["check"] == 0, calls
+    model = SwaxLM(SwaxConfig(vocab_size=11, d_model=16, n_layers=2, n_heads=2))
+    model(torch.tensor([[1, 2, 3]]))
+    assert calls["check"] == 1  # the default: every forward checks
+    model.check_ids = False
+    model(torch.tensor([[1, 2, 3]]))
+    model(torch.tensor([[1, 2, 3]]), check_ids=True)  # a call can ask for it
+    assert calls["check"] == 2
+
+
 def test_existing_run_is_never_overwritten(tmp_path):
     train(small_cfg(tmp_path, "steps=2", name="r"))
     before = (tmp_path / "r" / "model" / "model.safetensors").read_bytes()
