@@ -40,6 +40,7 @@ from swax.layers import (
 )
 from swax.ops.checks import check_window
 from swax.ops.packing import check_doc_ids
+from swax.ops.registry import BackendUnavailableError
 from swax.state import DEFAULT_WINDOW, SwaxState, _Default
 
 WEIGHTS_NAME = "model.safetensors"
@@ -170,10 +171,18 @@ class Block(nn.Module):
 
     def forward(self, x, window, state=None, return_state=False, doc_ids=None):
         extra = {} if doc_ids is None else {"doc_ids": doc_ids}
-        if return_state:
-            h, new_state = self.mixer(self.mixer_norm(x), window, state, True, **extra)
-        else:
-            h, new_state = self.mixer(self.mixer_norm(x), window, state, False, **extra), None
+        try:
+            if return_state:
+                h, new_state = self.mixer(self.mixer_norm(x), window, state, True, **extra)
+            else:
+                h, new_state = self.mixer(self.mixer_norm(x), window, state, False, **extra), None
+        except BackendUnavailableError as e:  # the config's attn_backend, named explicitly
+            if e.op != "swa":
+                raise
+            raise ConfigError(
+                f"model.attn_backend {e.name!r} is not available: {e.reason}; set "
+                "model.attn_backend=auto to fall back"
+            ) from None
         x = x + h
         x = x + self.mlp(self.mlp_norm(x))
         return x, new_state

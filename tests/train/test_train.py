@@ -447,6 +447,17 @@ def test_train_cli_bad_input_one_line(tmp_path, capsys, args, needle):
     assert len(err) == 1 and err[0].startswith("swax: error:") and needle in err[0], err
 
 
+@pytest.mark.skipif(torch.cuda.is_available(), reason="flash may run on CUDA")
+def test_train_cli_named_attention_backend_that_cannot_run(tmp_path, capsys):
+    rc = cli("train", *SMALL, f"run_dir={tmp_path / 'r'}", "steps=1", "model.attn_backend=flash")
+    err = capsys.readouterr().err.strip().splitlines()  # the run's header, then the error
+    assert rc == 2 and [ln for ln in err if "error" in ln] == err[-1:], err
+    assert err[-1] == (
+        "swax: error: model.attn_backend 'flash' is not available: needs CUDA; set "
+        "model.attn_backend=auto to fall back"
+    )
+
+
 def test_train_cli_empty_dataset(tmp_path, capsys):
     (tmp_path / "empty.txt").write_text("   \n")
     rc = cli("train", f"run_dir={tmp_path / 'r'}", f"data.source={tmp_path / 'empty.txt'}")
