@@ -18,6 +18,7 @@ from dataclasses import dataclass, replace
 import torch
 from torch import nn
 
+from swax.core.errors import InputError
 from swax.decode import StaticState, capacity_for, sampling_probs, step_runner
 from swax.state import DEFAULT_WINDOW, SwaxState
 
@@ -44,7 +45,7 @@ def prefill(
         input_ids = input_ids[None]
     T = input_ids.shape[1]
     if T == 0:
-        raise ValueError("the prompt is empty: generation needs at least one token")
+        raise InputError("the prompt is empty: generation needs at least one token")
     model.check_token_ids(input_ids)  # once for the prompt, not per chunk
     logits = None
     for s in range(0, T, chunk_size):
@@ -328,7 +329,7 @@ def _check_prompts(prompts, vocab_size: int) -> list[torch.Tensor]:
         if t.ndim != 1 or t.numel() == 0 or t.dtype.is_floating_point or t.dtype == torch.bool:
             raise ValueError(f"prompt {i} must be a non-empty 1-D sequence of token ids")
         if int(t.min()) < 0 or int(t.max()) >= vocab_size:
-            raise ValueError(f"prompt {i} has a token id outside 0 … {vocab_size - 1}")
+            raise InputError(f"prompt {i} has a token id outside 0 … {vocab_size - 1}")
         out.append(t.long().cpu())
     return out
 

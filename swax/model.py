@@ -20,7 +20,7 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from swax.config import LAYER_KINDS, SwaxConfig
-from swax.core.errors import CheckpointError, ConfigError
+from swax.core.errors import CheckpointError, ConfigError, InputError
 from swax.core.integrity import (
     CHECKSUMS_NAME,
     match_umask,
@@ -360,14 +360,14 @@ class SwaxLM(nn.Module):
         return input_ids.long()
 
     def check_token_ids(self, input_ids: torch.Tensor) -> None:
-        """ValueError naming the first id out of 0 … vocab_size - 1 (reads the ids' min and
-        max: a host sync for ids on a GPU)."""
+        """InputError (a ValueError) naming the first id out of 0 … vocab_size - 1 (reads the
+        ids' min and max: a host sync for ids on a GPU)."""
         if input_ids.numel() == 0:
             return
         lo, hi = int(input_ids.min()), int(input_ids.max())
         if lo < 0 or hi >= self.config.vocab_size:
             bad = lo if lo < 0 else hi
-            raise ValueError(
+            raise InputError(
                 f"token id {bad} is out of range for vocab_size {self.config.vocab_size} "
                 f"(valid ids are 0 … {self.config.vocab_size - 1})"
             )
