@@ -18,7 +18,7 @@ import torch
 
 from swax.config import SwaxConfig
 from swax.core.errors import ConfigError
-from swax.core.threads import AutoThreads, set_threads, threads_note
+from swax.core.threads import AUTO, AutoThreads, last_setting, set_threads, threads_note
 from swax.data import PackedLoader, build_datasets
 from swax.data.loader import data_tokenizer
 from swax.data.mqar import mqar_vocab_needed
@@ -104,6 +104,7 @@ class RunState:
             "tokens": self.tokens_seen,
             "summary": self.summary,
             "config": self.cfg.to_dict(),
+            "threads": torch.get_num_threads(),  # CPU sums depend on it: reused on resume
         }
 
     def save(self, step: int) -> None:
@@ -287,6 +288,11 @@ def _restore(run: RunState) -> None:
     if run.plan_steps != cfg.steps:
         run.sched = window_schedule(cfg, run.mcfg, run.plan_steps)
     run.loader.load_state_dict(state["loader"])
+    used = state.get("threads")  # auto may pick another count now: keep the run's, pinned
+    if used and last_setting() == AUTO and info.device.type == "cpu":
+        set_threads(int(used), why=f"threads=auto: the run's count at step {run.start_step}")
+        _warn_main(info)(f"note: threads=auto: resuming with the {used} thread(s) the run used "
+                         f"at step {run.start_step}, so that it continues bit-exactly")  # fmt: skip
     run.elapsed0 = state.get("elapsed", 0.0)
     run.tokens_seen = state.get("tokens", 0)
     run.summary.update(state.get("summary", {}))

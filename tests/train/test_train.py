@@ -311,6 +311,58 @@ def test_training_forwards_skip_the_id_check(tmp_path, monkeypatch):
     assert calls["check"] == 2
 
 
+@pytest.fixture
+def restore_threads():
+    """Tests that set torch's thread count in this process put it back."""
+    from swax.core import threads as T
+
+    saved = torch.get_num_threads(), T._applied, T._note, T._setting
+    yield
+    torch.set_num_threads(saved[0])
+    T._applied, T._note, T._setting = saved[1:]
+
+
+def test_resume_under_auto_threads_reuses_the_runs_count(
+    tmp_path, monkeypatch, capfd, restore_threads
+):
+    """threads=auto picks by load, so a resume could pick another count and sum in another
+    order: the checkpoint records the count in use and a resume under auto takes it again
+    (pinned, with a note); a count named on resume wins. auto is stubbed: 2, then 1."""
+    import swax.core.threads as T
+
+    seen = []
+
+    def record(step, rec):
+        seen.append((step, torch.get_num_threads()))
+
+    def stop_at_5(step, rec):
+        record(step, rec)
+        if step == 5:
+            raise KeyboardInterrupt
+
+    def run(*extra, on_step_end=record):
+        args = [a for a in SMALL if a != "threads=1"]
+        cfg = load_train_config(None, [*args, f"run_dir={tmp_path / 'r'}", "steps=8", *extra])
+        return train(cfg, on_step_end=on_step_end)
+
+    monkeypatch.setattr(T, "auto_threads", lambda share=1: (2, "auto (test): 2"))
+    with pytest.raises(KeyboardInterrupt):
+        run("threads=auto", "checkpoint.every=4", on_step_end=stop_at_5)
+    state = json.loads((latest_checkpoint(tmp_path / "r") / "trainer.json").read_text())
+    assert state["threads"] == 2 and latest_checkpoint(tmp_path / "r").name == "step_000004"
+    monkeypatch.setattr(T, "auto_threads", lambda share=1: (1, "auto (test): 1"))
+    capfd.readouterr()
+    seen.clear()
+    run("threads=auto", "checkpoint.every=4", "resume=true")
+    err = capfd.readouterr().err
+    assert "note: threads=auto: resuming with the 2 thread(s) the run used at step 4" in err
+    assert "threads 2 (threads=auto: the run's count at step 4)" in err  # the header
+    assert seen == [(s, 2) for s in range(5, 9)]
+    seen.clear()  # a count given on resume is taken as it is
+    run("threads=1", "checkpoint.every=4", "resume=true", "steps=9")
+    assert seen == [(9, 1)] and "note: threads=auto" not in capfd.readouterr().err
+
+
 def test_existing_run_is_never_overwritten(tmp_path):
     train(small_cfg(tmp_path, "steps=2", name="r"))
     before = (tmp_path / "r" / "model" / "model.safetensors").read_bytes()
