@@ -195,6 +195,48 @@ def test_overrides_and_errors(tmp_path):
         load_train_config(p)  # every shipped config is valid
 
 
+def test_overrides_are_read_by_the_fields_type(tmp_path, capsys):
+    """key=value is read as the field's type, not as YAML 1.1 (where 010 is octal 8 and off is
+    false): an int field takes 010 as 10, a str field keeps "010", a Literal "off" stays
+    "off"; bools, null and YAML flow lists still read as before."""
+    cfg = load_train_config(
+        None,
+        [
+            "seed=010",  # YAML 1.1: 8
+            f"run_dir={tmp_path / '010'}",
+            "data.val_source=010",  # a str | None field: the string
+            "log.wandb=off",  # YAML 1.1: false
+            "compile=false",
+            "activation_checkpointing=True",
+            "resume=auto",
+            "threads=auto",
+            "model.head_dim=null",
+            "model.mlstm_fgate_bias_init=[3, 6.5]",
+            "optim.lr=3e-4",
+            "steps=1e3",
+        ],
+    )
+    assert cfg.seed == 10 and cfg.data.val_source == "010" and cfg.run_dir.endswith("/010")
+    assert cfg.log.wandb == "off" and cfg.compile is False and cfg.activation_checkpointing
+    assert cfg.resume == "auto" and cfg.threads == "auto" and cfg.model.head_dim is None
+    assert cfg.model.mlstm_fgate_bias_init == (3.0, 6.5)
+    assert cfg.optim.lr == 3e-4 and cfg.steps == 1000
+    assert load_train_config(None, ["threads=02", "resume=no"]).threads == 2
+    for override, message in [
+        ("seed=ten", "seed: expected an integer, got 'ten'"),
+        ("steps=2.5", "steps: expected an integer, got '2.5'"),
+        ("compile=maybe", "compile: expected true or false, got 'maybe'"),
+        ("log.wandb=of", "log.wandb: expected one of ['off', 'offline', 'online'], got 'of'"),
+        ("model.head_dim=x", "model.head_dim: expected an integer, or null, got 'x'"),
+    ]:
+        with pytest.raises(ConfigError) as e:
+            load_train_config(None, [override])
+        assert str(e.value) == message
+    rc = cli("train", f"run_dir={tmp_path / 'r'}", "seed=ten")
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and err == ["swax: error: seed: expected an integer, got 'ten'"], err
+
+
 # every numeric key outside its range, or not finite, is an error naming the dotted key (some
 # were accepted silently: val_batches=-1 reported a validation loss of 0, min_lr_ratio=-2 gave
 # a negative learning rate; threads=-3 and lr=nan crashed in torch without the key)
