@@ -6,7 +6,7 @@ logits = model(input_ids, window=128)
 """
 
 from swax.config import PRESETS, SwaxConfig
-from swax.core.errors import CheckpointError, ConfigError, SwaxError
+from swax.core.errors import CheckpointError, ConfigError, InputError, SwaxError
 from swax.model import SwaxLM
 from swax.state import SwaxState
 from swax.version import __version__
@@ -15,6 +15,7 @@ __all__ = [
     "PRESETS",
     "CheckpointError",
     "ConfigError",
+    "InputError",
     "SwaxConfig",
     "SwaxError",
     "SwaxLM",

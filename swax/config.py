@@ -121,7 +121,9 @@ class SwaxConfig:
     """Standard deviation of the normal initialisation of linear and embedding weights."""
     attn_backend: AttnBackend = "auto"
     """Sliding-window attention backend: auto (the most preferred one usable on the inputs) or
-    one of the built-in backends of ``swax.ops.list_backends("swa")``. A backend registered at
+    one of the built-in backends of ``swax.ops.list_backends("swa")``; a backend named here that
+    cannot run on a forward's inputs (device, dtype, packages, gradient) is a ConfigError saying
+    why, where auto would fall back. A backend registered at
     run time (``swax.ops.register_backend``) is chosen with
     ``swax.ops.registry.forced_backends``."""
 

@@ -18,6 +18,7 @@ from dataclasses import dataclass, replace
 import torch
 from torch import nn
 
+from swax.core.errors import InputError
 from swax.decode import StaticState, capacity_for, sampling_probs, step_runner
 from swax.state import DEFAULT_WINDOW, SwaxState
 
@@ -44,7 +45,8 @@ def prefill(
         input_ids = input_ids[None]
     T = input_ids.shape[1]
     if T == 0:
-        raise ValueError("the prompt is empty: generation needs at least one token")
+        raise InputError("the prompt is empty: generation needs at least one token")
+    model.check_token_ids(input_ids)  # once for the prompt, not per chunk
     logits = None
     for s in range(0, T, chunk_size):
         logits, state = model(
@@ -53,6 +55,7 @@ def prefill(
             state=state,
             return_state=True,
             logits_to_keep=1,
+            check_ids=False,
         )
         if progress is not None:
             progress(min(T, s + chunk_size), T)
@@ -291,8 +294,9 @@ class _EagerStep:
         self.sampling = (temperature, top_k, top_p)
 
     def __call__(self, tok: torch.Tensor) -> torch.Tensor:
+        # the ids were sampled from the model's own logits: in range, no check (a host sync)
         logits, self.state = self.model(
-            tok[:, None], window=self.window, state=self.state, return_state=True
+            tok[:, None], window=self.window, state=self.state, return_state=True, check_ids=False
         )
         return sample_next(logits[:, -1].float(), *self.sampling, self.gen)
 
@@ -325,7 +329,7 @@ def _check_prompts(prompts, vocab_size: int) -> list[torch.Tensor]:
         if t.ndim != 1 or t.numel() == 0 or t.dtype.is_floating_point or t.dtype == torch.bool:
             raise ValueError(f"prompt {i} must be a non-empty 1-D sequence of token ids")
         if int(t.min()) < 0 or int(t.max()) >= vocab_size:
-            raise ValueError(f"prompt {i} has a token id outside 0 … {vocab_size - 1}")
+            raise InputError(f"prompt {i} has a token id outside 0 … {vocab_size - 1}")
         out.append(t.long().cpu())
     return out
 

@@ -20,7 +20,7 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from swax.config import LAYER_KINDS, SwaxConfig
-from swax.core.errors import CheckpointError, ConfigError
+from swax.core.errors import CheckpointError, ConfigError, InputError
 from swax.core.integrity import (
     CHECKSUMS_NAME,
     match_umask,
@@ -40,6 +40,7 @@ from swax.layers import (
 )
 from swax.ops.checks import check_window
 from swax.ops.packing import check_doc_ids
+from swax.ops.registry import BackendUnavailableError
 from swax.state import DEFAULT_WINDOW, SwaxState, _Default
 
 WEIGHTS_NAME = "model.safetensors"
@@ -177,10 +178,18 @@ class Block(nn.Module):
 
     def forward(self, x, window, state=None, return_state=False, doc_ids=None):
         extra = {} if doc_ids is None else {"doc_ids": doc_ids}
-        if return_state:
-            h, new_state = self.mixer(self.mixer_norm(x), window, state, True, **extra)
-        else:
-            h, new_state = self.mixer(self.mixer_norm(x), window, state, False, **extra), None
+        try:
+            if return_state:
+                h, new_state = self.mixer(self.mixer_norm(x), window, state, True, **extra)
+            else:
+                h, new_state = self.mixer(self.mixer_norm(x), window, state, False, **extra), None
+        except BackendUnavailableError as e:  # the config's attn_backend, named explicitly
+            if e.op != "swa":
+                raise
+            raise ConfigError(
+                f"model.attn_backend {e.name!r} is not available: {e.reason}; set "
+                "model.attn_backend=auto to fall back"
+            ) from None
         x = x + h
         x = x + self.mlp(self.mlp_norm(x))
         return x, new_state
@@ -204,6 +213,13 @@ def run_config_file(path: str | os.PathLike) -> Path | None:
 
 class SwaxLM(nn.Module):
     """A hybrid language model built from a :class:`SwaxConfig`."""
+
+    check_ids: bool = True
+    """Whether each forward checks that its token ids are in 0 … vocab_size - 1 (a clear
+    ValueError instead of an IndexError or a CUDA device assert). The check reads the ids'
+    min and max, a host sync per call: training turns it off, as its loader checks the ids once
+    (``PackedLoader(vocab_size=...)``), and generation checks the prompt once and then steps
+    without it. A forward's ``check_ids`` argument overrides it for that call."""
 
     def __init__(self, config: SwaxConfig):
         super().__init__()
@@ -270,6 +286,7 @@ class SwaxLM(nn.Module):
         logits_to_keep: int | None = None,
         return_hidden: bool = False,
         doc_ids: torch.Tensor | None = None,
+        check_ids: bool | None = None,
     ):
         """Logits (B, T, vocab) for token ids (B, T) [and the state after the last token].
 
@@ -287,9 +304,11 @@ class SwaxLM(nn.Module):
                 :mod:`swax.ops.packing`). Every layer then sees only its own document, so the
                 logits equal those of each document run alone; the returned state continues
                 each row's last document. Not with ``state``.
+            check_ids: check that every id is < vocab_size (a host sync); None: the model's
+                :attr:`check_ids`.
         """
         window = self._check_window(window)
-        input_ids = self._check_ids(input_ids)
+        input_ids = self._check_ids(input_ids, self.check_ids if check_ids is None else check_ids)
         if state is not None:
             if not isinstance(state, SwaxState) or len(state.layers) != len(self.blocks):
                 raise ValueError("state must be a SwaxState returned by this model")
@@ -346,7 +365,9 @@ class SwaxLM(nn.Module):
             return tuple(default if isinstance(w, _Default) else check_window(w) for w in window)
         return check_window(window)
 
-    def _check_ids(self, input_ids: torch.Tensor) -> torch.Tensor:
+    def _check_ids(self, input_ids: torch.Tensor, values: bool = True) -> torch.Tensor:
+        """``input_ids`` as (B, T) int64, its type and shape checked; its values too when
+        ``values`` (:meth:`check_token_ids`)."""
         if not isinstance(input_ids, torch.Tensor):
             raise ValueError(f"input_ids must be a tensor, got {type(input_ids).__name__}")
         if input_ids.ndim == 1:
@@ -359,16 +380,23 @@ class SwaxLM(nn.Module):
             raise ValueError(f"input_ids must be integer token ids, got dtype {input_ids.dtype}")
         if input_ids.shape[1] == 0:
             raise ValueError("input_ids is empty (time dimension 0)")
-        if torch.compiler.is_compiling():  # a data-dependent check would break the graph
-            return input_ids.long()
+        # a data-dependent check would break a compiled graph
+        if values and not torch.compiler.is_compiling():
+            self.check_token_ids(input_ids)
+        return input_ids.long()
+
+    def check_token_ids(self, input_ids: torch.Tensor) -> None:
+        """InputError (a ValueError) naming the first id out of 0 … vocab_size - 1 (reads the
+        ids' min and max: a host sync for ids on a GPU)."""
+        if input_ids.numel() == 0:
+            return
         lo, hi = int(input_ids.min()), int(input_ids.max())
         if lo < 0 or hi >= self.config.vocab_size:
             bad = lo if lo < 0 else hi
-            raise ValueError(
+            raise InputError(
                 f"token id {bad} is out of range for vocab_size {self.config.vocab_size} "
                 f"(valid ids are 0 … {self.config.vocab_size - 1})"
             )
-        return input_ids.long()
 
     # ------------------------------------------------------------------ generation
     @torch.no_grad()

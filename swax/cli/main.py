@@ -234,7 +234,7 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt as e:  # TrainingStopped (a signal, checkpoint saved) or Ctrl-C
         print(f"swax: {str(e) or 'interrupted'}", file=sys.stderr)
         return getattr(e, "exit_code", 130)
-    except (SwaxError, ValueError, FileNotFoundError) as e:
+    except SwaxError as e:  # a user error; anything else is a bug: its traceback shows
         if os.environ.get("SWAX_DEBUG"):
             raise
         msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__

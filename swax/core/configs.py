@@ -140,6 +140,99 @@ def coerce(value: Any, tp: Any, key: str) -> Any:
     return value
 
 
+def field_type(cls: type, path: list[str]) -> Any:
+    """The annotation of the field at dotted ``path`` (["optim", "lr"]) of dataclass ``cls``,
+    through its nested sections (a section may be ``X | None``); None where the path names no
+    field (an unknown key, a shorthand such as the model's ``preset``, a key inside a mapping)."""
+    tp: Any = cls
+    for part in path:
+        if typing.get_origin(tp) in (Union, types.UnionType):  # an optional section
+            options = [a for a in typing.get_args(tp) if a is not type(None)]
+            tp = options[0] if len(options) == 1 else None
+        if not dataclasses.is_dataclass(tp):
+            return None
+        fields = {f.name for f in dataclasses.fields(tp) if f.init}
+        if part not in fields:
+            return None
+        tp = typing.get_type_hints(tp)[part]
+    return tp
+
+
+_NULL = ("null", "Null", "NULL", "~")
+_BOOL = {"true": True, "yes": True, "on": True, "false": False, "no": False, "off": False}
+
+
+def parse_text(text: str, tp: Any, key: str) -> Any:
+    """The value the text ``text`` (of a ``key=value`` override) stands for in a field annotated
+    ``tp``, read by that type rather than as YAML 1.1 (where ``010`` is octal 8 and ``off`` is
+    false): an int ``010`` is 10 (also ``1e3``, a float that is whole), a float ``3e-4``, a
+    bool true/false (yes/no, on/off; any case), a string the text as it is, a Literal one of
+    its values, ``null`` (or ``~``) None where None is allowed; a union tries its members in
+    order. Lists, mappings and anything else (``tp`` None: a key of no known field) are read as
+    YAML (flow style: ``[3, 6]``, ``{a: 1}``). Text that is none of the type's values is a
+    ConfigError naming ``key`` and the text."""
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    t = text.strip()
+    if origin in (Union, types.UnionType):
+        if type(None) in args and t in _NULL:
+            return None
+        for a in args:
+            if a is not type(None):
+                try:
+                    return parse_text(text, a, key)
+                except ConfigError:
+                    pass
+        raise ConfigError(f"{key}: expected {describe_type(tp)}, got {text!r}")
+    if origin is Literal:
+        for a in args:
+            if (t == a) if isinstance(a, str) else (_yaml_text(text) == a):
+                return a
+        raise ConfigError(f"{key}: expected one of {list(args)}, got {text!r}")
+    if tp is bool:
+        if t.lower() in _BOOL:
+            return _BOOL[t.lower()]
+        raise ConfigError(f"{key}: expected true or false, got {text!r}")
+    if tp is int:
+        try:
+            return int(t)  # decimal: 010 is 10
+        except ValueError:
+            pass
+        try:
+            f = float(t)
+        except ValueError:
+            f = math.nan
+        if f.is_integer():
+            return int(f)
+        raise ConfigError(f"{key}: expected an integer, got {text!r}")
+    if tp is float:
+        try:
+            return float(t)
+        except ValueError:
+            raise ConfigError(f"{key}: expected a number, got {text!r}") from None
+    if tp is str:
+        return text
+    return _yaml_text(text)
+
+
+def _yaml_text(text: str) -> Any:
+    """``text`` read as a YAML value (the text itself if it is not valid YAML), numbers such as
+    3e-4 (a string in YAML 1.1) as numbers."""
+    import yaml
+
+    try:
+        value = yaml.safe_load(text) if text.strip() else ""
+    except yaml.YAMLError:
+        value = text
+    if isinstance(value, str):
+        try:
+            f = float(value)
+            low = value.lower()
+            value = int(f) if f.is_integer() and "." not in value and "e" not in low else f
+        except ValueError:
+            pass
+    return value
+
+
 def from_dict(cls: type, data: dict, prefix: str = "") -> Any:
     """Build dataclass ``cls`` from ``data``; unknown keys and wrong types raise ConfigError.
 

@@ -9,6 +9,11 @@ class ConfigError(SwaxError, ValueError):
     """An invalid configuration value, unknown key or wrong type; the message names the key."""
 
 
+class InputError(SwaxError, ValueError):
+    """Invalid data given to the library (a token id outside the vocabulary, an empty prompt);
+    a ValueError too, so ``except ValueError`` still catches it."""
+
+
 class CheckpointError(SwaxError):
     """A missing, corrupt or mismatched checkpoint; the message names the file."""
 

@@ -159,17 +159,18 @@ def threads_note() -> str:
     return f"threads {n}"
 
 
-def set_threads(setting: int | str = AUTO, share: int = 1) -> int:
+def set_threads(setting: int | str = AUTO, share: int = 1, why: str | None = None) -> int:
     """Apply a thread setting (:func:`parse_threads`) to torch: its intra-op threads, and the
     inter-op ones too where torch still allows it (only before its first inter-op parallel
-    work). Returns the count chosen."""
+    work). Returns the count chosen. ``why``: where a count N came from, for
+    :func:`threads_note` (default "as asked")."""
     global _applied, _note, _setting
     _setting = setting
     if setting == AUTO:
         n, why = auto_threads(share)
         _note = f"{why}; --threads N or {ENV}=N to override"
     elif int(setting) > 0:
-        n, _note = int(setting), "as asked"
+        n, _note = int(setting), why or "as asked"
     else:
         n, _note = usable_cpus(), "one per usable CPU"
     _applied = n

@@ -4,9 +4,11 @@ Every op (``"swa"``, ``"mlstm"``, ``"gated_delta"``) has a plain PyTorch referen
 any device, and may have fast paths (flash-attn, flex attention, Triton kernels) that only work
 on some devices or dtypes. A backend is chosen by name; ``"auto"`` takes the first in priority
 order that can run on the inputs and is preferred for them (a backend may run somewhere yet be
-slower there than a lower one: ``prefer`` says where ``"auto"`` should take it). Asking for a
-backend that cannot run on the given inputs falls back to the automatic choice and logs a warning
-once — a fallback is never silent.
+slower there than a lower one: ``prefer`` says where ``"auto"`` should take it). A backend
+asked for by name that cannot run on the given inputs is an error
+(:class:`BackendUnavailableError`, with the reason); only ``"auto"`` falls back. A kernel that
+passed its checks but fails at its first call (``guard_first_call``) hands that call on to the
+automatic choice and logs a warning once, a fallback never silent; from then on it is unusable.
 """
 
 from __future__ import annotations
@@ -45,6 +47,18 @@ class Backend:
     packages: tuple[str, ...] = ()
 
 
+class BackendUnavailableError(ValueError):
+    """A backend named explicitly (not ``"auto"``) that cannot run on the inputs: ``op``,
+    ``name`` and ``reason`` (why not). The ops import nothing from ``swax.core``, so this is a
+    ValueError; the model turns it into a ConfigError naming its ``attn_backend``."""
+
+    def __init__(self, op: str, name: str, reason: str):
+        self.op, self.name, self.reason = op, name, reason
+        super().__init__(
+            f"{op} backend {name!r} is not available: {reason}; use backend=auto to fall back"
+        )
+
+
 _REGISTRY: dict[str, dict[str, Backend]] = {}
 _WARNED: set[tuple[str, str, str]] = set()
 _FORCED: dict[str, str] = {}
@@ -54,8 +68,8 @@ _RECORDERS: list[list[tuple[str, str]]] = []
 @contextmanager
 def record_backends() -> Iterator[list[tuple[str, str]]]:
     """Within the block, every backend an op runs is appended to the yielded list as
-    ``(op, name)``, a fallback included: a test that means a kernel can check that it ran,
-    and that nothing else did."""
+    ``(op, name)``, the fallback of a kernel failing at its first call included: a test that
+    means a kernel can check that it ran, and that nothing else did."""
     calls: list[tuple[str, str]] = []
     _RECORDERS.append(calls)
     try:
@@ -209,7 +223,8 @@ def select_backend(op: str, name: str | None, *args, **kwargs) -> Backend:
     """The backend ``name`` of ``op`` (``None`` or ``"auto"``: the best usable and preferred one).
 
     An unknown name is a ValueError listing the valid ones. A known backend that cannot run on
-    these inputs falls back to the automatic choice, with a warning logged once per reason.
+    these inputs is a :class:`BackendUnavailableError` with the reason: naming a backend asks
+    for it, and only ``"auto"`` (or None) falls back.
     """
     table = _REGISTRY.get(op)
     if not table:
@@ -222,11 +237,9 @@ def select_backend(op: str, name: str | None, *args, **kwargs) -> Backend:
                 f"unknown {op} backend {name!r}; expected one of {['auto', *list_backends(op)]}"
             )
         reason = table[name].usable(*args, **kwargs)
-        if reason is None:
-            return _chosen(table[name])
-        chosen = select_backend(op, "auto", *args, **kwargs)
-        warn_once(op, name, reason, chosen.name)
-        return chosen
+        if reason is not None:
+            raise BackendUnavailableError(op, name, reason)
+        return _chosen(table[name])
     for backend in sorted(table.values(), key=lambda b: -b.priority):
         # ``prefer`` first: it is the cheap test that turns most calls away (a decode step asks
         # for every token and layer), ``usable`` may inspect compile caches

@@ -182,6 +182,8 @@ def load_sweep(path: str | Path, quick: bool = False) -> SweepConfig:
     if not cfg.seeds:
         raise ConfigError("seeds must name at least one seed, got []")
     for name, overrides in cfg.runs.items():  # validate every run's config now
+        if overrides is not None and not isinstance(overrides, dict):
+            raise ConfigError(f"runs.{name}: expected a mapping of config keys, got {overrides!r}")
         tcfg = train_config(cfg, name, cfg.seeds[0], overrides)
         try:
             episode_config(cfg, tcfg)

@@ -19,7 +19,7 @@ import torch
 from swax.config import SwaxConfig
 from swax.core.errors import ConfigError
 from swax.core.memory import map_large_allocations
-from swax.core.threads import AutoThreads, set_threads, threads_note
+from swax.core.threads import AUTO, AutoThreads, last_setting, set_threads, threads_note
 from swax.data import PackedLoader, build_datasets
 from swax.data.loader import data_tokenizer
 from swax.data.mqar import mqar_vocab_needed
@@ -121,6 +121,7 @@ class RunState:
             "guard": self.guard.state_dict(),
             "summary": self.summary,
             "config": self.cfg.to_dict(),
+            "threads": torch.get_num_threads(),  # CPU sums depend on it: reused on resume
         }
 
     def save(self, step: int) -> None:
@@ -251,6 +252,7 @@ def _build_data(cfg: TrainConfig, info: D.DistInfo):
         synthetic=cfg.data.synthetic,
         tokenizer=tok,
         doc_mask=cfg.data.doc_mask,
+        vocab_size=mcfg.vocab_size,  # the ids checked here, not per forward
     )
     # validation batches are global batches (batch_size sequences), whatever the world size
     # and accumulation, so every run of a config is validated on the same sequences
@@ -259,7 +261,7 @@ def _build_data(cfg: TrainConfig, info: D.DistInfo):
         per_rank = cfg.batch_size // info.world_size
         val_loader = PackedLoader(
             val_ds, cfg.seq_len, per_rank, info.rank, info.world_size, cfg.seed,
-            doc_mask=cfg.data.doc_mask,
+            doc_mask=cfg.data.doc_mask, vocab_size=mcfg.vocab_size,
         )  # fmt: skip
     return tok, mcfg, train_ds.num_tokens, loader, val_loader
 
@@ -274,6 +276,7 @@ def _build_model(cfg: TrainConfig, info: D.DistInfo, mcfg: SwaxConfig):
     else:
         raw_model = SwaxLM(mcfg).to(info.device)
         model = D.wrap_model(raw_model, info, cfg.dist.strategy)
+    raw_model.check_ids = False  # the loaders checked the ids (no host sync per forward)
     if cfg.activation_checkpointing:
         raw_model.gradient_checkpointing = True
     fwd = torch.compile(model) if cfg.compile else model
@@ -358,6 +361,11 @@ def restore(run: RunState) -> None:
     if run.plan_steps != cfg.steps:
         run.sched = window_schedule(cfg, run.mcfg, run.plan_steps)
     run.loader.load_state_dict(state["loader"])
+    used = state.get("threads")  # auto may pick another count now: keep the run's, pinned
+    if used and last_setting() == AUTO and info.device.type == "cpu":
+        set_threads(int(used), why=f"threads=auto: the run's count at step {run.start_step}")
+        _warn_main(info)(f"note: threads=auto: resuming with the {used} thread(s) the run used "
+                         f"at step {run.start_step}, so that it continues bit-exactly")  # fmt: skip
     run.elapsed0 = state.get("elapsed", 0.0)
     run.tokens_seen = state.get("tokens", 0)
     run.batches = int(state.get("batches", run.start_step))  # older: one batch per step

@@ -26,8 +26,10 @@ from swax.core.configs import (
     bounded,
     check_fields,
     config_keys,
+    field_type,
     from_dict,
     load_yaml_mapping,
+    parse_text,
     to_dict,
 )
 from swax.core.errors import ConfigError
@@ -278,28 +280,20 @@ class TrainConfig:
 # ------------------------------------------------------------------------------ loading
 
 
-def parse_override(text: str) -> tuple[list[str], Any]:
-    """``a.b=value`` -> (["a", "b"], parsed value). Values are read as YAML scalars, with
-    numbers such as 3e-4 accepted as floats."""
+def parse_override(text: str, cls: type | None = None) -> tuple[list[str], Any]:
+    """``a.b=value`` -> (["a", "b"], value). The value is read by the type of the field it
+    sets in dataclass ``cls`` (default :class:`TrainConfig`; :func:`swax.core.configs.
+    parse_text`): ``seed=010`` is 10, ``run_dir=010`` the string "010", ``log.wandb=off`` the
+    string "off", ``resume=false`` false, a list in YAML flow style; a key of no known field
+    is read as YAML (its error comes from the config: "unknown config key ...")."""
     if "=" not in text:
         raise ConfigError(f"override {text!r} must look like key=value (e.g. optim.lr=3e-4)")
     key, raw = text.split("=", 1)
     key = key.strip()
     if not key or any(not part for part in key.split(".")):
         raise ConfigError(f"override {text!r} has an empty key")
-    try:
-        value = yaml.safe_load(raw) if raw.strip() else ""
-    except yaml.YAMLError:
-        value = raw
-    if isinstance(value, str):
-        try:
-            f = float(value)
-            value = (
-                int(f) if f.is_integer() and "." not in value and "e" not in value.lower() else f
-            )
-        except ValueError:
-            pass
-    return key.split("."), value
+    path = key.split(".")
+    return path, parse_text(raw, field_type(cls or TrainConfig, path), key)
 
 
 def _set(tree: dict, path: list[str], value: Any) -> None:

@@ -222,6 +222,66 @@ def test_sweep_bad_arguments_are_one_line_errors(tmp_path):
     assert_one_line_error(run("sweep", sweep, "--jobs", "0"), "--jobs", "0")
     assert_one_line_error(run("sweep", sweep, "--only", "nope"), "unknown sweep run 'nope'")
     assert_one_line_error(run("sweep", str(tmp_path / "none.yaml")), "does not exist")
+    (tmp_path / "bad.yaml").write_text("runs:\n  a: 1\n")
+    assert_one_line_error(
+        run("sweep", str(tmp_path / "bad.yaml")), "runs.a: expected a mapping of config keys, got 1"
+    )
+
+
+# ------------------------------------------------------------------------ user errors, bugs
+
+INTERNAL_ERROR = """
+import importlib, sys
+
+M = importlib.import_module("swax.cli.main")  # the module (swax.cli.main is also the function)
+
+def broken(cfg):
+    raise {exc}("an internal bug (test)")
+
+M.COMMANDS["info"] = (M.COMMANDS["info"][0], broken, "")
+sys.exit(M.main(["info", "--preset", "tiny"]))
+"""
+
+
+@pytest.mark.parametrize("exc", ["ValueError", "RuntimeError", "FileNotFoundError"])
+def test_an_internal_error_shows_its_traceback(exc):
+    """Only a SwaxError (a user error) is one line: any other exception is a bug, and its
+    traceback is what a report needs; the exit status is Python's 1, not the usage error's 2."""
+    r = subprocess.run([sys.executable, "-c", INTERNAL_ERROR.format(exc=exc)],
+                       capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert r.returncode == 1, (r.returncode, r.stderr)
+    assert "Traceback (most recent call last)" in r.stderr, r.stderr
+    assert r.stderr.strip().splitlines()[-1] == f"{exc}: an internal bug (test)", r.stderr
+    assert "swax: error" not in r.stderr
+
+
+def test_user_errors_are_swax_errors_and_one_line(capsys, monkeypatch, tmp_path):
+    """A SwaxError raised by a command is one line with exit 2 (also one that is a ValueError
+    too, as InputError and ConfigError are): here a prompt with ids beyond a model's
+    vocabulary (a model of 100 ids with the byte tokenizer's 257)."""
+    import importlib
+
+    from swax import InputError
+    from swax.data import ByteTokenizer, save_tokenizer
+
+    M = importlib.import_module("swax.cli.main")
+
+    d = tmp_path / "model"
+    SwaxLM(SwaxConfig(vocab_size=100, d_model=32, n_layers=2, n_heads=2)).save_pretrained(d)
+    save_tokenizer(ByteTokenizer(), d)
+    r = run_inprocess(
+        capsys, "generate", "--model", str(d), "--prompt", "ab~", "--max-new-tokens", "1"
+    )
+    assert_one_line_error(r, "token id 126 is out of range for vocab_size 100")  # '~' is 126
+
+    def raises(cfg):
+        raise InputError("bad input (test)")
+
+    monkeypatch.setitem(M.COMMANDS, "info", (M.COMMANDS["info"][0], raises, ""))
+    assert_one_line_error(run_inprocess(capsys, "info"), "bad input (test)")
+    monkeypatch.setitem(M.COMMANDS, "info", (M.COMMANDS["info"][0], lambda c: int("x"), ""))
+    with pytest.raises(ValueError, match="invalid literal"):  # a bug: not caught
+        run_inprocess(capsys, "info")
 
 
 # ------------------------------------------------------------------------------ output folders

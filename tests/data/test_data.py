@@ -26,6 +26,7 @@ from swax.data import (
     make_episode,
     save_tokenizer,
 )
+from swax.data.shards import ShardedTokens
 
 EOT = 256
 MAGIC = "One of the special magic numbers for {key} is: {value}."
@@ -525,6 +526,41 @@ def test_loader_errors():
             synthetic=SyntheticConfig(fraction=0.5),
             tokenizer=ByteTokenizer(),
         )
+
+
+def test_loader_checks_ids_against_the_vocab_size_once(tmp_path):
+    """``vocab_size``: an id the model cannot embed is one error line naming it, its position
+    and the vocab size: at once for a stream in memory, when read for a shard set's rows and
+    for episodes; ids that fit pass (the batches as without the check)."""
+    _, tokens = stream_of(5)
+    tokens = tokens.copy()
+    tokens[37] = 300  # hand-placed: the one id >= 257
+    with pytest.raises(SwaxError) as e:
+        PackedLoader(tokens, seq_len=8, micro_batch=1, vocab_size=257)
+    msg = str(e.value)
+    assert "\n" not in msg
+    assert "token id 300 at position 37" in msg and "vocab_size 257" in msg, msg
+    PackedLoader(tokens, seq_len=8, micro_batch=1, vocab_size=301)  # 300 fits in 301 ids
+    _, fine = stream_of(5)
+    plain, checked = (
+        PackedLoader(fine, seq_len=8, micro_batch=2, vocab_size=v) for v in (None, 257)
+    )
+    for _ in range(3):
+        assert all(map(torch.equal, plain.next_batch(), checked.next_batch()))
+    # a shard set is read lazily: its rows are checked as they are read
+    tokens.astype("<u2").tofile(tmp_path / "train_000000.bin")
+    shards = ShardedTokens(tmp_path, [{"file": "train_000000.bin", "tokens": len(tokens)}], "u2")
+    loader = PackedLoader(shards, seq_len=8, micro_batch=1, vocab_size=257)
+    with pytest.raises(SwaxError, match="token id 300 at position 37 of the shard set"):
+        list(loader.eval_batches())
+    # MQAR episode ids after the byte tokenizer's 257 ids, a model of 257 ids
+    tok = ByteTokenizer()
+    text = np.frombuffer(b"and the earth was without form " * 40, dtype=np.uint8).astype(int)
+    syn = SyntheticConfig(task="mqar", fraction=1.0, num_needles=2, num_queries=1,
+                          min_distance=8, mqar_noise=0)  # fmt: skip
+    loader = PackedLoader(text, 64, 1, synthetic=syn, tokenizer=tok, vocab_size=257)
+    with pytest.raises(SwaxError, match=r"token id 2\d\d at position \d+ of synthetic episode"):
+        loader.next_batch()
 
 
 # ------------------------------------------------------------------------------------- episodes

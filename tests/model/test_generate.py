@@ -51,6 +51,21 @@ def test_prefill_returns_last_logits_only(model):
     assert state.pos == 40
 
 
+def test_generation_checks_the_prompt_ids_once(model, monkeypatch):
+    """Prefill checks the whole prompt once (not per chunk) and the eager decode steps feed
+    back the model's own samples unchecked; a bad prompt id is still named."""
+    calls = []
+    check = SwaxLM.check_token_ids
+    monkeypatch.setattr(
+        SwaxLM, "check_token_ids", lambda self, ids: (calls.append(ids.shape), check(self, ids))
+    )
+    ids = torch.randint(0, 61, (2, 23))
+    out = generate(model, ids, 6, window=8, prefill_chunk_size=5, compile=False)
+    assert calls == [(2, 23)] and out.shape == (2, 29)
+    with pytest.raises(ValueError, match="token id 61 is out of range for vocab_size 61"):
+        generate(model, torch.tensor([[1, 2, 61, 3]]), 2, prefill_chunk_size=2)
+
+
 def test_sampling_is_seeded(model):
     ids = torch.randint(0, 61, (2, 10))
     a = generate(model, ids, 20, temperature=1.0, seed=7)

@@ -292,6 +292,26 @@ def test_forward_errors():
         model(ids, window=8, state=state)
 
 
+@pytest.mark.skipif(torch.cuda.is_available(), reason="flash runs on CUDA")
+def test_a_named_attention_backend_that_cannot_run_is_a_config_error():
+    """attn_backend=flash on the CPU: the forward names the key, the backend and why, instead
+    of running another backend; the same weights with auto run (and equal blockwise)."""
+    flash = SwaxLM(small_cfg("SX", attn_backend="flash")).eval()
+    ids = torch.randint(0, 97, (1, 12))
+    with pytest.raises(ConfigError) as e:
+        flash(ids)
+    assert str(e.value) == (
+        "model.attn_backend 'flash' is not available: needs CUDA; set model.attn_backend=auto "
+        "to fall back"
+    )
+    auto = SwaxLM(small_cfg("SX")).eval()
+    auto.load_state_dict(flash.state_dict())
+    blockwise = SwaxLM(small_cfg("SX", attn_backend="blockwise")).eval()
+    blockwise.load_state_dict(flash.state_dict())
+    with torch.no_grad():
+        torch.testing.assert_close(auto(ids), blockwise(ids))
+
+
 # ---------------------------------------------------------------------------- checkpoints
 
 

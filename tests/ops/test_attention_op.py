@@ -137,17 +137,26 @@ def test_window_type_errors():
         sliding_window_attention(q, q, q, True)
 
 
-def test_registry_names_and_fallback(caplog):
+def test_registry_names_and_fallback():
     assert {"blockwise", "reference", "flash", "flex"} <= set(list_backends("swa"))
     q = torch.randn(1, 1, 4, 8)
     with pytest.raises(ValueError, match="'nope'"):
         select_backend("swa", "nope", q, q, q, 2)
-    # flash needs CUDA: on the CPU it falls back, and says so in the log
+    # flash needs CUDA: on the CPU naming it is an error saying so; auto falls back
     if not torch.cuda.is_available():
-        with caplog.at_level("WARNING", logger="swax"):
-            b = select_backend("swa", "flash", q, q, q, 2)
+        from swax.ops.registry import BackendUnavailableError
+
+        with pytest.raises(BackendUnavailableError) as e:
+            select_backend("swa", "flash", q, q, q, 2)
+        assert str(e.value) == (
+            "swa backend 'flash' is not available: needs CUDA; use backend=auto to fall back"
+        )
+        b = select_backend("swa", "auto", q, q, q, 2)
         assert b.name == "blockwise_fwd"  # no gradient needed: the CPU's forward-only path
-        assert "flash" in caplog.text and "unavailable" in caplog.text
+        # a forward-only backend named where a gradient is needed
+        g = q.detach().requires_grad_()
+        with pytest.raises(BackendUnavailableError, match="a gradient is needed"):
+            sliding_window_attention(g, g, g, 2, backend="blockwise_fwd")
 
 
 def test_blockwise_memory_is_linear_in_T():
@@ -308,6 +317,7 @@ def test_cpu_dispatch_by_gradient_window_and_length(monkeypatch):
     more, where it is usable and not turned off, and the forward-only kernel for the rest — on
     any number of threads."""
     from swax.ops import swa
+    from swax.ops.registry import BackendUnavailableError
     from swax.ops.swa import flex as swa_flex
 
     monkeypatch.setattr(swa_flex, "_FLEX_CPU_STATE", {"failed": None, "shapes": set(),
@@ -319,7 +329,15 @@ def test_cpu_dispatch_by_gradient_window_and_length(monkeypatch):
         with torch.set_grad_enabled(not no_grad):
             return select_backend("swa", name, q, k, v, window, **kw).name
 
+    def named(tq, window, **kw):
+        """flex asked for by name: "flex", or the reason it cannot run (an error, no fallback)."""
+        try:
+            return pick(tq, window, name="flex", **kw)
+        except BackendUnavailableError as e:
+            return e.reason
+
     flex = "flex" if swa_flex._flex_cpu_template() is None else "blockwise_fwd"
+    by_name = "flex" if flex == "flex" else swa_flex._flex_cpu_template()
     assert swa_flex.CPU_FLEX_MIN_WINDOW == 512 and swa_flex.CPU_FLEX_MIN_QUERIES == 256
     for threads in (1, 2):
         monkeypatch.setattr(torch, "get_num_threads", lambda n=threads: n)
@@ -338,18 +356,18 @@ def test_cpu_dispatch_by_gradient_window_and_length(monkeypatch):
     assert pick(4096, 2048, grad=True, no_grad=True) == flex
     assert pick(1024, 128, doc_ids=torch.zeros(1, 1024, dtype=torch.long)) == "blockwise"
     assert pick(4096, 2048, grad=True) == "blockwise"
-    assert pick(1024, 128, name="flex") == flex  # by name: any window and size
+    assert named(1024, 128) == by_name  # by name: any window and size
     for off in ("0", "off", " False "):
         monkeypatch.setenv("SWAX_CPU_FLEX", off)
         assert pick(4096, 2048) == "blockwise_fwd"
-        assert pick(4096, 2048, name="flex") == flex  # by name it is still taken
+        assert named(4096, 2048) == by_name  # by name it is still taken
     monkeypatch.setenv("SWAX_CPU_FLEX", "1")
     assert pick(4096, 2048) == flex
     with swa.cpu_flex(False):  # as in swax generate: off unless the env says 1
         assert pick(4096, 2048) == flex
         monkeypatch.delenv("SWAX_CPU_FLEX")
         assert pick(4096, 2048) == "blockwise_fwd"
-        assert pick(4096, 2048, name="flex") == flex
+        assert named(4096, 2048) == by_name
         with swa.cpu_flex(True):
             assert pick(4096, 2048) == flex
         with swa.cpu_flex_default(True):  # the former name of cpu_flex, kept
@@ -360,7 +378,7 @@ def test_cpu_dispatch_by_gradient_window_and_length(monkeypatch):
         assert pick(4096, 2048) == "blockwise_fwd"
         monkeypatch.delenv("SWAX_CPU_FLEX")
     assert pick(4096, 2048) == flex
-    assert pick(4096, 2048, grad=True, name="flex") == "blockwise"  # no CPU backward: fallback
+    assert "backward is not implemented" in named(4096, 2048, grad=True)  # an error, no fallback
     failed = {"failed": "compiling it failed (test)", "shapes": set(), "announced": True}
     monkeypatch.setattr(swa_flex, "_FLEX_CPU_STATE", failed)
     assert pick(4096, 2048) == "blockwise_fwd"
@@ -368,11 +386,11 @@ def test_cpu_dispatch_by_gradient_window_and_length(monkeypatch):
                                                       "announced": True})  # fmt: skip
     monkeypatch.setattr(swa_flex, "_flex_cpu_template", lambda: "no template (test)")
     assert pick(4096, 2048) == "blockwise_fwd"
-    assert pick(4096, 2048, name="flex") == "blockwise_fwd"
+    assert named(4096, 2048) == "no template (test)"
     monkeypatch.setattr(torch.compiler, "is_compiling", lambda: True)
     assert pick(4096, 128) == "blockwise"
     assert pick(4096, 2048) == "blockwise"
-    assert pick(4096, 2048, name="flex") == "blockwise"
+    assert named(4096, 2048) == "on the CPU, not inside torch.compile"
 
 
 def test_cpu_flex_compile_budget(monkeypatch):

@@ -129,19 +129,28 @@ def test_backend_names_and_priorities():
     )
 
 
-@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the CPU fallback")
-def test_gpu_backends_fall_back_on_cpu_and_say_so(caplog):
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the CPU")
+def test_gpu_backends_named_on_cpu_are_an_error_and_auto_falls_back(monkeypatch):
+    """A backend asked for by name that cannot run is an error saying why (no quiet
+    substitute); "auto" takes the next usable one, the same numbers as naming it."""
+    from swax.ops.registry import BackendUnavailableError, record_backends
+
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
     q, k, v, i, f = inputs(20)
-    with caplog.at_level("WARNING", logger="swax"):
-        h, _ = mlstm(q, k, v, i, f, backend="triton")
-    assert "triton" in caplog.text and "unavailable" in caplog.text and "'native'" in caplog.text
+    with pytest.raises(BackendUnavailableError) as e:
+        mlstm(q, k, v, i, f, backend="triton")
+    assert str(e.value).startswith("mlstm backend 'triton' is not available: ")
+    assert str(e.value).endswith("; use backend=auto to fall back") and e.value.reason
+    assert isinstance(e.value, ValueError)
+    with record_backends() as calls:
+        h, _ = mlstm(q, k, v, i, f, backend="auto")
+    assert calls == [("mlstm", "native")]
     torch.testing.assert_close(h, mlstm(q, k, v, i, f, backend="native")[0], rtol=0, atol=0)
     qn, kn = F.normalize(q, dim=-1), F.normalize(k, dim=-1)
     g, beta = -F.softplus(i), torch.sigmoid(f)
-    caplog.clear()
-    with caplog.at_level("WARNING", logger="swax"):
-        o, _ = gated_delta_rule(qn, kn, v, g, beta, backend="fla")
-    assert "fla" in caplog.text and "unavailable" in caplog.text
+    with pytest.raises(BackendUnavailableError, match="gated_delta backend 'fla' is not avail"):
+        gated_delta_rule(qn, kn, v, g, beta, backend="fla")
+    o, _ = gated_delta_rule(qn, kn, v, g, beta)
     torch.testing.assert_close(
         o, gated_delta_rule(qn, kn, v, g, beta, backend="native")[0], rtol=0, atol=0
     )
@@ -149,16 +158,21 @@ def test_gpu_backends_fall_back_on_cpu_and_say_so(caplog):
 
 def test_record_backends_sees_every_call_and_each_fallback(monkeypatch):
     """What a gpu test relies on to know that the kernel it names ran: each call's backend,
-    and a named backend that cannot run shows up as the one that ran instead."""
-    from swax.ops.registry import record_backends
+    what "auto" took, and nothing for a named backend that cannot run (it raises)."""
+    from swax.ops.registry import BackendUnavailableError, record_backends
 
     monkeypatch.delenv("TRITON_INTERPRET", raising=False)
     q, k, v, i, f = inputs(20)
+    triton = "triton" in available_backends("mlstm", q, k, v, i, f)
     with record_backends() as calls:
         mlstm(q, k, v, i, f, backend="autograd")
-        mlstm(q, k, v, i, f, backend="triton")  # no CUDA, no interpreter: falls back
+        if not triton:  # no CUDA, no interpreter
+            with pytest.raises(BackendUnavailableError):
+                mlstm(q, k, v, i, f, backend="triton")
+        mlstm(q, k, v, i, f)  # auto
         sliding_window_attention(q, k, v, 4, backend="reference")
-    assert calls == [("mlstm", "autograd"), ("mlstm", "native"), ("swa", "reference")]
+    auto = "triton" if triton else "native"
+    assert calls == [("mlstm", "autograd"), ("mlstm", auto), ("swa", "reference")]
     with record_backends() as outer, record_backends() as inner:
         mlstm(q, k, v, i, f, backend="native")
     assert outer == inner == [("mlstm", "native")]

@@ -107,17 +107,20 @@ def test_attention_op_per_document(window, backend):
     assert max(off) > 1  # without the mask the documents see each other
 
 
-def test_dispatcher_skips_backends_without_document_masks(caplog):
+def test_dispatcher_skips_backends_without_document_masks():
     from swax.ops import available_backends
+    from swax.ops.registry import BackendUnavailableError, record_backends
 
     q = torch.zeros(1, 2, 8, 4)
     doc = torch.zeros(1, 8, dtype=torch.long)
     names = available_backends("swa", q, q, q, 4, doc)
     assert "flash" not in names and "flex" not in names
     assert names[0] == "blockwise"
-    with caplog.at_level("WARNING"):
-        out = sliding_window_attention(q, q, q, 4, backend="flex", doc_ids=doc)
-    assert "document masking" in caplog.text and out.shape == q.shape
+    with pytest.raises(BackendUnavailableError, match="'flex' .*document masking"):
+        sliding_window_attention(q, q, q, 4, backend="flex", doc_ids=doc)
+    with record_backends() as calls:
+        out = sliding_window_attention(q, q, q, 4, doc_ids=doc)
+    assert calls == [("swa", "blockwise")] and out.shape == q.shape
 
 
 def _gates(g, H=2):

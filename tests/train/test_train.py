@@ -195,6 +195,48 @@ def test_overrides_and_errors(tmp_path):
         load_train_config(p)  # every shipped config is valid
 
 
+def test_overrides_are_read_by_the_fields_type(tmp_path, capsys):
+    """key=value is read as the field's type, not as YAML 1.1 (where 010 is octal 8 and off is
+    false): an int field takes 010 as 10, a str field keeps "010", a Literal "off" stays
+    "off"; bools, null and YAML flow lists still read as before."""
+    cfg = load_train_config(
+        None,
+        [
+            "seed=010",  # YAML 1.1: 8
+            f"run_dir={tmp_path / '010'}",
+            "data.val_source=010",  # a str | None field: the string
+            "log.wandb=off",  # YAML 1.1: false
+            "compile=false",
+            "activation_checkpointing=True",
+            "resume=auto",
+            "threads=auto",
+            "model.head_dim=null",
+            "model.mlstm_fgate_bias_init=[3, 6.5]",
+            "optim.lr=3e-4",
+            "steps=1e3",
+        ],
+    )
+    assert cfg.seed == 10 and cfg.data.val_source == "010" and cfg.run_dir.endswith("/010")
+    assert cfg.log.wandb == "off" and cfg.compile is False and cfg.activation_checkpointing
+    assert cfg.resume == "auto" and cfg.threads == "auto" and cfg.model.head_dim is None
+    assert cfg.model.mlstm_fgate_bias_init == (3.0, 6.5)
+    assert cfg.optim.lr == 3e-4 and cfg.steps == 1000
+    assert load_train_config(None, ["threads=02", "resume=no"]).threads == 2
+    for override, message in [
+        ("seed=ten", "seed: expected an integer, got 'ten'"),
+        ("steps=2.5", "steps: expected an integer, got '2.5'"),
+        ("compile=maybe", "compile: expected true or false, got 'maybe'"),
+        ("log.wandb=of", "log.wandb: expected one of ['off', 'offline', 'online'], got 'of'"),
+        ("model.head_dim=x", "model.head_dim: expected an integer, or null, got 'x'"),
+    ]:
+        with pytest.raises(ConfigError) as e:
+            load_train_config(None, [override])
+        assert str(e.value) == message
+    rc = cli("train", f"run_dir={tmp_path / 'r'}", "seed=ten")
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and err == ["swax: error: seed: expected an integer, got 'ten'"], err
+
+
 # every numeric key outside its range, or not finite, is an error naming the dotted key (some
 # were accepted silently: val_batches=-1 reported a validation loss of 0, min_lr_ratio=-2 gave
 # a negative learning rate; threads=-3 and lr=nan crashed in torch without the key)
@@ -282,6 +324,85 @@ def test_resume_reproduces_uninterrupted_losses(tmp_path):
     for (n, p), (_, q) in zip(ma.state_dict().items(), mb.state_dict().items()):
         assert torch.equal(p, q), n
     assert len(list_checkpoints(tmp_path / "b")) == 2  # keep=2
+
+
+def test_training_forwards_skip_the_id_check(tmp_path, monkeypatch):
+    """The loader checks the ids once, so the training steps' forwards do not (the check reads
+    the ids' min and max: a host sync per micro-batch); a model used directly still checks."""
+    calls = {"forward": 0, "check": 0}
+    forward, check = SwaxLM.forward, SwaxLM.check_token_ids
+
+    def counted_forward(self, *a, **k):
+        calls["forward"] += 1
+        return forward(self, *a, **k)
+
+    def counted_check(self, ids):
+        calls["check"] += 1
+        return check(self, ids)
+
+    monkeypatch.setattr(SwaxLM, "forward", counted_forward)
+    monkeypatch.setattr(SwaxLM, "check_token_ids", counted_check)
+    train(small_cfg(tmp_path, "steps=3", "log.val_every=2"))
+    assert calls["forward"] >= 3 and calls["check"] == 0, calls
+    model = SwaxLM(SwaxConfig(vocab_size=11, d_model=16, n_layers=2, n_heads=2))
+    model(torch.tensor([[1, 2, 3]]))
+    assert calls["check"] == 1  # the default: every forward checks
+    model.check_ids = False
+    model(torch.tensor([[1, 2, 3]]))
+    model(torch.tensor([[1, 2, 3]]), check_ids=True)  # a call can ask for it
+    assert calls["check"] == 2
+
+
+@pytest.fixture
+def restore_threads():
+    """Tests that set torch's thread count in this process put it back."""
+    from swax.core import threads as T
+
+    saved = torch.get_num_threads(), T._applied, T._note, T._setting
+    yield
+    torch.set_num_threads(saved[0])
+    T._applied, T._note, T._setting = saved[1:]
+
+
+def test_resume_under_auto_threads_reuses_the_runs_count(
+    tmp_path, monkeypatch, capfd, restore_threads
+):
+    """threads=auto picks by load, so a resume could pick another count and sum in another
+    order: the checkpoint records the count in use and a resume under auto takes it again
+    (pinned, with a note); a count named on resume wins. auto is stubbed: 2, then 1."""
+    import swax.core.threads as T
+
+    seen = []
+
+    def record(step, rec):
+        seen.append((step, torch.get_num_threads()))
+
+    def stop_at_5(step, rec):
+        record(step, rec)
+        if step == 5:
+            raise KeyboardInterrupt
+
+    def run(*extra, on_step_end=record):
+        args = [a for a in SMALL if a != "threads=1"]
+        cfg = load_train_config(None, [*args, f"run_dir={tmp_path / 'r'}", "steps=8", *extra])
+        return train(cfg, on_step_end=on_step_end)
+
+    monkeypatch.setattr(T, "auto_threads", lambda share=1: (2, "auto (test): 2"))
+    with pytest.raises(KeyboardInterrupt):
+        run("threads=auto", "checkpoint.every=4", on_step_end=stop_at_5)
+    state = json.loads((latest_checkpoint(tmp_path / "r") / "trainer.json").read_text())
+    assert state["threads"] == 2 and latest_checkpoint(tmp_path / "r").name == "step_000004"
+    monkeypatch.setattr(T, "auto_threads", lambda share=1: (1, "auto (test): 1"))
+    capfd.readouterr()
+    seen.clear()
+    run("threads=auto", "checkpoint.every=4", "resume=true")
+    err = capfd.readouterr().err
+    assert "note: threads=auto: resuming with the 2 thread(s) the run used at step 4" in err
+    assert "threads 2 (threads=auto: the run's count at step 4)" in err  # the header
+    assert seen == [(s, 2) for s in range(5, 9)]
+    seen.clear()  # a count given on resume is taken as it is
+    run("threads=1", "checkpoint.every=4", "resume=true", "steps=9")
+    assert seen == [(9, 1)] and "note: threads=auto" not in capfd.readouterr().err
 
 
 def test_existing_run_is_never_overwritten(tmp_path):
@@ -420,6 +541,17 @@ def test_train_cli_bad_input_one_line(tmp_path, capsys, args, needle):
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 2
     assert len(err) == 1 and err[0].startswith("swax: error:") and needle in err[0], err
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="flash may run on CUDA")
+def test_train_cli_named_attention_backend_that_cannot_run(tmp_path, capsys):
+    rc = cli("train", *SMALL, f"run_dir={tmp_path / 'r'}", "steps=1", "model.attn_backend=flash")
+    err = capsys.readouterr().err.strip().splitlines()  # the run's header, then the error
+    assert rc == 2 and [ln for ln in err if "error" in ln] == err[-1:], err
+    assert err[-1] == (
+        "swax: error: model.attn_backend 'flash' is not available: needs CUDA; set "
+        "model.attn_backend=auto to fall back"
+    )
 
 
 def test_train_cli_empty_dataset(tmp_path, capsys):

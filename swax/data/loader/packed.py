@@ -54,6 +54,10 @@ class PackedLoader:
     SyntheticConfig) mixes retrieval episodes built from the dataset's own tokens into each
     epoch; they need the tokenizer (``tokenizer`` or ``dataset.tokenizer``). ``eval_batches``
     reads the dataset in fixed order (no shuffle, no episodes): make one loader per split.
+    ``vocab_size`` (the model's) checks every id the loader hands out once, on the host: the
+    whole stream when it is built, a shard set's rows and the episodes as they are read; an id
+    >= vocab_size is a SwaxError naming it, so the model need not check each batch (a host sync
+    per forward, :attr:`swax.SwaxLM.check_ids`).
     """
 
     def __init__(
@@ -67,6 +71,7 @@ class PackedLoader:
         synthetic: SyntheticConfig | None = None,
         tokenizer=None,
         doc_mask: bool = False,
+        vocab_size: int | None = None,
     ):
         if dataset is None:
             raise SwaxError(
@@ -90,6 +95,11 @@ class PackedLoader:
             )
         if seed < 0:
             raise SwaxError(f"loader seed must be >= 0, got {seed}")
+        if vocab_size is not None and vocab_size < 1:
+            raise SwaxError(f"vocab_size must be >= 1, got {vocab_size}")
+        self.vocab_size = vocab_size
+        if not isinstance(self.tokens, ShardedTokens):  # a shard set: as its rows are read
+            self._check_vocab(self.tokens, "the training stream")
         self.seq_len = seq_len
         self.micro_batch = micro_batch
         self.rank = rank
@@ -179,8 +189,24 @@ class PackedLoader:
             self._perms[epoch] = perm
         return perm
 
+    def _check_vocab(self, ids: np.ndarray, where: str, offset: int = 0) -> None:
+        """SwaxError naming the first id of ``ids`` outside 0 … vocab_size - 1, its position
+        (``offset`` + index) in ``where`` and the vocab size; nothing without a vocab_size."""
+        if self.vocab_size is None or len(ids) == 0:
+            return
+        ids = np.asarray(ids)
+        if int(ids.max()) < self.vocab_size and int(ids.min()) >= 0:
+            return
+        i = int(np.argmax((ids >= self.vocab_size) | (ids < 0)))
+        raise SwaxError(
+            f"token id {int(ids[i])} at position {offset + i} of {where} is out of range for "
+            f"the model's vocab_size {self.vocab_size} (valid ids are 0 … {self.vocab_size - 1})"
+        )
+
     def _corpus_row(self, i: int) -> tuple[np.ndarray, np.ndarray]:
         chunk = self.tokens[i * self.seq_len : i * self.seq_len + self.seq_len + 1]
+        if isinstance(self.tokens, ShardedTokens):
+            self._check_vocab(chunk, "the shard set", i * self.seq_len)
         x = np.full(self.seq_len, self.pad_id, dtype=np.int64)
         y = np.full(self.seq_len, IGNORE_INDEX, dtype=np.int64)
         n = len(chunk) - 1
@@ -237,6 +263,7 @@ class PackedLoader:
             return (x, y, np.ones(len(y), np.float32)) if self.weighted else (x, y)
         ep = self.episode(epoch, idx - self.corpus_in_epoch)
         t = np.asarray(ep.tokens, np.int64)
+        self._check_vocab(t, f"synthetic episode {idx - self.corpus_in_epoch} of epoch {epoch}")
         x, y = t[:-1], t[1:].copy()
         answer = np.zeros(len(t), dtype=bool)
         for a0, a1 in ep.answer_spans:

@@ -136,9 +136,9 @@ def gated_delta_rule(
         chunk_size: steps per chunk in ``"chunk"`` mode; any ``T`` is accepted.
         scale: multiplies ``q``; default ``Dk ** -0.5``.
         backend: implementation of ``mode="chunk"``: None/"auto" (the best usable one),
-            "fla" or "native" (see the module docstring). A backend that cannot run on these
-            inputs falls back to the automatic choice, with a warning logged once. The
-            recurrent mode is the reference and ignores it.
+            "fla" or "native" (see the module docstring). A backend named that cannot run
+            on these inputs is a BackendUnavailableError (a ValueError) with the reason;
+            "auto" falls back. The recurrent mode is the reference and ignores it.
         doc_ids: ``(B, T)`` document index of each token (packed documents, see
             :mod:`swax.ops.packing`): the state restarts from zero at each document start, and the
             final state is that of each row's last document. Not with an ``initial_state``.

@@ -44,8 +44,8 @@ Backends of ``mode="chunk"`` (chosen through :mod:`swax.ops.registry`, op name `
   ``m'_t = max(m_t, Σ_{s<=t} log f_s)``, which changes ``h`` by at most ``eps`` relative.
   bfloat16/float16 inputs are passed to the kernel as they are (float32 accumulation, tiles
   in the input dtype); other dtypes run in float32. The kernel does not backpropagate into
-  the initial ``n, m`` nor from the final ``n, m``, so calls that need those gradients use
-  ``native`` (the fallback is logged).
+  the initial ``n, m`` nor from the final ``n, m``, so ``"auto"`` takes ``native`` for calls
+  that need those gradients (naming ``triton`` there is an error).
   **Gradients.** mlstm_kernels' backward is the gradient with the denominator and the
   stabiliser held constant (dq, dk, di, df off by ~100% against the cell; dv exact; the same
   as NX-AI/mlstm_kernels issue #16). Where gradients are needed, this backend restores the
@@ -157,9 +157,9 @@ def mlstm(
         chunk_size: chunk length for mode="chunk"; any T is accepted.
         eps: added to the denominator of h.
         backend: implementation of mode="chunk": None/"auto" (the best usable one),
-            "triton", "native" or "autograd" (see the module docstring). A backend that
-            cannot run on these inputs falls back to the automatic choice, with a warning
-            logged once. The other modes are references and ignore it.
+            "triton", "native" or "autograd" (see the module docstring). A backend named
+            that cannot run on these inputs is a BackendUnavailableError (a ValueError) with
+            the reason; "auto" falls back. The other modes are references and ignore it.
         doc_ids: (B, T) document index of each token (packed documents, see
             :mod:`swax.ops.packing`): the state restarts from empty at each document start, and
             the final state is that of each row's last document. Not with an initial_state.

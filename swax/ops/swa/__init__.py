@@ -91,7 +91,8 @@ def sliding_window_attention(
         backend: ``"auto"``/None, ``"blockwise"``, ``"flash"``, ``"flex"`` or ``"reference"``.
         doc_ids: (B, T) document index of each token (packed documents, see
             :mod:`swax.ops.packing`): a query sees only keys of its own document. Needs Tq == Tk
-            (no cache); blockwise and reference do it, flash and flex fall back to blockwise.
+            (no cache); blockwise and reference do it ("auto" skips flash and flex, which
+            are an error when named).
 
     Returns:
         (B, Hq, Tq, Dv) in q's dtype.
