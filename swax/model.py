@@ -233,7 +233,8 @@ class SwaxLM(nn.Module):
         # the model is built
         device = torch.empty(0).device
         with torch.device("meta"):
-            self.embed = nn.Embedding(config.vocab_size, config.d_model)
+            shape = (config.vocab_size, config.d_model)  # _weight: no normal_ on meta (slow)
+            self.embed = nn.Embedding(*shape, _weight=torch.empty(shape))
             self.blocks = nn.ModuleList(Block(config, k) for k in config.layer_types)
             self.norm = RMSNorm(config.d_model, config.norm_eps)
             self.head = None

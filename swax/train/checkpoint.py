@@ -227,7 +227,10 @@ def _save_sharded(run_dir, step, model, optimizer, trainer_state, keep, is_main,
     if background:
         from torch.distributed.checkpoint import async_save
 
-        out = async_save(tensors, storage_writer=writer, process_group=group)
+        with S.quiet():
+            out = async_save(
+                tensors, storage_writer=writer, process_group=group, **S.single_process(async_save)
+            )
         written = getattr(out, "upload_completion", out)
 
         def complete() -> None:  # in the background too: rank 0 hashes and renames
@@ -242,7 +245,8 @@ def _save_sharded(run_dir, step, model, optimizer, trainer_state, keep, is_main,
     from torch.distributed.checkpoint import save
 
     with writing(f"checkpoint {final.name}", tmp, cleanup=[tmp] if is_main else []):
-        save(tensors, storage_writer=writer)
+        with S.quiet():
+            save(tensors, storage_writer=writer, **S.single_process(save))
     if is_main:
         finalize()
     if dist.is_initialized():

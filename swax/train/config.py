@@ -103,13 +103,13 @@ class GuardConfig:
     spike_window: int = bounded(100, "[2, inf)")
     """Good steps the loss-spike rule's mean and standard deviation are taken over (it acts once
     that many have run)."""
-    skip_batches: list[int] = field(default_factory=list)
+    skip_batches: list[int] = bounded(bounds="[0, inf)", default_factory=list)
     """Global batch indices (0-based: the n-th batch the run draws) that are drawn and not
     trained on. A rollback adds the batches it skips to the run's own list (kept in its
     checkpoints); set here, it reproduces a run that never saw them."""
-    inject_nan_grad: list[int] = field(default_factory=list)
+    inject_nan_grad: list[int] = bounded(bounds="[0, inf)", default_factory=list)
     """Fault injector, for tests: the batches (global indices) whose gradients are made NaN."""
-    inject_nan_loss: list[int] = field(default_factory=list)
+    inject_nan_loss: list[int] = bounded(bounds="[0, inf)", default_factory=list)
     """Fault injector, for tests: the batches whose loss is made NaN."""
 
 

@@ -19,6 +19,7 @@ through DCP (its loader would unpickle it freely).
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import pickle
@@ -27,8 +28,26 @@ from pathlib import Path
 
 import torch
 
-# DCP says so every time it runs without a process group, which is how one process uses it
-warnings.filterwarnings("ignore", message="torch.distributed is disabled, unavailable or uninit")
+
+def single_process(fn) -> dict:
+    """``no_dist=True`` for a DCP call ``fn`` made without a process group, where it takes it
+    (torch >= 2.3 for save and load); else nothing (DCP then assumes it and warns)."""
+    import inspect
+
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        return {}
+    return {"no_dist": True} if "no_dist" in inspect.signature(fn).parameters else {}
+
+
+@contextlib.contextmanager
+def quiet():
+    """DCP warns on every call without a process group, which is how one process uses it."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="torch.distributed is disabled, unavailable")
+        yield
+
 
 SHARDS = "shards"
 SHARDED_FILES = ("optimizer.json", "rng.safetensors")
@@ -139,7 +158,8 @@ def load_sharded(path: Path, model, optimizer) -> dict:
     from torch.distributed.checkpoint.state_dict import set_state_dict
 
     tensors, _, _ = split_state(model, optimizer)
-    load(tensors, storage_reader=_reader(path / SHARDS))
+    with quiet():
+        load(tensors, storage_reader=_reader(path / SHARDS), **single_process(load))
     meta = json.loads((path / "optimizer.json").read_text())
     state: dict[str, dict] = {fqn: dict(st) for fqn, st in tensors["optim"].items()}
     for key, value in meta.get("scalars", {}).items():
