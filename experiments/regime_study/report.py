@@ -332,6 +332,33 @@ def sxsx_section() -> list[str]:
     ]
 
 
+def _rerun_note(settings) -> str:
+    """The positive controls' rerun with episode ids no text emits (claims_rho0.yaml's long
+    windows: same seeds, budget and data order), for the reading's laziness sentence."""
+    for cfg, sruns in settings:
+        sx, sd = sruns.get("sx-long", []), sruns.get("sd-long", [])
+        if cfg.name.endswith("rho0") and sx:
+            tail = f", SD in {_exact(sd, 'lazy')}" if sd else ""
+            return (
+                " Those runs used episode ids that also occur in the text (NOTES.md section 8); "
+                f"rerun with ids no text emits (claims_rho0.yaml), the SX long window was lazy "
+                f"in {_exact(sx, 'lazy')} seeds{tail}: with no far answer, a long window is "
+                "lazy in some seeds, not in all."
+            )
+    return ""
+
+
+def _rerun_counts(settings) -> str:
+    """ ", and in 2 of 4 SX and 2 of 4 SD seeds rerun with ids no text emits" (claims_rho0)."""
+    for cfg, sruns in settings:
+        got = [(f, sruns.get(f"{f.lower()}-long", [])) for f in C.families_of(cfg)]
+        got = [(f, recs) for f, recs in got if recs]
+        if cfg.name.endswith("rho0") and got:
+            counts = " and ".join(f"{_count(recs, 'lazy')} {f}" for f, recs in got)
+            return f", and in {counts} seeds rerun with ids no text emits"
+    return ""
+
+
 def reading(ccfg, runs, cells, settings, tcfg, truns) -> list[str]:
     """What the numbers say, sentence by sentence from the numbers."""
     out = ["## 6. Reading", ""]
@@ -349,6 +376,7 @@ def reading(ccfg, runs, cells, settings, tcfg, truns) -> list[str]:
                 if sd_near
                 else ""
             )
+            + _rerun_note(settings)
         )
     for cfg, sruns in settings:
         for family, roles in C.families_of(cfg).items():
@@ -410,6 +438,8 @@ def readme_block(settings, cells, shares=None) -> str:
             "with no answer beyond the window in training, the long window (T/8, "
             f"{C.tokens_m(ccfg):.1f}M tokens) ended lazy in "
             + " and ".join(f"{_count(recs, 'lazy')} {f} seeds" for f, recs in near)
+            + " with the old episode ids (which also occur in the text)"
+            + _rerun_counts(settings)
             + "."
         )
     iv = rho_intervals(cells) if cells else {}
