@@ -321,6 +321,11 @@ def setup_run(cfg: TrainConfig, info: D.DistInfo) -> RunState:
     _checkpoint_mode(run)
     if ckpt is not None:
         restore(run)
+        if cfg.steps < run.start_step:  # would save a checkpoint of a later step under its name
+            raise ConfigError(
+                f"steps={cfg.steps} is below the step {run.ckpt.name} holds "
+                f"({run.start_step}); resume with steps >= {run.start_step}"
+            )
     run.plan_steps = run.plan_steps or cfg.steps
     run.logger = RunLogger(cfg, run_dir, info.is_main, run.start_step)
     if info.is_main:
@@ -395,6 +400,15 @@ def _announce(run: RunState) -> None:
             f"extending the run past its plan of {run.plan_steps} steps: steps "
             f"{run.plan_steps + 1}-{cfg.steps} keep its last learning rate ({final:.3g}) and "
             "long window; the schedules are not re-stretched"
+        )
+    if cfg.steps < run.plan_steps:
+        at = lr_at(cfg.steps - 1, run.plan_steps, o.lr, o.warmup_steps, o.schedule,
+                   o.min_lr_ratio, o.decay_frac)  # fmt: skip
+        _warn_main(info)(
+            f"warning: steps={cfg.steps} is shorter than the run's plan of {run.plan_steps} "
+            f"steps: it stops at step {cfg.steps} with the plan's learning rate there "
+            f"({at:.3g}), before its decay (and the long-window phase) ends; the schedules are "
+            f"not re-planned (resume with steps={run.plan_steps} to finish the plan)"
         )
     if o.warmup_steps >= cfg.steps and ckpt is None:
         _warn_main(info)(

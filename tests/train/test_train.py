@@ -781,6 +781,41 @@ def test_extending_a_finished_run_never_raises_the_learning_rate(tmp_path, capsy
     assert math.isfinite(out["final_val_loss"])
 
 
+def test_shortening_a_run_says_where_it_stops_in_its_plan(tmp_path, capsys):
+    """steps=8 stopped at 4, resumed with steps=6: the plan stays 8 steps, the run stops at
+    step 6 with the plan's rate there (above the plan's end), and says so."""
+
+    class Stop(Exception):
+        pass
+
+    def stop_at_4(step, record):
+        if step == 4:
+            raise Stop
+
+    with pytest.raises(Stop):
+        train(small_cfg(tmp_path, "steps=8", "checkpoint.every=4", name="r"), on_step_end=stop_at_4)
+    full = train(small_cfg(tmp_path, "steps=8", "checkpoint.every=4", name="ref"))
+    capsys.readouterr()
+    train(small_cfg(tmp_path, "steps=6", "resume=true", "checkpoint.every=4", name="r"))
+    err = capsys.readouterr().err
+    lr, ref = lrs(tmp_path / "r"), lrs(tmp_path / "ref")
+    assert lr[6] == ref[6] > ref[8]  # the plan's rate at step 6, not its end
+    assert (
+        f"steps=6 is shorter than the run's plan of 8 steps: it stops at step 6 with the "
+        f"plan's learning rate there ({ref[6]:.3g})" in err
+    )
+    assert full["steps"] == 8
+
+
+def test_resuming_with_fewer_steps_than_done_is_refused(tmp_path):
+    """It would save the later step's weights as a checkpoint of an earlier step."""
+    train(small_cfg(tmp_path, "steps=6", "checkpoint.every=3", name="r"))
+    before = sorted(p.name for p in (tmp_path / "r" / "checkpoints").iterdir())
+    with pytest.raises(ConfigError, match=r"steps=2 is below the step step_000006 holds \(6\)"):
+        train(small_cfg(tmp_path, "steps=2", "resume=true", "checkpoint.every=3", name="r"))
+    assert sorted(p.name for p in (tmp_path / "r" / "checkpoints").iterdir()) == before
+
+
 def test_extension_window_stays_long(tmp_path):
     """A stochastic run extended past its plan: the added steps are in the long-window anneal,
     not drawn again."""
