@@ -232,7 +232,8 @@ def main(argv: list[str] | None = None) -> int:
         set_threads(threads)
         return args.fn(from_args(args.config_cls, args))
     except KeyboardInterrupt as e:  # TrainingStopped (a signal, checkpoint saved) or Ctrl-C
-        print(f"swax: {str(e) or 'interrupted'}", file=sys.stderr)
+        if not getattr(e, "reported", False):  # training's stop line is printed by rank 0
+            print(f"swax: {str(e) or 'interrupted'}", file=sys.stderr)
         return getattr(e, "exit_code", 130)
     except SwaxError as e:  # a user error; anything else is a bug: its traceback shows
         if os.environ.get("SWAX_DEBUG"):

@@ -266,7 +266,9 @@ def _stop_at(run: RunState, done: int, saved: int) -> None:
         run.wait_save()
         what = f"checkpoint step_{done:06d} saved; resume=true continues from it"
     run.logger.message(f"stopped by {name} after step {done}: {what}")
-    raise TrainingStopped(f"stopped by {name} after step {done}: {what}", signum)
+    stopped = TrainingStopped(f"stopped by {name} after step {done}: {what}", signum)
+    stopped.reported = True  # rank 0 printed it: the command line does not print it again
+    raise stopped
 
 
 def finish(run: RunState) -> dict:

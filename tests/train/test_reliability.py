@@ -83,6 +83,17 @@ def test_signal_mid_step_stops_at_the_boundary_and_resumes_exactly(
     assert_same_weights(tmp_path / "r", reference[0])
 
 
+def test_the_command_line_prints_the_stop_line_once(tmp_path, monkeypatch, capsys):
+    import swax.train.step as T
+    from swax.cli import main
+
+    _signal_during(monkeypatch, T, "_forward_backward", 3, [signal.SIGINT])
+    rc = main(["train", *SMALL, *STEPS, f"run_dir={tmp_path / 'once'}"])
+    err = capsys.readouterr().err
+    assert rc == 130
+    assert err.count("stopped by SIGINT after step 3") == 1, err[-2000:]
+
+
 def test_signal_during_a_checkpoint_write_completes_it(tmp_path, monkeypatch, reference):
     """SIGTERM while step 8's checkpoint is written: the write completes, the run stops
     without writing step 8 twice, and resumes exactly."""
