@@ -228,8 +228,8 @@ def _laziness(run: RunState, done: int) -> dict:
         run.monitor = LazinessMonitor(run.cfg, run.loader.tokens, run.tok)
     out = run.monitor(run.raw_model, run.sched.long)
 
-    def pct(key):
-        return "–" if out[key] != out[key] else f"{out[key]:.0f}%"  # NaN: an empty bucket
+    def pct(key):  # NaN: no episode of that bucket fits seq_len
+        return "n/a (no episode fits)" if out[key] != out[key] else f"{out[key]:.0f}%"
 
     run.logger.message(
         f"step {done}: recall inside the long window {pct('lazy/inside_long')}, beyond it "

@@ -794,3 +794,15 @@ def test_convert_tasks_errors(tmp_path, capsys):
     assert e.value.code == 2 and len(err) == 1 and "required: --task" in err[0], err
     rc, _, err = cli(capsys, "eval", "convert-tasks", str(bad), "--task", "nope", "--out", str(out))
     assert rc == 2 and "unknown task 'nope'" in err[0], err
+
+
+def test_the_table_gives_an_interval_where_the_standard_error_is_zero():
+    """0 of 5 right has a standard error of 0, which says nothing: the table prints the 95 %
+    Wilson interval instead (hand-computed: z²/(n+z²) = 3.8415/8.8415 = 43.45 % for 0 of 5)."""
+    from swax.eval.tasks import format_table
+
+    res = {"arc_easy": {"metrics": {"n": 5, "num_fewshot": 0, "acc": 0.0, "acc_stderr": 0.0,
+                                    "acc_norm": 0.4, "acc_norm_stderr": 0.2449}}}  # fmt: skip
+    table = format_table(res)
+    assert "[0.00, 43.45] 95 %" in table
+    assert "± 24.49" in table and "± 0.00" not in table

@@ -325,6 +325,14 @@ def evaluate_tasks(
 _MAIN_METRICS = {"mc": ("acc", "acc_norm"), "lambada": ("acc", "perplexity"), "code": ("pass@1",)}
 
 
+def _wilson(k: int, n: int, z: float = 1.959964) -> tuple[float, float]:
+    """The Wilson score interval of k successes in n trials (95 % by default)."""
+    p, z2 = k / n, z * z
+    mid = (p + z2 / (2 * n)) / (1 + z2 / n)
+    half = z * math.sqrt(p * (1 - p) / n + z2 / (4 * n * n)) / (1 + z2 / n)
+    return max(0.0, mid - half), min(1.0, mid + half)
+
+
 def format_table(results: dict[str, dict]) -> str:
     """A plain-text table: task, n, shots, metric, value ± stderr (percentages for accuracies,
     as lm-evaluation-harness prints fractions; here 0-100)."""
@@ -339,6 +347,9 @@ def format_table(results: dict[str, dict]) -> str:
             else:
                 val = f"{100 * v:.2f}"
                 err = "" if se is None else f"± {100 * se:.2f}"
+                if se == 0 and m["n"]:  # all right or all wrong: a 0 error says nothing
+                    lo, hi = _wilson(round(v * m["n"]), m["n"])
+                    err = f"[{100 * lo:.2f}, {100 * hi:.2f}] 95 %"
             rows.append((name, str(m["n"]), str(m["num_fewshot"]), metric, val, err))
     widths = [max(len(r[c]) for r in rows) for c in range(len(rows[0]))]
     lines = [
