@@ -136,6 +136,30 @@ def recall_by_bucket(
     return out
 
 
+def check_buckets(tokenizer, haystack, cfg: SyntheticConfig, buckets: list[Bucket],
+                  model_vocab: int | None = None) -> None:  # fmt: skip
+    """Build one episode per bucket as :func:`recall_by_bucket` would, without a model, so that
+    a configuration whose episodes cannot be made fails before any training: the SwaxError of
+    the first bucket that cannot (an empty bucket, below min_distance, is allowed there too)."""
+    import numpy as np
+
+    from swax.data.mqar import resolve_mqar_ids
+    from swax.data.synthetic import make_episode
+
+    cfg = dataclasses.replace(cfg, far_share=None, distance_law="uniform", max_distance=None)
+    vocab = getattr(tokenizer, "vocab_size", None)
+    if vocab is not None:
+        cfg = resolve_mqar_ids(cfg, vocab, model_vocab)
+    hay = np.asarray(haystack)
+    for b in buckets:
+        try:
+            make_episode(np.random.default_rng([0, b.length]), tokenizer, hay, b.length, cfg,
+                         reach_range=(max(b.lo + 1, 1), b.hi))  # fmt: skip
+        except SwaxError as e:
+            if not str(e).startswith("no distance"):
+                raise
+
+
 def _pooled(rows: list[dict], inside: bool, upto: int | None = None) -> tuple[int, int]:
     sel = [r for r in rows if r["inside_long"] == inside and (upto is None or r["hi"] <= upto)]
     return sum(r["correct"] for r in sel), sum(r["n"] for r in sel)

@@ -319,6 +319,9 @@ def setup_run(cfg: TrainConfig, info: D.DistInfo) -> RunState:
         guard=StepGuard(cfg.guard),
     )
     _checkpoint_mode(run)
+    if cfg.log.laziness_every:  # fails now, not at its first evaluation
+        run.monitor = LazinessMonitor(cfg, loader.tokens, tok)
+        run.monitor.check(mcfg.vocab_size)
     if ckpt is not None:
         restore(run)
         if cfg.steps < run.start_step:  # would save a checkpoint of a later step under its name

@@ -25,7 +25,14 @@ import math
 
 import torch
 
-from swax.probes.buckets import chance_of, distance_buckets, recall_by_bucket, verdict
+from swax.core.errors import ConfigError, SwaxError
+from swax.probes.buckets import (
+    chance_of,
+    check_buckets,
+    distance_buckets,
+    recall_by_bucket,
+    verdict,
+)
 
 MONITOR_SEED = 4321
 """Seed of the monitor's episodes: the same episodes at every evaluation."""
@@ -41,6 +48,18 @@ class LazinessMonitor:
         self.buckets = distance_buckets(w.short, w.long, cfg.seq_len, far=(4,))
         self.haystack, self.tokenizer = haystack, tokenizer
         self.chance = chance_of(self.syn)
+
+    def check(self, model_vocab: int | None = None) -> None:
+        """A ConfigError naming the keys when the monitor's episodes cannot be made (checked
+        before training, not at the first evaluation)."""
+        try:
+            check_buckets(self.tokenizer, self.haystack, self.syn, self.buckets, model_vocab)
+        except SwaxError as e:
+            raise ConfigError(
+                f"log.laziness_every={self.cfg.log.laziness_every}: the monitor's episodes do "
+                f"not fit: {e}; raise seq_len (now {self.cfg.seq_len}), lower "
+                "data.synthetic.min_distance, or set log.laziness_every=0"
+            ) from None
 
     def __call__(self, model, window: int) -> dict:
         """The ``lazy/...`` metrics of ``model`` at ``window`` (the model is left in the mode

@@ -199,3 +199,18 @@ def test_non_finite_weights_are_never_saved(tmp_path):
     assert [p.name for p in list_checkpoints(tmp_path)] == ["step_000001"]
     load_checkpoint(list_checkpoints(tmp_path)[0], model, opt)
     assert torch.isfinite(model.embed.weight).all()
+
+
+def test_a_monitor_that_cannot_fit_its_episodes_is_refused_before_training(tmp_path):
+    """seq_len 32 leaves no room for a needle episode at min_distance 16: one error naming the
+    keys, before the first step (no checkpoint, no metrics)."""
+    from swax.core.errors import ConfigError
+
+    cfg = load_train_config(
+        None, [*SMALL, f"run_dir={tmp_path / 'm'}", "steps=4", "log.laziness_every=2"]
+    )
+    with pytest.raises(ConfigError, match=r"log.laziness_every=2: the monitor's episodes do not "
+                       r"fit: episode length \d+ too short.*raise seq_len \(now 32\)"):  # fmt: skip
+        train(cfg)
+    assert not (tmp_path / "m" / "checkpoints").exists()
+    assert not (tmp_path / "m" / "metrics.jsonl").exists()
