@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import time
 
@@ -18,26 +19,62 @@ from swax.ops import cpu_flex
 
 
 class _Streamer:
-    """Prints generated text as it comes, for any tokenizer (decodes the ids so far and prints
-    what is new, holding back an incomplete UTF-8 character)."""
+    """The generated tokens as they come: printed as text when streaming (any tokenizer: the
+    ids since the last printed point are decoded, and an incomplete UTF-8 character is held
+    back), else kept and a progress line written to stderr every ``every`` seconds. What was
+    generated is here when a generation is interrupted."""
 
-    def __init__(self, tok, enabled: bool):
-        self.tok, self.enabled, self.ids, self.printed = tok, enabled, [], 0
+    def __init__(self, tok, enabled: bool, total: int = 0, every: float = 10.0):
+        self.tok, self.enabled, self.total, self.every = tok, enabled, total, every
+        self.ids: list = []  # ints when streaming, else the step's tensors (no sync per token)
+        self.mark = 0  # ids before it are printed
+        self.t0 = self.last = time.perf_counter()
 
     def __call__(self, t) -> None:
         if not self.enabled:
+            self.ids.append(t[0])
+            now = time.perf_counter()
+            if now - self.last >= self.every:
+                self.last = now
+                n = len(self.ids)
+                print(f"generating: {n:,} of {self.total:,} new tokens, "
+                      f"{n / (now - self.t0):,.1f} tok/s", file=sys.stderr, flush=True)  # fmt: skip
             return
         self.ids.append(int(t[0]))
-        text = self.tok.decode(self.ids)
+        text = self.tok.decode(self.ids[self.mark :])
         if text.endswith("\ufffd"):
             return
-        sys.stdout.write(text[self.printed :])
+        sys.stdout.write(text)
         sys.stdout.flush()
-        self.printed = len(text)
+        self.mark = len(self.ids)
+
+    def generated(self) -> list[int]:
+        return [int(i) for i in self.ids]
 
     def finish(self) -> None:
-        text = self.tok.decode(self.ids)
-        sys.stdout.write(text[self.printed :] + "\n")
+        sys.stdout.write(self.tok.decode(self.ids[self.mark :]) + "\n")
+
+
+@contextlib.contextmanager
+def _interrupted(streamer: _Streamer, tok, stream: bool, stop):
+    """Ctrl-C during a generation: what was generated is printed (the rest of it, when
+    streaming), with a line saying so, and the command exits with 130."""
+    try:
+        yield
+    except KeyboardInterrupt:
+        if stream:
+            streamer.finish()
+        else:
+            print(truncate_at_stop(tok.decode(streamer.generated()), stop))
+        print(f"[interrupted after {len(streamer.ids):,} new tokens]", file=sys.stderr)
+        raise Interrupted from None
+
+
+class Interrupted(KeyboardInterrupt):
+    """A generation stopped by Ctrl-C after printing what it had (exit 130)."""
+
+    exit_code = 130
+    reported = True
 
 
 def _read_prompt(cfg: C.GenerateConfig) -> str:
@@ -67,13 +104,13 @@ def cmd_generate(cfg: C.GenerateConfig) -> int:
     ids = torch.tensor([tok.encode(prompt)], dtype=torch.long)
     window = resolve_window(cfg.window, model.config.window)
     stream = cfg.stream and not cfg.stop
-    on_token = _Streamer(tok, stream)
+    on_token = _Streamer(tok, stream, cfg.max_new_tokens)
     t0 = time.perf_counter()
     prefill_done = []  # seconds at the end of the prefill
     compiled_before = compile_seconds(model)
 
     # one prompt: a flex compile on the CPU (3-9 s) would cost more than it saves
-    with cpu_flex(False):
+    with cpu_flex(False), _interrupted(on_token, tok, stream, cfg.stop):
         out = generate(
             model,
             ids,

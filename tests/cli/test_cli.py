@@ -647,3 +647,59 @@ def test_auto_threads_follow_the_load_during_a_run(monkeypatch):
         assert not T.AutoThreads(every=0).active
     finally:
         torch.set_num_threads(n)
+
+
+def _fake_generate(tokens, then=None):
+    """A stand-in for swax.generate.generate: hands ``tokens`` to on_token one by one, then
+    raises ``then`` (or returns them after the prompt)."""
+
+    def fake(model, ids, max_new_tokens, on_token=None, **kw):
+        for t in tokens:
+            on_token(torch.tensor([t]))
+        if then is not None:
+            raise then
+        return torch.cat([ids, torch.tensor([tokens])], dim=1)
+
+    return fake
+
+
+def test_generate_ctrl_c_prints_what_was_generated(capsys, monkeypatch):
+    import swax.cli.generate as G
+    from swax.cli import main
+
+    monkeypatch.setattr(G, "generate", _fake_generate(list(b"In the"), KeyboardInterrupt()))
+    rc = main(["generate", "--preset", "tiny", "--no-stream", "--max-new-tokens", "1000",
+               "--threads", "1"])  # fmt: skip
+    out, err = capsys.readouterr()
+    assert rc == 130
+    assert out.strip() == "In the"
+    assert "[interrupted after 6 new tokens]" in err and err.count("interrupted") == 1
+
+
+def test_generate_without_streaming_shows_progress(capsys, monkeypatch):
+    import swax.cli.generate as G
+    from swax.cli import main
+
+    class Every(G._Streamer):
+        def __init__(self, *a, **k):
+            super().__init__(*a, **k)
+            self.every = 0.0  # a progress line after every token
+
+    monkeypatch.setattr(G, "_Streamer", Every)
+    monkeypatch.setattr(G, "generate", _fake_generate(list(b"abc")))
+    rc = main(["generate", "--preset", "tiny", "--no-stream", "--max-new-tokens", "3",
+               "--threads", "1"])  # fmt: skip
+    out, err = capsys.readouterr()
+    assert rc == 0 and out.strip() == "abc"
+    assert "generating: 3 of 3 new tokens" in err
+
+
+def test_streaming_holds_back_a_split_character(capsys, monkeypatch):
+    import swax.cli.generate as G
+    from swax.cli import main
+
+    monkeypatch.setattr(G, "generate", _fake_generate(list("é a".encode())))  # C3 A9 20 61
+    rc = main(["generate", "--preset", "tiny", "--stream", "--max-new-tokens", "4",
+               "--threads", "1"])  # fmt: skip
+    out, _ = capsys.readouterr()
+    assert rc == 0 and out == "é a\n"
