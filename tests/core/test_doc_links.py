@@ -1,0 +1,79 @@
+"""Every relative link in README.md, docs/, the experiments' reports and benchmarks/README.md
+points at a file or folder of the repository, and every link to a heading (``#anchor``,
+GitHub's slug) at a heading of the page it names."""
+
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+LINK = re.compile(r"(?<!!)\[[^\]]*\]\(([^)\s]+)(?:\s+\"[^\"]*\")?\)")
+PAGES = [
+    ROOT / "README.md",
+    *sorted((ROOT / "docs").glob("**/*.md")),
+    *sorted((ROOT / "experiments").glob("*/*.md")),
+    ROOT / "benchmarks" / "README.md",
+]
+
+
+def _text(page: Path) -> str:
+    return re.sub(r"```.*?```", "", page.read_text(), flags=re.S)  # not inside code blocks
+
+
+def relative_links(page: Path) -> list[str]:
+    """The page's links that are neither URLs nor anchors of the page itself."""
+    out = []
+    for target in LINK.findall(_text(page)):
+        if re.match(r"^[a-z][a-z0-9+.-]*:", target) or target.startswith("#"):
+            continue
+        out.append(target.split("#", 1)[0])
+    return out
+
+
+def slug(heading: str) -> str:
+    """GitHub's anchor of a heading: lower case, punctuation dropped, spaces to hyphens."""
+    text = re.sub(r"[`*_]", "", heading.strip().lower())
+    return re.sub(r"[^\w\- ]", "", text).replace(" ", "-")
+
+
+def anchors(page: Path) -> set[str]:
+    return {slug(m) for m in re.findall(r"^#{1,6}\s+(.*)$", _text(page), flags=re.M)}
+
+
+def test_slugs_as_github_makes_them():
+    assert (
+        slug("Training at scale: pre-tokenized shards") == "training-at-scale-pre-tokenized-shards"
+    )
+    assert slug("The window-size study (the paper's finding at CPU scale)") == (
+        "the-window-size-study-the-papers-finding-at-cpu-scale"
+    )
+
+
+def test_the_link_pattern_finds_links():
+    page = "see [the notes](experiments/NOTES.md#x), [web](https://a.b) and ![img](p.png)"
+    assert LINK.findall(page) == ["experiments/NOTES.md#x", "https://a.b"]
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_relative_links_resolve(page):
+    missing = [t for t in relative_links(page) if not (page.parent / t).exists()]
+    assert not missing, f"{page.relative_to(ROOT)}: links to missing {missing}"
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_heading_links_resolve(page):
+    own = anchors(page)
+    bad = []
+    for target in LINK.findall(_text(page)):
+        if re.match(r"^[a-z][a-z0-9+.-]*:", target) or "#" not in target:
+            continue
+        path, anchor = target.split("#", 1)
+        other = (page.parent / path) if path else page
+        if (
+            other.suffix == ".md"
+            and other.is_file()
+            and anchor not in (own if not path else anchors(other))
+        ):
+            bad.append(target)
+    assert not bad, f"{page.relative_to(ROOT)}: links to missing headings {bad}"
