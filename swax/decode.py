@@ -19,8 +19,9 @@ multinomial draw follows outside, from the caller's seeded generator).
 
 :func:`step_runner` compiles that step once per (batch size, buffer shapes and dtypes, device,
 sampling options) and keeps it on the model for later calls: ``torch.compile`` (inductor) on the
-CPU, a captured CUDA graph on a GPU. If compiling fails (no C compiler, an inductor error) it
-logs one warning and returns None: the caller then decodes with the eager reference path.
+CPU, a captured CUDA graph on a GPU; at most MAX_STEPS per model, least recently used evicted.
+If compiling a configuration fails (no C compiler, an inductor error) it logs one warning and
+returns None for that configuration: the caller then decodes with the eager reference path.
 :meth:`StaticState.to_swax_state` gives the state back as a SwaxState (``return_state``).
 """
 
@@ -215,8 +216,13 @@ def _step(model, layers, tok, pos, sampling):
 
 # ------------------------------------------------------------------------------ compiled steps
 
-_FAILED: dict[str, str] = {}
-"""Device type -> why compiling failed there (then every later call is eager)."""
+_FAILED: dict[tuple, str] = {}
+"""(device type, configuration) -> why compiling it failed: that configuration decodes eagerly
+from then on; the others still compile."""
+
+MAX_STEPS = 8
+"""Compiled steps kept per model (each holds its graph and, on CUDA, buffers of its own); the
+least recently used goes first."""
 
 
 def _own_code(fn: Callable, n: int) -> Callable:
@@ -321,43 +327,85 @@ def _config_key(static: StaticState, sampling) -> tuple:
     )
 
 
+def _weights_key(model: nn.Module, device: str) -> tuple:
+    """What a step depends on in the weights: their shapes, dtypes and devices, and on CUDA,
+    where a captured graph reads fixed addresses, their storage too, so that a model moved,
+    cast or given new tensors (``cpu().cuda()``, ``half().float()``, ``load_state_dict(...,
+    assign=True)``) never replays a graph on memory it no longer owns. (An in-place load keeps
+    the storage: the graph reads the new values.)"""
+    if device == "cuda":
+        return tuple(
+            (p.shape, p.dtype, p.device, p.untyped_storage().data_ptr()) for p in model.parameters()
+        )
+    return tuple((p.shape, p.dtype, p.device) for p in model.parameters())
+
+
+def _is_oom(e: BaseException) -> bool:
+    oom = getattr(torch, "OutOfMemoryError", None) or getattr(torch.cuda, "OutOfMemoryError", ())
+    return isinstance(e, oom) or "out of memory" in str(e).lower()
+
+
 def step_runner(
     model: nn.Module, static: StaticState, tok: torch.Tensor, sampling, compile_new: bool = True
 ) -> StepRunner | None:
-    """The compiled step for this configuration: kept on ``model`` from an earlier call, else
-    compiled now when ``compile_new`` (``tok``: a token batch of the right shape); None when
-    there is none, or compiling is unavailable or failed (one warning says why), so the caller
-    decodes eagerly. ``sampling``: None (greedy) or (temperature, top_k, top_p)."""
+    """The compiled step for this configuration: kept on ``model`` from an earlier call (at most
+    :data:`MAX_STEPS`, least recently used evicted), else compiled now when ``compile_new``
+    (``tok``: a token batch of the right shape); None when there is none, or compiling this
+    configuration failed (one warning says why; other configurations still compile; running out
+    of memory is reported as such and tried again next time), so the caller decodes eagerly.
+    ``sampling``: None (greedy) or (temperature, top_k, top_p)."""
+    from collections import OrderedDict
+
     device = static.pos.device.type
-    if device in _FAILED:
+    config = _config_key(static, sampling)
+    if (device, config) in _FAILED:
         return None
-    cache = model.__dict__.setdefault("_swax_decode_steps", {})
-    weights = tuple((p.shape, p.dtype, p.device) for p in model.parameters())
-    key = (_config_key(static, sampling), weights)
+    cache = model.__dict__.setdefault("_swax_decode_steps", OrderedDict())
+    key = (config, _weights_key(model, device))
     runner = cache.get(key)
-    if runner is not None or not compile_new:
+    if runner is not None:
+        cache.move_to_end(key)
         return runner
+    if not compile_new:
+        return None
+    made = model.__dict__.get("_swax_decode_made", 0)
+    model.__dict__["_swax_decode_made"] = made + 1  # each step its own code object
     cls = CudaGraphRunner if device == "cuda" else StepRunner
-    runner = cls(model, sampling, len(cache))
+    runner = cls(model, sampling, made)
     try:
         runner.warm_up(static, tok)
     except Exception as e:  # noqa: BLE001 - any compile failure: decode eagerly, never crash
-        _FAILED[device] = f"{type(e).__name__}: {str(e).splitlines()[0][:160] if str(e) else ''}"
+        why = f"{type(e).__name__}: {str(e).splitlines()[0][:160] if str(e) else ''}"
+        if _is_oom(e):
+            log.warning(
+                "swax: out of memory compiling the decode step for batch %d on %s (%s); "
+                "decoding eagerly this time",
+                tok.shape[0],
+                device,
+                why,
+            )
+            return None
+        _FAILED[(device, config)] = why
         log.warning(
-            "swax: compiling the decode step failed on %s (%s); decoding eagerly "
-            "(compile=False / --no-compile skips the attempt)",
+            "swax: compiling the decode step failed on %s for batch %d (%s); decoding this "
+            "configuration eagerly (compile=False / --no-compile skips the attempt)",
             device,
-            _FAILED[device],
+            tok.shape[0],
+            why,
         )
         return None
     log.info(
         "swax: compiled the decode step for batch %d in %.1f s", tok.shape[0], runner.compile_s
     )
     cache[key] = runner
+    spent = model.__dict__.get("_swax_decode_compile_s", 0.0)
+    model.__dict__["_swax_decode_compile_s"] = spent + runner.compile_s
+    while len(cache) > MAX_STEPS:
+        cache.popitem(last=False)
     return runner
 
 
 def compile_seconds(model: nn.Module) -> float:
     """Seconds spent so far compiling decode steps for ``model`` in this process (the first
     call of each configuration), e.g. to keep them out of a tokens-per-second figure."""
-    return sum(r.compile_s for r in model.__dict__.get("_swax_decode_steps", {}).values())
+    return model.__dict__.get("_swax_decode_compile_s", 0.0)

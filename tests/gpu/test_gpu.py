@@ -371,3 +371,30 @@ def test_gpu_backends_time_against_native(op, capsys):
             dt = time.perf_counter() - t0
         with capsys.disabled():
             print(f"\n{op} {name}: fwd+bwd T={T} {dt * 1e3:.1f} ms")
+
+
+@pytest.mark.cuda_only
+@pytest.mark.parametrize("change", ["none", "cpu_cuda", "half_float", "assign"])
+def test_compiled_cuda_decode_matches_eager_after_the_model_changes(change):
+    """The CUDA-graph decode step against the eager step, for 64 greedy tokens, before and after
+    the model's tensors are replaced (moved, cast, assigned): the graph keyed on the old
+    addresses must not be replayed."""
+    from swax.generate import generate
+
+    torch.manual_seed(0)
+    cfg = SwaxConfig(vocab_size=256, d_model=64, n_layers=2, n_heads=2, layer_pattern="SX",
+                     window=16)  # fmt: skip
+    model = SwaxLM(cfg).cuda().eval()
+    ids = torch.randint(0, 256, (2, 12), device="cuda")
+    first = generate(model, ids, 64, compile=True)
+    assert torch.equal(first, generate(model, ids, 64, compile=False))
+    if change == "cpu_cuda":
+        model = model.cpu().cuda()
+    elif change == "half_float":
+        model = model.half().float()
+    elif change == "assign":
+        model.load_state_dict({k: v.clone() for k, v in model.state_dict().items()}, assign=True)
+    with torch.no_grad():  # new values in the (possibly new) tensors: a stale graph would miss them
+        model.embed.weight.mul_(1.5)
+    again = generate(model, ids, 64, compile=True)
+    assert torch.equal(again, generate(model, ids, 64, compile=False))

@@ -246,3 +246,85 @@ def test_generate_batch_rejects_bad_input(sx, prompts, kwargs, match):
 def test_generate_rejects_bad_compile_flag(sx):
     with pytest.raises(ValueError, match="compile must be"):
         generate(sx, torch.tensor([[1, 2]]), 4, compile=1)
+
+
+def _no_compile(monkeypatch, calls=None, fail=None):
+    """StepRunner.warm_up without compiling (the cache's logic is what is tested): counts the
+    configurations it is asked for, and raises ``fail(batch)`` for those it returns one."""
+
+    def warm_up(self, static, tok):
+        if calls is not None:
+            calls.append(tok.shape[0])
+        err = fail(tok.shape[0]) if fail is not None else None
+        if err is not None:
+            raise err
+        self.compile_s = 0.5
+
+    monkeypatch.setattr(swax_decode.StepRunner, "warm_up", warm_up)
+    monkeypatch.setattr(swax_decode, "_FAILED", {})
+
+
+def test_the_step_cache_is_bounded_least_recently_used_first(monkeypatch):
+    model = small_model("SX", seed=6)
+    calls = []
+    _no_compile(monkeypatch, calls)
+    monkeypatch.setattr(swax_decode, "MAX_STEPS", 3)
+    for t in (0.5, 0.6, 0.7):  # three sampling settings: three configurations
+        generate(model, torch.tensor([[1, 2, 3]]), 4, temperature=t, seed=0, compile=True)
+    generate(model, torch.tensor([[1, 2, 3]]), 4, temperature=0.5, seed=0, compile=True)  # a hit
+    assert len(calls) == 3
+    generate(model, torch.tensor([[1, 2, 3]]), 4, temperature=0.8, seed=0, compile=True)
+    cache = model.__dict__["_swax_decode_steps"]
+    assert len(cache) == 3 and len(calls) == 4
+    kept = [key[0][-1] for key in cache]  # the sampling part of each key, oldest first
+    assert [k[0] for k in kept] == [0.7, 0.5, 0.8]  # 0.6, the least recently used, went
+    assert swax_decode.compile_seconds(model) == 4 * 0.5  # evictions do not unsay the cost
+
+
+def test_a_failed_compile_disables_only_its_configuration(monkeypatch, caplog):
+    model = small_model("SX", seed=6)
+    calls = []
+    _no_compile(monkeypatch, calls, fail=lambda b: RuntimeError("inductor") if b == 2 else None)
+    one, two = torch.tensor([[1, 2, 3]]), torch.tensor([[1, 2, 3], [4, 5, 6]])
+    with caplog.at_level(logging.WARNING, logger="swax"):
+        generate(model, two, 4, compile=True)
+        generate(model, two, 4, compile=True)  # no second attempt for batch 2
+        generate(model, one, 4, compile=True)  # batch 1 still compiles
+    assert calls == [2, 1]
+    warned = [r.message for r in caplog.records if "failed" in r.message]
+    assert len(warned) == 1 and "for batch 2" in warned[0]
+    assert len(model.__dict__["_swax_decode_steps"]) == 1
+
+
+def test_out_of_memory_is_reported_and_tried_again(monkeypatch, caplog):
+    model = small_model("SX", seed=6)
+    calls = []
+    first = []
+
+    def fail(batch):
+        first.append(batch)
+        return torch.OutOfMemoryError("CUDA out of memory") if len(first) == 1 else None
+
+    _no_compile(monkeypatch, calls, fail=fail)
+    with caplog.at_level(logging.WARNING, logger="swax"):
+        generate(model, torch.tensor([[1, 2, 3]]), 4, compile=True)
+        generate(model, torch.tensor([[1, 2, 3]]), 4, compile=True)
+    assert calls == [1, 1]  # not marked failed: tried again, and kept
+    assert any("out of memory compiling the decode step" in r.message for r in caplog.records)
+    assert len(model.__dict__["_swax_decode_steps"]) == 1
+
+
+def test_new_weight_tensors_make_a_new_key_on_cuda_only(monkeypatch):
+    """A CUDA graph reads fixed addresses: a model given new tensors (assign=True, a move, a
+    cast) must not find the old graph. The key is tested on the CPU; the replay on a GPU is in
+    the gpu tier."""
+    model = small_model("SX", seed=6)
+    before_cpu = swax_decode._weights_key(model, "cpu")
+    before_cuda = swax_decode._weights_key(model, "cuda")
+    fresh = {k: v.clone() for k, v in model.state_dict().items()}
+    model.load_state_dict(fresh, assign=True)
+    assert swax_decode._weights_key(model, "cpu") == before_cpu  # inductor reads them at call
+    assert swax_decode._weights_key(model, "cuda") != before_cuda
+    kept = swax_decode._weights_key(model, "cuda")
+    model.load_state_dict({k: v.clone() for k, v in fresh.items()})  # in place: same storage
+    assert swax_decode._weights_key(model, "cuda") == kept
