@@ -32,6 +32,7 @@ import logging
 import os
 import time
 import types
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 
 import torch
@@ -354,8 +355,6 @@ def step_runner(
     configuration failed (one warning says why; other configurations still compile; running out
     of memory is reported as such and tried again next time), so the caller decodes eagerly.
     ``sampling``: None (greedy) or (temperature, top_k, top_p)."""
-    from collections import OrderedDict
-
     device = static.pos.device.type
     config = _config_key(static, sampling)
     if (device, config) in _FAILED:

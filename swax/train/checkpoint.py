@@ -76,19 +76,14 @@ def _write_files(tmp: Path, model_sd: dict, optim_sd: dict, trainer_state: dict)
     from safetensors.torch import save_file
 
     save_file({k: v.contiguous() for k, v in model_sd.items()}, str(tmp / "model.safetensors"))
-    tensors, scalars = {}, {}
-    for fqn, st in optim_sd.get("state", {}).items():
-        for name, value in st.items():
-            if isinstance(value, torch.Tensor):
-                tensors[f"{fqn}::{name}"] = value.detach().contiguous().cpu()
-            else:
-                scalars[f"{fqn}::{name}"] = value
+    by_param, meta = S.split_optimizer(optim_sd)
+    tensors = {
+        f"{fqn}::{name}": value.detach().contiguous().cpu()
+        for fqn, st in by_param.items()
+        for name, value in st.items()
+    }
     save_file(tensors, str(tmp / "optimizer.safetensors"))
-    groups = [
-        {k: (list(v) if isinstance(v, tuple) else v) for k, v in g.items()}
-        for g in optim_sd.get("param_groups", [])
-    ]
-    (tmp / "optimizer.json").write_text(json.dumps({"param_groups": groups, "scalars": scalars}))
+    (tmp / "optimizer.json").write_text(json.dumps(meta))
     for name in DATA_FILES:
         match_umask(tmp / name)
     state = {**trainer_state, "checksums": checksums(tmp, list(DATA_FILES))}
@@ -209,13 +204,13 @@ def _save_sharded(run_dir, step, model, optimizer, trainer_state, keep, is_main,
         (tmp / S.SHARDS).mkdir(parents=True)
     if dist.is_initialized():
         dist.barrier()
-    tensors, groups, scalars = S.split_state(model, optimizer)
+    tensors, meta = S.split_state(model, optimizer)
     state = {**trainer_state, "step": step}
     rng = _rng_state()
 
     def finalize() -> None:  # rank 0, once every rank's shard is on disk
         with writing(f"checkpoint {final.name}", tmp, cleanup=[tmp]):
-            S.write_side_files(tmp, groups, scalars, rng)
+            S.write_side_files(tmp, meta, rng)
             names = [*S.shard_files(tmp), *S.SHARDED_FILES]
             for name in names:
                 match_umask(tmp / name)
@@ -327,24 +322,17 @@ def load_checkpoint(path: str | Path, model, optimizer) -> dict:
     except (SafetensorError, OSError, json.JSONDecodeError) as e:
         raise CorruptCheckpointError(f"checkpoint {path} is corrupt: {e}") from None
     rng = {k.split(".", 1)[1]: model_sd.pop(k) for k in list(model_sd) if k.startswith("__rng__.")}
-    optim_state: dict[str, dict] = {}
+    by_param: dict[str, dict] = {}
     for key, value in optim_t.items():
         fqn, name = key.split("::", 1)
-        optim_state.setdefault(fqn, {})[name] = value
-    for key, value in optim_meta.get("scalars", {}).items():
-        fqn, name = key.split("::", 1)
-        optim_state.setdefault(fqn, {})[name] = value
-    groups = optim_meta["param_groups"]
-    for g in groups:
-        if "betas" in g:
-            g["betas"] = tuple(g["betas"])
+        by_param.setdefault(fqn, {})[name] = value
     _check_model_matches(path, state, model, model_sd)
     try:
         set_state_dict(
             model,
             optimizer,
             model_state_dict=model_sd,
-            optim_state_dict={"state": optim_state, "param_groups": groups},
+            optim_state_dict=S.join_optimizer(by_param, optim_meta),
             options=_options(),
         )
     except (RuntimeError, KeyError, ValueError) as e:

@@ -123,9 +123,11 @@ def wrap_model(model: nn.Module, info: DistInfo, strategy: str) -> nn.Module:
     raise ValueError(f"unknown dist.strategy {strategy!r}; expected ddp or fsdp")
 
 
-def _keep_shards(part: nn.Module, full: nn.Module, info: DistInfo, name: str, DTensor, Shard):
+def _keep_shards(part: nn.Module, full: nn.Module, info: DistInfo, name: str) -> None:
     """Copy this rank's FSDP2 shard (dim-0 chunk) of each of ``full``'s parameters into
     ``part``'s (a function, so that no reference to the full tensors outlives it)."""
+    from torch.distributed.tensor import DTensor, Shard
+
     for pname, p in part.named_parameters():
         value = full.get_parameter(pname)
         if not isinstance(p, DTensor):
@@ -150,8 +152,6 @@ def build_sharded(config, info: DistInfo, seed: int) -> nn.Module:
     the seed's random stream, and each rank keeps its shard of it. The weights equal those of
     an unsharded ``torch.manual_seed(seed); SwaxLM(config)``; a rank holds its shards plus one
     part at a time (the largest: the embedding, or a block)."""
-    from torch.distributed.tensor import DTensor, Shard
-
     from swax.model import SwaxLM
 
     with torch.device("meta"):
@@ -165,7 +165,7 @@ def build_sharded(config, info: DistInfo, seed: int) -> nn.Module:
             init(full)
             part = model.get_submodule(name)
             part.to_empty(device=info.device)
-            _keep_shards(part, full, info, name, DTensor, Shard)
+            _keep_shards(part, full, info, name)
             full.to_empty(device="meta")  # the part's full copy goes before the next is made
             trim()
     return model

@@ -120,33 +120,54 @@ def shard_files(path: Path) -> list[str]:
     return sorted(f"{SHARDS}/{p.name}" for p in root.iterdir() if p.is_file())
 
 
-def split_state(model, optimizer) -> tuple[dict, list, dict]:
-    """(tensors for DCP: {"model": …, "optim": {fqn: {name: tensor}}}, the optimizer's param
-    groups, its non-tensor state {"fqn::name": value}) of the sharded state dicts (DTensors under
-    FSDP2, plain tensors in one process)."""
-    from torch.distributed.checkpoint.state_dict import get_state_dict
-
-    model_sd, optim_sd = get_state_dict(model, optimizer)
-    tensors: dict = {"model": model_sd, "optim": {}}
+def split_optimizer(optim_sd: dict) -> tuple[dict[str, dict], dict]:
+    """An optimizer state dict as both checkpoint formats keep it: ({param fqn: {name: tensor}},
+    the content of ``optimizer.json``: its param groups and non-tensor state {"fqn::name":
+    value})."""
+    tensors: dict[str, dict] = {}
     scalars = {}
     for fqn, st in optim_sd.get("state", {}).items():
         for name, value in st.items():
             if isinstance(value, torch.Tensor):
-                tensors["optim"].setdefault(fqn, {})[name] = value
+                tensors.setdefault(fqn, {})[name] = value
             else:
                 scalars[f"{fqn}::{name}"] = value
     groups = [
         {k: (list(v) if isinstance(v, tuple) else v) for k, v in g.items()}
         for g in optim_sd.get("param_groups", [])
     ]
-    return tensors, groups, scalars
+    return tensors, {"param_groups": groups, "scalars": scalars}
 
 
-def write_side_files(tmp: Path, groups: list, scalars: dict, rng: dict) -> None:
+def join_optimizer(tensors: dict[str, dict], meta: dict) -> dict:
+    """The optimizer state dict :func:`split_optimizer` split (``meta``: optimizer.json)."""
+    state: dict[str, dict] = {fqn: dict(st) for fqn, st in tensors.items()}
+    for key, value in meta.get("scalars", {}).items():
+        fqn, name = key.split("::", 1)
+        state.setdefault(fqn, {})[name] = value
+    groups = meta["param_groups"]
+    for g in groups:
+        if "betas" in g:
+            g["betas"] = tuple(g["betas"])
+    return {"state": state, "param_groups": groups}
+
+
+def split_state(model, optimizer) -> tuple[dict, dict]:
+    """(tensors for DCP: {"model": …, "optim": {fqn: {name: tensor}}}, the content of
+    optimizer.json) of the sharded state dicts (DTensors under FSDP2, plain tensors in one
+    process)."""
+    from torch.distributed.checkpoint.state_dict import get_state_dict
+
+    model_sd, optim_sd = get_state_dict(model, optimizer)
+    optim, meta = split_optimizer(optim_sd)
+    return {"model": model_sd, "optim": optim}, meta
+
+
+def write_side_files(tmp: Path, meta: dict, rng: dict) -> None:
     """Rank 0's part of a sharded checkpoint besides the shards."""
     from safetensors.torch import save_file
 
-    (tmp / "optimizer.json").write_text(json.dumps({"param_groups": groups, "scalars": scalars}))
+    (tmp / "optimizer.json").write_text(json.dumps(meta))
     save_file({k: v.contiguous() for k, v in rng.items()}, str(tmp / "rng.safetensors"))
 
 
@@ -157,23 +178,15 @@ def load_sharded(path: Path, model, optimizer) -> dict:
     from torch.distributed.checkpoint import load
     from torch.distributed.checkpoint.state_dict import set_state_dict
 
-    tensors, _, _ = split_state(model, optimizer)
+    tensors, _ = split_state(model, optimizer)
     with quiet():
         load(tensors, storage_reader=_reader(path / SHARDS), **single_process(load))
     meta = json.loads((path / "optimizer.json").read_text())
-    state: dict[str, dict] = {fqn: dict(st) for fqn, st in tensors["optim"].items()}
-    for key, value in meta.get("scalars", {}).items():
-        fqn, name = key.split("::", 1)
-        state.setdefault(fqn, {})[name] = value
-    groups = meta["param_groups"]
-    for g in groups:
-        if "betas" in g:
-            g["betas"] = tuple(g["betas"])
     set_state_dict(
         model,
         optimizer,
         model_state_dict=tensors["model"],
-        optim_state_dict={"state": state, "param_groups": groups},
+        optim_state_dict=join_optimizer(tensors["optim"], meta),
     )
     return load_file(str(path / "rng.safetensors"))
 

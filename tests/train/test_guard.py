@@ -15,6 +15,7 @@ from swax.train import TrainingError, load_train_config, train
 from swax.train.checkpoint import list_checkpoints, load_checkpoint
 from swax.train.config import GuardConfig
 from swax.train.guard import StepGuard
+from tests.train.test_train import Stop, stop_at
 
 SMALL = [
     "model.d_model=32",
@@ -120,19 +121,12 @@ def test_no_checkpoint_to_roll_back_to(tmp_path):
 def test_rollback_resumes_with_the_skip_list(tmp_path):
     """A run killed after a rollback and resumed keeps skipping the rolled-back batches."""
 
-    class Stop(Exception):
-        pass
-
-    def stop_at_5(step, record):
-        if step == 5:
-            raise Stop
-
     args = ["steps=7", "checkpoint.every=2"]
     cfg = load_train_config(
         None, [*SMALL, f"run_dir={tmp_path / 'hit'}", *args, "guard.inject_nan_loss=[3]"]
     )
     with pytest.raises(Stop):
-        train(cfg, on_step_end=stop_at_5)
+        train(cfg, on_step_end=stop_at(5))
     _, resumed = run(tmp_path, "hit", *args, "resume=true")  # the injector is gone
     _, ref = run(tmp_path, "ref", *args, "guard.skip_batches=[3]")
     _, plain = run(tmp_path, "plain", *args)

@@ -18,6 +18,7 @@ from swax.core.errors import CheckpointError
 from swax.train import load_train_config, train
 from swax.train.checkpoint import latest_checkpoint, list_checkpoints
 from swax.train.sharded import SHARDS, _MetadataUnpickler
+from tests.train.test_train import Stop, stop_at
 
 SMALL = [
     "model.d_model=32",
@@ -37,24 +38,12 @@ SMALL = [
 ]
 
 
-class Stop(Exception):
-    pass
-
-
 def cfg(tmp_path, name, *extra):
     return load_train_config(None, [*SMALL, f"run_dir={tmp_path / name}", *extra])
 
 
 def weights(tmp_path, name):
     return load_file(str(tmp_path / name / "model" / "model.safetensors"))
-
-
-def stop_at(n):
-    def hook(step, record):
-        if step == n:
-            raise Stop
-
-    return hook
 
 
 @pytest.mark.parametrize("background", ["false", "true"])

@@ -44,6 +44,20 @@ def small_cfg(tmp_path, *extra, name="run"):
     return load_train_config(None, [*SMALL, f"run_dir={tmp_path / name}", *extra])
 
 
+class Stop(Exception):
+    """Raised by :func:`stop_at`'s hook: a run interrupted after a chosen step."""
+
+
+def stop_at(n):
+    """An ``on_step_end`` hook that stops the run after step ``n``."""
+
+    def hook(step, record):
+        if step == n:
+            raise Stop
+
+    return hook
+
+
 def losses(run_dir):
     rows = [json.loads(ln) for ln in (run_dir / "metrics.jsonl").read_text().splitlines()]
     return {r["step"]: r["loss"] for r in rows if "loss" in r}
@@ -785,15 +799,10 @@ def test_shortening_a_run_says_where_it_stops_in_its_plan(tmp_path, capsys):
     """steps=8 stopped at 4, resumed with steps=6: the plan stays 8 steps, the run stops at
     step 6 with the plan's rate there (above the plan's end), and says so."""
 
-    class Stop(Exception):
-        pass
-
-    def stop_at_4(step, record):
-        if step == 4:
-            raise Stop
-
     with pytest.raises(Stop):
-        train(small_cfg(tmp_path, "steps=8", "checkpoint.every=4", name="r"), on_step_end=stop_at_4)
+        train(
+            small_cfg(tmp_path, "steps=8", "checkpoint.every=4", name="r"), on_step_end=stop_at(4)
+        )
     full = train(small_cfg(tmp_path, "steps=8", "checkpoint.every=4", name="ref"))
     capsys.readouterr()
     train(small_cfg(tmp_path, "steps=6", "resume=true", "checkpoint.every=4", name="r"))
