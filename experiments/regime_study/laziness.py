@@ -263,6 +263,8 @@ def share_table(cfg, cells) -> list[str]:
     return _table(head, body)
 
 
+STUDIES_PAGE = ROOT / "docs" / "studies.md"
+"""The page whose laziness-map block this script rewrites."""
 README_BEGIN = "<!-- laziness-map:begin (written by experiments/regime_study/laziness.py) -->"
 README_END = "<!-- laziness-map:end -->"
 
@@ -365,8 +367,8 @@ def main(argv=None) -> int:
     cells = load_cells(cfg)
     print(f"report: {write_report(cfg, cells, out, command)}")
     if not args.quick and args.report_dir is None:
-        if update_readme(ROOT / "README.md", README_BEGIN, README_END, readme_block(cfg, cells)):
-            print("README.md: laziness map updated")
+        if update_readme(STUDIES_PAGE, README_BEGIN, README_END, readme_block(cfg, cells)):
+            print(f"{STUDIES_PAGE.relative_to(ROOT)}: laziness map updated")
     return 0
 
 

@@ -593,12 +593,14 @@ def write_report(
     return report
 
 
+STUDIES_PAGE = ROOT / "docs" / "studies.md"
+"""The page whose window-sweep block run.py rewrites (the summary of the CPU sweep)."""
 README_BEGIN = "<!-- window-sweep:begin (written by experiments/window_sweep/run.py) -->"
 README_END = "<!-- window-sweep:end -->"
 
 
 def readme_block(cfg, agg: dict, seq_len: int) -> str:
-    """The summary the top-level README shows: recall at a few lengths and the verdicts."""
+    """The summary docs/studies.md shows: recall at a few lengths and the verdicts."""
     main = [n for n in agg if n in cfg.runs]
     lengths = sorted({n for name in main for n in agg[name]["episodes_long"]})
     show = [n for n in lengths if n in (lengths[0], lengths[len(lengths) // 2], lengths[-1])]
@@ -611,7 +613,7 @@ def readme_block(cfg, agg: dict, seq_len: int) -> str:
 
 
 def update_readme(readme: Path, block: str) -> bool:
-    """Replace the text between the README's window-sweep markers; False if it has none."""
+    """Replace the text between the page's window-sweep markers; False if it has none."""
     if not readme.is_file():
         return False
     text = readme.read_text()
@@ -677,8 +679,8 @@ def main(argv=None) -> int:
     )
     print(f"report: {report}")
     if not args.quick and not args.only and args.report_dir is None and cfg_path == SCALES["cpu"]:
-        if update_readme(ROOT / "README.md", readme_block(cfg, agg, seq_len)):
-            print("README.md: window-sweep summary updated")
+        if update_readme(STUDIES_PAGE, readme_block(cfg, agg, seq_len)):
+            print(f"{STUDIES_PAGE.relative_to(ROOT)}: window-sweep summary updated")
     for name, evs in results.items():
         assert all((run_dir(cfg, name, e["seed"]) / "eval.json").is_file() for e in evs)
     return 0

@@ -153,7 +153,7 @@ class TasksConfig(EvalConfig):
     """Comma list or 'all': arc_easy, arc_challenge, hellaswag, piqa, lambada, humaneval,
     mbpp."""
     data_dir: str | None = option(None, metavar="DIR")
-    """Folder of {task}.jsonl files in the upstream schemas (see README; swax eval
+    """Folder of {task}.jsonl files in the upstream schemas (see docs/evaluation.md; swax eval
     convert-tasks writes them); default: the few sample records shipped with swax."""
     num_fewshot: int | None = option(TaskEvalSettings.num_fewshot, bounds="[0, inf)")
     """Few-shot examples per prompt (default: each task's own)."""

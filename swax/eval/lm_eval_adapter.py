@@ -332,7 +332,7 @@ def main(argv: Sequence[str] | None = None) -> None:
             f"{_first_line(e)}: lm-eval's built-in tasks download their data from the Hugging "
             "Face Hub, which cannot be reached; copy a HF_DATASETS_CACHE from a machine that has "
             "it and set HF_DATASETS_OFFLINE=1, or use a local YAML task with --include_path "
-            "(README, 'Exchange')"
+            "(docs/exchange.md)"
         )
 
 

@@ -1,6 +1,7 @@
 """Every relative link in README.md, docs/, the experiments' reports and benchmarks/README.md
 points at a file or folder of the repository, and every link to a heading (``#anchor``,
-GitHub's slug) at a heading of the page it names."""
+GitHub's slug) at a heading of the page it names. The README stays a five-minute read, and every
+docs page can be reached from it."""
 
 import re
 from pathlib import Path
@@ -77,3 +78,35 @@ def test_heading_links_resolve(page):
         ):
             bad.append(target)
     assert not bad, f"{page.relative_to(ROOT)}: links to missing headings {bad}"
+
+
+README_MAX_LINES = 250
+
+
+def test_the_readme_is_short():
+    # the detail lives in docs/; the README keeps the set-up commands, a short tour and links
+    n = len((ROOT / "README.md").read_text().splitlines())
+    assert n <= README_MAX_LINES, f"README.md has {n} lines (at most {README_MAX_LINES})"
+
+
+def test_the_readme_starts_with_the_two_setup_commands():
+    text = (ROOT / "README.md").read_text()
+    first_block = text.split("```bash", 1)[1].split("```", 1)[0]
+    assert [ln.split()[:2] for ln in first_block.strip().splitlines()] == [
+        ["make", "demo"],
+        ["make", "test"],
+    ]
+    assert text.index("```bash") < text.index("\n## ")  # before the first section
+
+
+def test_every_docs_page_is_linked_from_the_readme_or_the_docs_index():
+    linked = {
+        (page.parent / target).resolve()
+        for page in (ROOT / "README.md", ROOT / "docs" / "README.md")
+        for target in relative_links(page)
+    }
+    pages = sorted((ROOT / "docs").glob("**/*.md"))
+    assert ROOT / "docs" / "README.md" in pages
+    orphans = [str(p.relative_to(ROOT)) for p in pages if p.name != "README.md" and p not in linked]
+    assert not orphans, f"docs pages linked from neither README.md nor docs/README.md: {orphans}"
+    assert (ROOT / "docs" / "README.md").resolve() in linked

@@ -495,8 +495,9 @@ def test_the_study_report_reads_the_map_and_the_claims_from_the_archive(tmp_path
 
 
 def test_the_readme_states_the_committed_reading():
-    # the README's paragraph on the regime study is what report.py writes from the committed
-    # results (rerun report.py after committing a run)
+    # the README's paragraph on the regime study, and docs/studies.md's laziness map, are what
+    # report.py and laziness.py write from the committed results (rerun both after committing a
+    # run)
     report = _script("report")
     lcfg = load_sweep(HERE / "laziness.yaml")
     block = report.readme_block(
@@ -505,10 +506,14 @@ def test_the_readme_states_the_committed_reading():
     readme = (ROOT / "README.md").read_text()
     assert f"{report.README_BEGIN}\n{block}\n{report.README_END}" in readme
     laziness = report.L
+    assert laziness.STUDIES_PAGE == ROOT / "docs" / "studies.md"
+    studies = laziness.STUDIES_PAGE.read_text()
     assert (
         f"{laziness.README_BEGIN}\n{laziness.readme_block(lcfg, laziness.load_cells(lcfg))}\n"
-        f"{laziness.README_END}" in readme
+        f"{laziness.README_END}" in studies
     )
+    # each block stands in one place only, so that no stale copy is left behind
+    assert report.README_BEGIN not in studies and laziness.README_BEGIN not in readme
 
 
 def test_the_committed_reports_name_no_local_path():

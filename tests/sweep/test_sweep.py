@@ -353,6 +353,18 @@ def test_probe_reads_which_memory_carries_the_answer():
     assert report.carrier(p(90, 90, 90, 90)) == "full attention (untouched by the probe)"
 
 
+def test_the_studies_page_states_the_committed_sweep():
+    # docs/studies.md's window-sweep summary is what run.py writes from the committed
+    # results.json (it rewrites that page, not the README, after a full CPU sweep)
+    assert report.STUDIES_PAGE == ROOT / "docs" / "studies.md"
+    results = json.loads((report.HERE / "results.json").read_text())
+    seq_len = next(iter(results.values()))[0]["seq_len"]
+    block = report.readme_block(load_sweep(SWEEP), aggregate(results), seq_len)
+    page = report.STUDIES_PAGE.read_text()
+    assert f"{report.README_BEGIN}\n{block}\n{report.README_END}" in page
+    assert report.README_BEGIN not in (ROOT / "README.md").read_text()
+
+
 @pytest.mark.slow
 def test_quick_sweep_writes_a_report_from_the_runs(tmp_path):
     cmd = [
