@@ -1,27 +1,26 @@
-"""A compiled decode step on fixed-shape buffers: the fast path of :func:`swax.generate.generate`.
+"""The fixed-shape decode of :func:`swax.generate.generate`: one step, compiled or not.
 
 A SWAX model's decode state never grows, so every decode step has the same shapes. After the
-(chunked, eager) prefill, :class:`StaticState` copies the :class:`~swax.state.SwaxState` into
-preallocated buffers, one set per layer:
+(chunked, eager) prefill, :class:`StaticState` asks each layer's mixer for its state as
+fixed-shape buffers (``decode_buffers``, the protocol of :mod:`swax.layers.base`): a ring of
+W keys and values for a sliding-window layer, a buffer of ``capacity`` slots for full attention
+(rounded up to a power of two, so that few sizes compile), the recurrent memories of the mLSTM
+and Gated DeltaNet layers; plus the position of each row, a (B,) tensor: rows may sit at
+different positions (batched decode of prompts of different lengths,
+:func:`swax.generate.generate_batch`). This module never looks at the layer kinds: a new mixer
+that implements the protocol decodes here unchanged.
 
-- S layers: a ring buffer of W keys and values, the key of absolute position p in slot p % W;
-- A layers (and S layers run with ``window=None``): a buffer of ``capacity`` slots, enough for
-  the prompt and every new token (rounded up to a power of two, so that few sizes compile);
-- X layers: the mLSTM memory (C, n, m [, conv]); D layers: the delta-rule memory (S, conv);
+One step (:func:`decode_logits`: every mixer's ``step``, then the head) updates the buffers in
+place, so no shape depends on the position; the next token is picked inside the same function
+(argmax, or the temperature / top-k / top-p distribution, whose values are tensors: one graph
+serves every value; its one multinomial draw follows outside, from the caller's seeded
+generator). The eager reference (``compile=False``) runs that same function uncompiled.
 
-plus the position of each row, a (B,) tensor: rows may sit at different positions (batched
-decode of prompts of different lengths, :func:`swax.generate.generate_batch`). One step
-(:func:`decode_logits`: every layer's ``step`` method, then the head) writes the new key and
-value into slot ``pos % R``, attends to the R slots under a validity mask and updates the
-recurrent memories in place, so no shape depends on the position; the next token is picked
-inside the same graph (argmax, or the temperature / top-k / top-p distribution whose one
-multinomial draw follows outside, from the caller's seeded generator).
-
-:func:`step_runner` compiles that step once per (batch size, buffer shapes and dtypes, device,
-sampling options) and keeps it on the model for later calls: ``torch.compile`` (inductor) on the
-CPU, a captured CUDA graph on a GPU; at most MAX_STEPS per model, least recently used evicted.
-If compiling a configuration fails (no C compiler, an inductor error) it logs one warning and
-returns None for that configuration: the caller then decodes with the eager reference path.
+:func:`step_runner` compiles it once per (batch size, buffer shapes and dtypes, device, sampling
+mode) and keeps it on the model for later calls: ``torch.compile`` (inductor) on the CPU; on a
+GPU the inductor-compiled step captured in a CUDA graph; at most MAX_STEPS per model, least
+recently used evicted. If compiling a configuration fails (no C compiler, an inductor error) it
+logs one warning and returns None for that configuration: the caller then runs the eager step.
 :meth:`StaticState.to_swax_state` gives the state back as a SwaxState (``return_state``).
 """
 
@@ -38,14 +37,14 @@ from collections.abc import Callable, Sequence
 import torch
 from torch import nn
 
-from swax.layers.attention import AttentionState
-from swax.state import SwaxState
+from swax.layers.base import NoStaticForm
+from swax.state import SwaxState, map_tensors
 
 log = logging.getLogger("swax")
 
-ATTENTION_KINDS = ("S", "A")
 MIN_CAPACITY = 256
-"""Smallest slot count of a full-attention buffer (capacities are powers of two from here)."""
+"""Smallest slot count of a buffer that grows with the context (capacities are powers of two
+from here)."""
 
 
 def capacity_for(tokens: int) -> int:
@@ -61,35 +60,15 @@ def _layer_window(window, i: int):
     return window[i] if isinstance(window, tuple) else window
 
 
-def _check_part(model: nn.Module, state: SwaxState) -> None:
-    """Raise ValueError unless ``state`` is a SwaxState of ``model`` that the static buffers can
-    hold (a packed prefill's per-document attention states cannot)."""
-    if not isinstance(state, SwaxState) or len(state.layers) != len(model.blocks):
-        raise ValueError("state must be a SwaxState returned by this model")
-    for layer in state.layers:
-        if isinstance(layer, AttentionState) and layer.doc_start is not None:
-            raise ValueError("a state after a packed prefill (doc_ids) has no static form")
-
-
 @dataclasses.dataclass
 class StaticState:
     """Fixed-shape decode buffers of a batch: ``layers[i]`` is layer i's tuple of tensors
-    (see the module docstring), ``pos`` (B,) int64 the tokens each row has consumed (the
+    (its mixer's ``decode_buffers``), ``pos`` (B,) int64 the tokens each row has consumed (the
     position of its next token), ``window`` the SwaxState window they were built for."""
 
     layers: list[tuple[torch.Tensor, ...]]
     pos: torch.Tensor
     window: object
-
-    @staticmethod
-    def holds(model: nn.Module, state) -> bool:
-        """Whether ``state`` (a SwaxState of ``model``) has a static form: not after a packed
-        prefill (doc_ids), whose attention states mask per document."""
-        try:
-            _check_part(model, state)
-        except ValueError:
-            return False
-        return True
 
     @classmethod
     def from_parts(
@@ -101,28 +80,33 @@ class StaticState:
         """Buffers for the rows of several states: ``parts`` holds (state, batch rows it fills),
         the rows of all parts covering 0 … B - 1 once; the states may sit at different
         positions (prompts of different lengths prefilled apart) but share one window.
-        ``capacity``: slots of the full-attention buffers (above every position to come)."""
+        ``capacity``: slots of the buffers that grow with the context (above every position to
+        come). Raises :class:`~swax.layers.base.NoStaticForm` (a ValueError) when a layer's
+        state has no fixed-shape form or the parts' buffers do not stack."""
         rows = [r for _, rs in parts for r in rs]
         if not parts or sorted(rows) != list(range(len(rows))):
             raise ValueError("the parts' rows must cover 0 … B - 1 once each")
         first = parts[0][0]
         for state, _ in parts:
-            _check_part(model, state)
+            if not isinstance(state, SwaxState) or len(state.layers) != len(model.blocks):
+                raise ValueError("state must be a SwaxState returned by this model")
             if state.window != first.window:
                 raise ValueError("all parts of a static state need the same window")
-            if state.pos > capacity and _has_full_attention(model, first.window):
-                raise ValueError(f"position {state.pos} exceeds the capacity {capacity}")
         B = len(rows)
         layers = []
-        for i, kind in enumerate(model.config.layer_types):
-            bufs = None
-            for state, rs in parts:
+        for i, block in enumerate(model.blocks):
+            per_part = [block.mixer.decode_buffers(st.layers[i], capacity) for st, _ in parts]
+            if len(parts) == 1 and list(parts[0][1]) == list(range(B)):
+                layers.append(tuple(per_part[0]))  # fresh tensors already, rows in order
+                continue
+            shapes = {tuple((t.shape[1:], t.dtype) for t in bufs) for bufs in per_part}
+            if len(shapes) > 1:
+                raise NoStaticForm(f"layer {i}: the parts' decode buffers differ in shape")
+            bufs = tuple(t.new_zeros((B, *t.shape[1:])) for t in per_part[0])
+            for (_, rs), tensors in zip(parts, per_part):
                 index = torch.as_tensor(list(rs), dtype=torch.long)
-                tensors = _layer_tensors(kind, state.layers[i], capacity)
-                if bufs is None:
-                    bufs = tuple(t.new_zeros((B, *t.shape[1:])) for t in tensors)
                 for buf, t in zip(bufs, tensors):
-                    buf.index_copy_(0, index.to(buf.device), t.to(buf.dtype))
+                    buf.index_copy_(0, index.to(buf.device), t)
             layers.append(bufs)
         device = model.embed.weight.device
         pos = torch.zeros(B, dtype=torch.long, device=device)
@@ -135,44 +119,63 @@ class StaticState:
         p = int(self.pos[0])
         if bool((self.pos != p).any()):
             raise ValueError("rows at different positions have no common SwaxState")
-        out = []
-        for i, (kind, bufs) in enumerate(zip(model.config.layer_types, self.layers)):
-            if kind not in ATTENTION_KINDS:
-                out.append(tuple(b.clone() for b in bufs))
-                continue
-            w = _layer_window(self.window, i) if kind == "S" else None
-            k, v = bufs if w is not None else (b[:, :, :p] for b in bufs)
-            out.append(AttentionState(k.clone(), v.clone(), p, w))
-        return SwaxState(tuple(out), p, self.window)
+        out = tuple(
+            map_tensors(
+                block.mixer.decode_state(bufs, p, _layer_window(self.window, i)), torch.clone
+            )
+            for i, (block, bufs) in enumerate(zip(model.blocks, self.layers))
+        )
+        return SwaxState(out, p, self.window)
 
     def tensors(self) -> list[torch.Tensor]:
         """Every buffer, the positions last."""
         return [t for bufs in self.layers for t in bufs] + [self.pos]
 
 
-def _has_full_attention(model: nn.Module, window) -> bool:
-    kinds = model.config.layer_types
-    return any(
-        k == "A" or (k == "S" and _layer_window(window, i) is None) for i, k in enumerate(kinds)
-    )
-
-
-def _layer_tensors(kind: str, layer_state, capacity: int) -> tuple[torch.Tensor, ...]:
-    """One layer's state as the tensors of its buffers (batch first)."""
-    if kind not in ATTENTION_KINDS:
-        return tuple(layer_state)
-    st: AttentionState = layer_state
-    if st.window is not None:  # already a ring of W slots
-        return st.k, st.v
-    B, H, _, D = st.k.shape
-    k = st.k.new_zeros(B, H, capacity, D)
-    v = st.v.new_zeros(B, H, capacity, st.v.shape[-1])
-    k[:, :, : st.pos] = st.k
-    v[:, :, : st.pos] = st.v
-    return k, v
-
-
 # ------------------------------------------------------------------------------ the step
+
+
+@dataclasses.dataclass(frozen=True)
+class Sampling:
+    """How the next token is picked: greedy (``temperature`` 0), or drawn from softmax(logits /
+    temperature) restricted to the ``top_k`` most likely tokens and to the nucleus of mass
+    ``top_p``. A compiled step depends on :attr:`mode` only; the values travel as a tensor
+    (:meth:`values`), so a new temperature, k or p reuses the graph."""
+
+    temperature: float = 0.0
+    top_k: int | None = None
+    top_p: float | None = None
+
+    @property
+    def mode(self) -> tuple[bool, bool] | None:
+        """None (greedy) or (restricted to the top k, restricted to a nucleus)."""
+        if self.temperature == 0:
+            return None
+        return (self.top_k is not None, self.top_p is not None and self.top_p < 1.0)
+
+    def values(self, device) -> torch.Tensor:
+        """(temperature, top_k, top_p) as a float32 tensor (k as a float: exact below 2^24)."""
+        k = 0 if self.top_k is None else self.top_k
+        p = 1.0 if self.top_p is None else self.top_p
+        return torch.tensor([self.temperature or 1.0, k, p], dtype=torch.float32, device=device)
+
+
+def probs_from(logits: torch.Tensor, mode: tuple[bool, bool], values: torch.Tensor):
+    """The distribution (B, vocab) float32 to draw from for ``mode`` (see :class:`Sampling`)
+    with ``values`` (temperature, top_k, top_p): no shape depends on the values."""
+    logits = logits.float() / values[0]
+    has_k, has_p = mode
+    if not (has_k or has_p):
+        return logits.softmax(-1)
+    sorted_logits, order = logits.sort(dim=-1, descending=True, stable=True)
+    if has_k:  # the first k of the sorted logits (one tensor comparison: k is a value)
+        rank = torch.arange(logits.shape[-1], device=logits.device, dtype=values.dtype)
+        sorted_logits = sorted_logits.masked_fill(rank >= values[1], float("-inf"))
+    if has_p:  # drop a token when the mass of the tokens before it already reaches top_p
+        probs = sorted_logits.softmax(-1)
+        drop = probs.cumsum(-1) - probs >= values[2]
+        sorted_logits = sorted_logits.masked_fill(drop, float("-inf"))
+    return torch.full_like(logits, float("-inf")).scatter(-1, order, sorted_logits).softmax(-1)
 
 
 def sampling_probs(
@@ -180,18 +183,8 @@ def sampling_probs(
 ) -> torch.Tensor:
     """The distribution (B, vocab) float32 that sampling draws from: softmax(logits /
     temperature) restricted to the top-k and to the nucleus of mass top_p (temperature > 0)."""
-    logits = logits.float() / temperature
-    if top_k is not None and top_k < logits.shape[-1]:
-        kth = logits.topk(top_k, dim=-1).values[:, -1:]
-        logits = logits.masked_fill(logits < kth, float("-inf"))
-    if top_p is not None and top_p < 1.0:
-        sorted_logits, order = logits.sort(dim=-1, descending=True)
-        probs = sorted_logits.softmax(-1)
-        # drop a token when the mass of the tokens before it already reaches top_p
-        drop = probs.cumsum(-1) - probs >= top_p
-        sorted_logits = sorted_logits.masked_fill(drop, float("-inf"))
-        logits = torch.full_like(logits, float("-inf")).scatter(-1, order, sorted_logits)
-    return logits.softmax(-1)
+    sampling = Sampling(temperature, top_k, top_p)
+    return probs_from(logits, sampling.mode, sampling.values(logits.device))
 
 
 def decode_logits(model: nn.Module, layers, tok: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
@@ -206,13 +199,26 @@ def decode_logits(model: nn.Module, layers, tok: torch.Tensor, pos: torch.Tensor
     return logits
 
 
-def _step(model, layers, tok, pos, sampling):
-    """One step: the next token (B,) for greedy decoding (``sampling`` None), else the
+def _step(model, layers, tok, pos, mode, values):
+    """One step: the next token (B,) for greedy decoding (``mode`` None), else the
     distribution to draw it from (B, vocab)."""
     logits = decode_logits(model, layers, tok, pos)
-    if sampling is None:
+    if mode is None:
         return logits.argmax(-1)
-    return sampling_probs(logits, *sampling)
+    return probs_from(logits, mode, values)
+
+
+class EagerStep:
+    """The step uncompiled: the reference every compiled step is held to, and what runs when
+    nothing is compiled. ``run(static, tok, values)`` advances ``static`` by ``tok`` (B,)."""
+
+    compile_s = 0.0
+
+    def __init__(self, model: nn.Module, mode):
+        self.model, self.mode = model, mode
+
+    def run(self, static: StaticState, tok: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
+        return _step(self.model, static.layers, tok, static.pos, self.mode, values)
 
 
 # ------------------------------------------------------------------------------ compiled steps
@@ -253,78 +259,109 @@ each (about 1.5x faster per token on the CPU, benchmarks/README.md)."""
 
 
 class StepRunner:
-    """One compiled decode step of one configuration. ``run(static, tok)`` advances ``static``
-    (a StaticState of that configuration) by ``tok`` (B,) and returns what :func:`_step`
-    returns. ``compile_s``: seconds the compile took (the first call's cost). The step has a
-    code object of its own (:func:`_own_code`): its compiled graph is the only entry of its
-    dynamo cache, so guard evaluation stays short and no other configuration evicts it."""
+    """One compiled decode step of one configuration. ``run(static, tok, values)`` advances
+    ``static`` (a StaticState of that configuration) by ``tok`` (B,) and returns what
+    :func:`_step` returns. ``compile_s``: seconds the compile took (the first call's cost).
+    The step has a code object of its own (:func:`_own_code`): its compiled graph is the only
+    entry of its dynamo cache, so guard evaluation stays short and no other configuration
+    evicts it."""
 
-    def __init__(self, model: nn.Module, sampling, n: int):
-        self.model, self.sampling = model, sampling
-        backend = compile_backend()
-        options = INDUCTOR_OPTIONS if backend == "inductor" else None
-        self.fn = torch.compile(
-            _own_code(_step, n), fullgraph=True, dynamic=False, backend=backend, options=options
-        )
+    def __init__(self, model: nn.Module, mode, n: int):
+        self.model, self.mode = model, mode
+        self.fn = _compiled(n, cpu=True)
         self.compile_s = 0.0
 
-    def warm_up(self, static: StaticState, tok: torch.Tensor) -> None:
+    def warm_up(self, static: StaticState, tok: torch.Tensor, values: torch.Tensor) -> None:
         """Compile on copies of the buffers (a failing compile touches no real state)."""
         copies = [tuple(t.clone() for t in bufs) for bufs in static.layers]
         t0 = time.perf_counter()
-        self.fn(self.model, copies, tok.clone(), static.pos.clone(), self.sampling)
+        self.fn(self.model, copies, tok.clone(), static.pos.clone(), self.mode, values)
         self.compile_s = time.perf_counter() - t0
 
-    def run(self, static: StaticState, tok: torch.Tensor) -> torch.Tensor:
-        return self.fn(self.model, static.layers, tok, static.pos, self.sampling)
+    def run(self, static: StaticState, tok: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
+        return self.fn(self.model, static.layers, tok, static.pos, self.mode, values)
+
+
+def _compiled(n: int, cpu: bool):
+    """:func:`_step` under torch.compile with its own code object (C++ wrapper on the CPU)."""
+    backend = compile_backend()
+    options = INDUCTOR_OPTIONS if backend == "inductor" and cpu else None
+    return torch.compile(
+        _own_code(_step, n), fullgraph=True, dynamic=False, backend=backend, options=options
+    )
 
 
 class CudaGraphRunner(StepRunner):
-    """The step captured in a CUDA graph on buffers of its own: ``run`` copies the state in
-    when it is a new one, replays the graph, and leaves the state in the graph's buffers
-    (``static`` is rebound to them)."""
+    """The step compiled by inductor, then captured in a CUDA graph on buffers of its own (as
+    gpt-fast's "reduce-overhead", with the graph and its buffers owned here): ``run`` copies the
+    state in when it is a new one, copies the token and the sampling values into the graph's
+    inputs, replays the graph, and leaves the state in the graph's buffers (``static`` is
+    rebound to them). If inductor cannot compile the step, the eager step is captured instead
+    (one warning). The runner is keyed on the weights' storage (:func:`_weights_key`), so it
+    never replays on memory the model no longer owns."""
 
-    def __init__(self, model: nn.Module, sampling, n: int):
-        self.model, self.sampling, self.compile_s = model, sampling, 0.0
+    def __init__(self, model: nn.Module, mode, n: int):
+        self.model, self.mode, self.n, self.compile_s = model, mode, n, 0.0
         self.graph, self.static, self.out = None, None, None
 
-    def warm_up(self, static: StaticState, tok: torch.Tensor) -> None:
+    def warm_up(self, static: StaticState, tok: torch.Tensor, values: torch.Tensor) -> None:
         t0 = time.perf_counter()
         mine = StaticState(
             [tuple(t.clone() for t in b) for b in static.layers], static.pos.clone(), static.window
         )
-        self.tok = tok.clone()
-        stream = torch.cuda.Stream()
-        stream.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(stream):  # allocations and lazy set-up before the capture
-            scratch = [tuple(t.clone() for t in b) for b in mine.layers]
-            _step(self.model, scratch, self.tok, mine.pos.clone(), self.sampling)
-        torch.cuda.current_stream().wait_stream(stream)
+        self.tok, self.values = tok.clone(), values.clone()
+        fn = _compiled(self.n, cpu=False)
+        try:
+            self._run_aside(fn, mine)
+        except Exception as e:  # noqa: BLE001 - capture the eager step instead
+            if _is_oom(e):
+                raise
+            log.warning(
+                "swax: inductor could not compile the CUDA decode step (%s: %s); capturing the "
+                "eager step",
+                type(e).__name__,
+                str(e).splitlines()[0][:160] if str(e) else "",
+            )
+            fn = _step
+            self._run_aside(fn, mine)
         self.graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(self.graph):
-            self.out = _step(self.model, mine.layers, self.tok, mine.pos, self.sampling)
+            self.out = fn(self.model, mine.layers, self.tok, mine.pos, self.mode, self.values)
         self.static = mine
         torch.cuda.synchronize()
         self.compile_s = time.perf_counter() - t0
 
-    def run(self, static: StaticState, tok: torch.Tensor) -> torch.Tensor:
+    def _run_aside(self, fn, mine: StaticState) -> None:
+        """Run ``fn`` on scratch copies on a side stream: compilation, autotuning, lazy
+        allocations and workspace set-up happen before the capture."""
+        stream = torch.cuda.Stream()
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):
+            for _ in range(2):
+                scratch = [tuple(t.clone() for t in b) for b in mine.layers]
+                fn(self.model, scratch, self.tok, mine.pos.clone(), self.mode, self.values)
+        torch.cuda.current_stream().wait_stream(stream)
+        torch.cuda.synchronize()
+
+    def run(self, static: StaticState, tok: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
         if static is not self.static:  # a new generation: its state into the graph's buffers
             for dst, src in zip(self.static.tensors(), static.tensors()):
                 dst.copy_(src)
             static.layers, static.pos = self.static.layers, self.static.pos
             self.static = static
         self.tok.copy_(tok)
+        self.values.copy_(values)
         self.graph.replay()
         return self.out.clone()
 
 
-def _config_key(static: StaticState, sampling) -> tuple:
+def _config_key(static: StaticState, mode) -> tuple:
     return (
         tuple((tuple(t.shape), t.dtype) for t in static.tensors()),
         static.pos.device.type,
         static.pos.device.index,
         static.window,
-        sampling,
+        mode,
     )
 
 
@@ -347,16 +384,22 @@ def _is_oom(e: BaseException) -> bool:
 
 
 def step_runner(
-    model: nn.Module, static: StaticState, tok: torch.Tensor, sampling, compile_new: bool = True
+    model: nn.Module,
+    static: StaticState,
+    tok: torch.Tensor,
+    mode,
+    values: torch.Tensor,
+    compile_new: bool = True,
 ) -> StepRunner | None:
     """The compiled step for this configuration: kept on ``model`` from an earlier call (at most
     :data:`MAX_STEPS`, least recently used evicted), else compiled now when ``compile_new``
     (``tok``: a token batch of the right shape); None when there is none, or compiling this
     configuration failed (one warning says why; other configurations still compile; running out
     of memory is reported as such and tried again next time), so the caller decodes eagerly.
-    ``sampling``: None (greedy) or (temperature, top_k, top_p)."""
+    ``mode``: :attr:`Sampling.mode`; ``values``: :meth:`Sampling.values` (what the compile
+    runs with; a later call may pass others)."""
     device = static.pos.device.type
-    config = _config_key(static, sampling)
+    config = _config_key(static, mode)
     if (device, config) in _FAILED:
         return None
     cache = model.__dict__.setdefault("_swax_decode_steps", OrderedDict())
@@ -370,9 +413,9 @@ def step_runner(
     made = model.__dict__.get("_swax_decode_made", 0)
     model.__dict__["_swax_decode_made"] = made + 1  # each step its own code object
     cls = CudaGraphRunner if device == "cuda" else StepRunner
-    runner = cls(model, sampling, made)
+    runner = cls(model, mode, made)
     try:
-        runner.warm_up(static, tok)
+        runner.warm_up(static, tok, values)
     except Exception as e:  # noqa: BLE001 - any compile failure: decode eagerly, never crash
         why = f"{type(e).__name__}: {str(e).splitlines()[0][:160] if str(e) else ''}"
         if _is_oom(e):

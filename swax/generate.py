@@ -12,14 +12,15 @@ method calls this module, so this module does not import it back (no import circ
 from __future__ import annotations
 
 import math
+from collections import deque
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import torch
 from torch import nn
 
 from swax.core.errors import InputError
-from swax.decode import StaticState, capacity_for, sampling_probs, step_runner
+from swax.decode import EagerStep, Sampling, StaticState, capacity_for, sampling_probs, step_runner
 from swax.state import DEFAULT_WINDOW, SwaxState
 
 PREFILL_CHUNK = 2048
@@ -96,7 +97,7 @@ COMPILE_MIN_TOKENS = 1024
 """With ``compile=None`` on the CPU, the decode step is compiled for a generation of at least
 this many new tokens (rows x max_new_tokens), or when this configuration was compiled earlier in
 the process; shorter one-off generations decode eagerly, as compiling costs seconds
-(README, "Generation"). On CUDA the step is always captured (milliseconds)."""
+(docs/generation.md). On CUDA the step is always captured (milliseconds)."""
 
 
 @dataclass
@@ -113,26 +114,94 @@ class _Stopping:
         """Whether anything but the token budget can end a row."""
         return self.eos is not None or bool(self.stops) or bool(self.stop_strings)
 
-    ended: dict[int, int] | None = None
-    """When a dict: row -> number of ids it generated up to its stop (set by :meth:`update`)."""
 
-    def update(self, done: torch.Tensor, out: list[torch.Tensor]) -> None:
-        """Mark the rows whose generated ids ``out`` (one (B,) tensor per step) end a row."""
-        nxt, before = out[-1], None if self.ended is None else done.clone()
-        if self.eos is not None:
-            done |= nxt == self.eos
-        if self.stops or self.stop_strings:
-            gen_ids = torch.stack(out, 1).tolist()
-            for b, ids in enumerate(gen_ids):
-                if done[b]:
-                    continue
-                if any(ids[-len(s) :] == s for s in self.stops) or (
-                    self.stop_strings and any(s in self.decode(ids) for s in self.stop_strings)
-                ):
-                    done[b] = True
-        if before is not None:
-            for b in (done & ~before).nonzero()[:, 0].tolist():
-                self.ended[b] = len(out)
+CHECK_EVERY = 8
+"""Decode steps between two checks of whether every row has stopped, on a GPU: each check
+reads a value back to the host (a sync), so it is not made per token. The check only decides
+when the loop ends: the ids, their padding and the ``on_token`` calls are those of a check per
+step (see :class:`_Rows`). On the CPU, where reading back costs nothing, it checks every step
+(no step is computed in vain); with ``return_state`` too (the state must stop where the output
+does)."""
+
+NEVER = 1 << 62
+
+
+def _check_every(device: torch.device, return_state: bool) -> int:
+    return CHECK_EVERY if device.type != "cpu" and not return_state else 1
+
+
+class _Rows:
+    """The rows of one generation and what ends them, kept on the device: an eos or a stop
+    sequence ends a row inside the step's own tensors (the stop sequences are matched on a
+    tail of the last ids, never on the whole output); stop strings need text, so they are
+    checked at :meth:`flush` from each row's last few ids (enough to hold the longest stop
+    string: incremental, not a decode of the whole output per step). A row that ends is
+    padded from the next step on; ``end[b]`` is the number of ids row ``b`` kept (its stop
+    included), NEVER while it runs."""
+
+    def __init__(self, stopping: _Stopping, done: torch.Tensor, on_token):
+        self.s, self.done, self.on_token = stopping, done, on_token
+        device = done.device
+        self.end = torch.where(done, 0, NEVER)
+        longest = max((len(q) for q in stopping.stops), default=0)
+        self.tail = torch.full((done.shape[0], longest), -1, dtype=torch.long, device=device)
+        self.seqs = [torch.tensor(q, dtype=torch.long, device=device) for q in stopping.stops]
+        # a stop string of n bytes lies within the last n + 8 ids if every id decodes to at
+        # least one byte (the 8: a character split at the window's start)
+        keep = max((len(t.encode("utf-8")) for t in stopping.stop_strings), default=0) + 8
+        self.recent = [deque(maxlen=keep) for _ in range(done.shape[0])]
+        self.flushed = 0  # steps handed to on_token and checked for stop strings
+
+    def mark(self, nxt: torch.Tensor, step: int) -> None:
+        """Rows that ``nxt`` (the ids of ``step``) ends by eos or a stop sequence: on the
+        device, no sync."""
+        hit = torch.zeros_like(self.done)
+        if self.s.eos is not None:
+            hit |= nxt == self.s.eos
+        if self.seqs:
+            self.tail = torch.cat([self.tail[:, 1:], nxt[:, None]], 1)
+            n = self.tail.shape[1]
+            for q in self.seqs:
+                hit |= (self.tail[:, n - len(q) :] == q).all(-1)
+        new = hit & ~self.done
+        self.end = torch.where(new, step + 1, self.end)
+        self.done |= new
+
+    def flush(self, out: list[torch.Tensor]) -> int | None:
+        """Check the steps since the last flush for stop strings (one read-back of their ids),
+        pad what follows a stop so found, hand the steps to ``on_token``; return the output's
+        length when every row has ended (None while one runs)."""
+        if self.s.stop_strings:
+            self._stop_strings(out)
+        end = self.end.tolist()
+        n = max(max(end), 1) if max(end) < NEVER else None
+        last = len(out) if n is None else n
+        if self.on_token is not None:
+            for t in range(self.flushed, last):
+                self.on_token(out[t])
+        self.flushed = last
+        return n
+
+    def _stop_strings(self, out: list[torch.Tensor]) -> None:
+        new = torch.stack(out[self.flushed :], 1).tolist()  # (B, steps) in one read-back
+        end = self.end.tolist()
+        for b, ids in enumerate(new):
+            for j, tok in enumerate(ids):
+                t = self.flushed + j
+                if t >= end[b]:
+                    break
+                self.recent[b].append(tok)
+                text = self.s.decode(list(self.recent[b]))
+                if any(q in text for q in self.s.stop_strings):
+                    self._end_at(b, t, out)
+                    break
+
+    def _end_at(self, b: int, t: int, out: list[torch.Tensor]) -> None:
+        """Row ``b`` stopped at step ``t``, found after later steps ran: pad those."""
+        for later in out[t + 1 :]:
+            later[b] = self.s.pad
+        self.end[b] = t + 1
+        self.done[b] = True
 
 
 def _stopping(eos_token_id, pad_token_id, stop_sequences, stop_strings, decode) -> _Stopping:
@@ -144,42 +213,56 @@ def _stopping(eos_token_id, pad_token_id, stop_sequences, stop_strings, decode) 
     return _Stopping(eos_token_id, pad, stops, stop_strings, decode)
 
 
-def _decode_loop(nxt, advance, max_new_tokens, stopping, on_token, done) -> list[torch.Tensor]:
-    """The generated ids, one (B,) tensor per step: ``nxt`` first (sampled from the prefill's
-    logits), then ``advance(previous ids)`` until every row is ``done`` (rows done at the
-    start never produce anything but padding) or ``max_new_tokens`` ids are out."""
+def _decode_loop(nxt, advance, max_new_tokens, stopping, on_token, done, every=1):
+    """The generated ids, one (B,) tensor per step, and {row: ids it kept} for the rows that
+    stopped: ``nxt`` first (sampled from the prefill's logits), then ``advance(previous
+    ids)`` until every row has stopped (rows ``done`` at the start only ever produce padding)
+    or ``max_new_tokens`` ids are out. Whether every row has stopped is read back every
+    ``every`` steps; the result does not depend on it."""
     out: list[torch.Tensor] = []
-    stops = stopping.can_end() or bool(done.any())
-    for step in range(max_new_tokens):
-        if stops:  # nothing can end a row otherwise: no checks (and no device sync) per step
-            nxt = torch.where(done, torch.full_like(nxt, stopping.pad), nxt)
-        out.append(nxt)
-        if on_token is not None:
-            on_token(nxt)
-        if step == max_new_tokens - 1:
-            break
-        if stops:
-            stopping.update(done, out)
-            if bool(done.all()):
+    if not (stopping.can_end() or bool(done.any())):  # nothing to check, nothing to sync
+        for step in range(max_new_tokens):
+            out.append(nxt)
+            if on_token is not None:
+                on_token(nxt)
+            if step == max_new_tokens - 1:
                 break
+            nxt = advance(nxt)
+        return out, {}
+    rows = _Rows(stopping, done, on_token)
+    for step in range(max_new_tokens):
+        nxt = torch.where(rows.done, torch.full_like(nxt, stopping.pad), nxt)
+        out.append(nxt)
+        last = step == max_new_tokens - 1
+        if not last:
+            rows.mark(nxt, step)
+        if last or (step + 1) % every == 0:
+            n = rows.flush(out)
+            if n is not None:
+                del out[n:]
+                break
+        if last:
+            break
         nxt = advance(nxt)
-    return out
+    return out, {b: e for b, e in enumerate(rows.end.tolist()) if e < NEVER}
 
 
-def _sampling_key(temperature, top_k, top_p):
-    """What the compiled step specialises on: None (greedy) or the sampling options."""
-    return None if temperature == 0 else (float(temperature), top_k, top_p)
+def _advance(runner, static, sampling: Sampling, values, gen):
+    """``advance`` through ``runner`` (compiled or eager) on ``static``."""
+    if sampling.mode is None:
+        return lambda tok: runner.run(static, tok, values)
+    return lambda tok: torch.multinomial(runner.run(static, tok, values), 1, generator=gen)[:, 0]
 
 
-def _compiled_advance(model, static, nxt, sampling, gen, force: bool):
-    """``advance`` through the compiled step for ``static`` (None when none is compiled and
-    ``force`` is false, or compiling failed)."""
-    runner = step_runner(model, static, nxt, sampling, compile_new=force)
-    if runner is None:
-        return None
-    if sampling is None:
-        return lambda tok: runner.run(static, tok)
-    return lambda tok: torch.multinomial(runner.run(static, tok), 1, generator=gen)[:, 0]
+def _runner(model, static, nxt, sampling: Sampling, values, compile, tokens: int):
+    """The compiled step for this configuration (compiled now if :func:`_wants_compile`),
+    else the eager one."""
+    if compile is not False:
+        force = _wants_compile(compile, model, tokens)
+        runner = step_runner(model, static, nxt, sampling.mode, values, compile_new=force)
+        if runner is not None:
+            return runner
+    return EagerStep(model, sampling.mode)
 
 
 def _wants_compile(compile, model, tokens: int) -> bool:
@@ -244,22 +327,21 @@ def generate(
     logits, state = prefill(model, input_ids, window, state, prefill_chunk_size, progress)
     B = input_ids.shape[0]
     nxt = sample_next(logits, temperature, top_k, top_p, gen)
-    advance, static = None, None
-    if compile is not False and max_new_tokens > 1 and StaticState.holds(model, state):
-        static = StaticState.from_parts(
-            model, [(state, range(B))], capacity_for(state.pos + max_new_tokens)
-        )
-        sampling = _sampling_key(temperature, top_k, top_p)
-        force = _wants_compile(compile, model, B * max_new_tokens)
-        advance = _compiled_advance(model, static, nxt, sampling, gen, force)
-    if advance is None:
-        static, advance = None, _EagerStep(model, state, window, temperature, top_k, top_p, gen)
     done = torch.zeros(B, dtype=torch.bool, device=device)
-    out = _decode_loop(nxt, advance, max_new_tokens, stopping, on_token, done)
+    static, advance = None, None
+    if max_new_tokens > 1:  # else no step: the one id comes from the prefill's logits
+        capacity = capacity_for(state.pos + max_new_tokens)
+        static = StaticState.from_parts(model, [(state, range(B))], capacity)
+        sampling = Sampling(temperature, top_k, top_p)
+        values = sampling.values(device)
+        runner = _runner(model, static, nxt, sampling, values, compile, B * max_new_tokens)
+        advance = _advance(runner, static, sampling, values, gen)
+    every = _check_every(device, return_state)
+    out, _ = _decode_loop(nxt, advance, max_new_tokens, stopping, on_token, done, every)
     ids = torch.cat([input_ids, torch.stack(out, 1)], 1) if out else input_ids
     if not return_state:
         return ids
-    return ids, (advance.state if static is None else static.to_swax_state(model))
+    return ids, (state if static is None else static.to_swax_state(model))
 
 
 def _check_compile(compile) -> None:
@@ -283,22 +365,6 @@ def truncate_at_stop(text: str, stop_strings: Sequence[str]) -> str:
         if s and i != -1:
             cut = min(cut, i)
     return text[:cut]
-
-
-class _EagerStep:
-    """``advance`` through the model's own eager decode (the reference path); ``state`` is
-    the SwaxState after the ids fed so far."""
-
-    def __init__(self, model, state, window, temperature, top_k, top_p, gen):
-        self.model, self.state, self.window, self.gen = model, state, window, gen
-        self.sampling = (temperature, top_k, top_p)
-
-    def __call__(self, tok: torch.Tensor) -> torch.Tensor:
-        # the ids were sampled from the model's own logits: in range, no check (a host sync)
-        logits, self.state = self.model(
-            tok[:, None], window=self.window, state=self.state, return_state=True, check_ids=False
-        )
-        return sample_next(logits[:, -1].float(), *self.sampling, self.gen)
 
 
 # ------------------------------------------------------------------------------ batches
@@ -416,29 +482,20 @@ def _batch_rows(model, prompts, pad_to, stopping, o: _BatchOptions) -> list[list
     (copies of row 0, done from the start), so that few batch sizes compile."""
     B = len(prompts)
     parts, first = _prefill_groups(model, prompts, o)
-    if o.compile is not False and o.max_new > 1:
-        index = torch.zeros(pad_to - B, dtype=torch.long)
-        padded = parts + (
-            [(parts[0][0].select_rows(index), range(B, pad_to))] if pad_to > B else []
-        )
-        nxt = torch.cat([first, first[:1].expand(pad_to - B)])
-        cap = capacity_for(max(st.pos for st, _ in parts) + o.max_new)
-        static = StaticState.from_parts(model, padded, cap)
-        force = _wants_compile(o.compile, model, pad_to * o.max_new)
-        sampling = _sampling_key(o.temperature, o.top_k, o.top_p)
-        advance = _compiled_advance(model, static, nxt, sampling, o.gen, force)
-        if advance is not None:
-            stop = replace(stopping, ended={})
-            done = torch.arange(pad_to, device=nxt.device) >= B
-            out = _decode_loop(nxt, advance, o.max_new, stop, None, done)
-            return _cut(torch.stack(out, 1)[:B].tolist(), stop.ended)
-    result: list[list[int]] = [[] for _ in range(B)]
-    for state, members in parts:  # eager: each group of equal-length prompts on its own
-        stop = replace(stopping, ended={})
-        step = _EagerStep(model, state, o.window, o.temperature, o.top_k, o.top_p, o.gen)
-        rows = torch.tensor(members, device=first.device)
-        done = torch.zeros(len(members), dtype=torch.bool, device=first.device)
-        out = _decode_loop(first[rows], step, o.max_new, stop, None, done)
-        for b, tokens in zip(members, _cut(torch.stack(out, 1).tolist(), stop.ended)):
-            result[b] = tokens
-    return result
+    if o.max_new <= 1:  # the one id of each row comes from its prefill
+        return [[t] for t in first.tolist()] if o.max_new == 1 else [[] for _ in range(B)]
+    if o.compile is False:
+        pad_to = B  # padding rows only spare compiles
+    index = torch.zeros(pad_to - B, dtype=torch.long)
+    padded = parts + ([(parts[0][0].select_rows(index), range(B, pad_to))] if pad_to > B else [])
+    nxt = torch.cat([first, first[:1].expand(pad_to - B)])
+    cap = capacity_for(max(st.pos for st, _ in parts) + o.max_new)
+    static = StaticState.from_parts(model, padded, cap)
+    sampling = Sampling(o.temperature, o.top_k, o.top_p)
+    values = sampling.values(nxt.device)
+    runner = _runner(model, static, nxt, sampling, values, o.compile, pad_to * o.max_new)
+    advance = _advance(runner, static, sampling, values, o.gen)
+    done = torch.arange(pad_to, device=nxt.device) >= B
+    every = _check_every(nxt.device, False)
+    out, ended = _decode_loop(nxt, advance, o.max_new, stopping, None, done, every)
+    return _cut(torch.stack(out, 1)[:B].tolist(), ended)

@@ -22,18 +22,24 @@ DEFAULT_WINDOW = _Default()
 """Sentinel: use ``config.window``. Pass ``window=None`` explicitly for full causal attention."""
 
 
-def _rows(obj, index: torch.Tensor):
-    """``obj`` with every tensor in it (batch first, as every layer state is) cut to rows
-    ``index``; tuples, lists and dataclasses are rebuilt around them, other values kept."""
+def map_tensors(obj, fn):
+    """``obj`` with ``fn`` applied to every tensor in it; tuples, lists and dataclasses are
+    rebuilt around the results, other values kept."""
     if isinstance(obj, torch.Tensor):
-        return obj.index_select(0, index.to(obj.device))
+        return fn(obj)
     if isinstance(obj, (tuple, list)):
-        return type(obj)(_rows(o, index) for o in obj)
+        return type(obj)(map_tensors(o, fn) for o in obj)
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
         return dataclasses.replace(
-            obj, **{f.name: _rows(getattr(obj, f.name), index) for f in dataclasses.fields(obj)}
+            obj, **{f.name: map_tensors(getattr(obj, f.name), fn) for f in dataclasses.fields(obj)}
         )
     return obj
+
+
+def _rows(obj, index: torch.Tensor):
+    """``obj`` with every tensor in it (batch first, as every layer state is) cut to rows
+    ``index``."""
+    return map_tensors(obj, lambda t: t.index_select(0, index.to(t.device)))
 
 
 def _tensor_bytes(obj) -> int:

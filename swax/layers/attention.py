@@ -16,6 +16,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from swax.layers.base import NoStaticForm, TokenMixer
 from swax.ops import apply_rope, sliding_window_attention
 from swax.ops.packing import doc_positions
 from swax.ops.rope import apply_rope_at
@@ -64,7 +65,7 @@ def _to_ring(k: torch.Tensor, v: torch.Tensor, end: int, window: int):
     return rk, rv
 
 
-class _Attention(nn.Module):
+class _Attention(TokenMixer):
     sliding: bool = True
 
     def __init__(
@@ -137,53 +138,80 @@ class _Attention(nn.Module):
                 "a state after a packed prefill (doc_ids) continues one token at a time, "
                 f"got {T} tokens"
             )
-        if doc_ids is not None or (state is not None and state.doc_start is not None):
-            return self._forward_docs(x, w, state, return_state, doc_ids)
         pos = 0 if state is None else state.pos
+        if state is not None and pos > 0 and T == 1:  # one decode token: the decode step
+            y, new_state = self.forward_one(x, state, pos, w)
+            return (y, new_state) if return_state else y
+        if doc_ids is not None:
+            return self._forward_docs(x, w, return_state, doc_ids)
         q, k, v = self._qkv(x, offset=pos)
-
         new_state = None
-        if state is not None and pos > 0 and T == 1 and w is not None:
-            # one decode step: write the new key into its ring slot, attend to the whole ring
-            rk, rv = state.k.clone(), state.v.clone()
-            rk[:, :, pos % w] = k[:, :, 0]
-            rv[:, :, pos % w] = v[:, :, 0]
-            n = min(pos + 1, w)
-            o = sliding_window_attention(q, rk[:, :, :n], rv[:, :, :n], None, backend=self.backend)
-            new_state = AttentionState(rk, rv, pos + 1, w)
-        else:
-            if state is not None and pos > 0:
-                ck, cv = state.chronological()
-                k, v = torch.cat([ck, k], dim=2), torch.cat([cv, v], dim=2)
-            o = sliding_window_attention(q, k, v, w, backend=self.backend)
-            if return_state:
-                if w is None:
-                    new_state = AttentionState(k, v, pos + T, None)
-                else:
-                    new_state = AttentionState(*_to_ring(k, v, pos + T, w), pos + T, w)
+        if state is not None and pos > 0:
+            ck, cv = state.chronological()
+            k, v = torch.cat([ck, k], dim=2), torch.cat([cv, v], dim=2)
+        o = sliding_window_attention(q, k, v, w, backend=self.backend)
+        if return_state:
+            if w is None:
+                new_state = AttentionState(k, v, pos + T, None)
+            else:
+                new_state = AttentionState(*_to_ring(k, v, pos + T, w), pos + T, w)
         y = self.o_proj(o.transpose(1, 2).reshape(B, T, self.n_heads * self.head_dim))
         return (y, new_state) if return_state else y
+
+    # ------------------------------------------------------------------ decode (TokenMixer)
+    def decode_buffers(self, state: AttentionState, capacity: int) -> tuple[torch.Tensor, ...]:
+        """(k, v [, doc_start]): a copy of the ring of W slots (sliding window), or a buffer of
+        ``capacity`` slots holding the ``pos`` keys in order (full attention); after a packed
+        prefill, each row's document start (B,) as a third buffer."""
+        if state.window is not None:
+            k, v = state.k.clone(), state.v.clone()
+        else:
+            if state.pos > capacity:
+                raise NoStaticForm(f"position {state.pos} exceeds the capacity {capacity}")
+            B, H, _, D = state.k.shape
+            k = state.k.new_zeros(B, H, capacity, D)
+            v = state.v.new_zeros(B, H, capacity, state.v.shape[-1])
+            k[:, :, : state.pos] = state.k
+            v[:, :, : state.pos] = state.v
+        if state.doc_start is None:
+            return k, v
+        return k, v, state.doc_start.clone()
+
+    def decode_state(self, buffers, pos: int, window) -> AttentionState:
+        w = window if self.sliding else None
+        k, v = buffers[:2]
+        if w is None:
+            k, v = k[:, :, :pos], v[:, :, :pos]
+        start = buffers[2] if len(buffers) > 2 else None
+        return AttentionState(k, v, pos, w, start)
 
     def step(self, x: torch.Tensor, state: tuple, pos: torch.Tensor) -> torch.Tensor:
         """One decode token per row, each at its own position, on fixed-shape buffers.
 
-        x: (B, d_model). ``state`` (k, v): (B, Hkv, R, D) buffers, the key of absolute position
-        p in slot p % R (R: the window, or for full attention a capacity above every position).
-        pos: (B,) int64, the position of this token in each row. Writes the new key and value
-        into slot pos % R (in place) and attends to the slots holding positions
-        max(0, pos - R + 1) … pos (a validity mask; no shape depends on pos). Returns
-        (B, d_model). For :mod:`swax.decode` (torch.compile, CUDA graphs); the eager decode of
-        :meth:`forward` is its reference.
+        x: (B, d_model). ``state`` (k, v [, doc_start]) from :meth:`decode_buffers`: (B, Hkv,
+        R, D) buffers, the key of absolute position p in slot p % R (R: the window, or for full
+        attention a capacity above every position), and after a packed prefill each row's
+        document start (B,) (RoPE counts from it, earlier keys are masked). pos: (B,) int64,
+        the position of this token in each row. Writes the new key and value into slot pos % R
+        (in place) and attends to the slots holding positions max(0, start, pos - R + 1) … pos
+        (a validity mask; no shape depends on pos). Returns (B, d_model). The only
+        single-token path: the forward of one token runs it too (:meth:`forward_one`).
         """
-        k_buf, v_buf = state
+        k_buf, v_buf = state[:2]
+        start = state[2] if len(state) > 2 else None
         B, R = x.shape[0], k_buf.shape[2]
-        q, k, v = self._qkv(x[:, None], positions=pos[:, None], checked=False)
+        at = pos if start is None else pos - start
+        q, k, v = self._qkv(x[:, None], positions=at[:, None], checked=False)
         rows = torch.arange(B, device=x.device)[:, None]
         heads = torch.arange(self.n_kv_heads, device=x.device)[None, :]
         slot = (pos % R)[:, None]
         k_buf.index_put_((rows, heads, slot), k[:, :, 0])  # (B, Hkv) index pairs, in place
         v_buf.index_put_((rows, heads, slot), v[:, :, 0])
-        valid = torch.arange(R, device=x.device)[None, :] <= pos[:, None]  # (B, R)
+        j = torch.arange(R, device=x.device)[None, :]
+        if start is None:
+            valid = j <= pos[:, None]  # (B, R)
+        else:  # the newest position in slot j, at or after the row's document start
+            valid = pos[:, None] - (pos[:, None] - j) % R >= start[:, None]
         o = F.scaled_dot_product_attention(
             q, k_buf, v_buf, valid[:, None, None, :], enable_gqa=self.n_heads != self.n_kv_heads
         )  # (B, Hq, 1, Dv)
@@ -214,38 +242,18 @@ class _Attention(nn.Module):
             k = apply_rope(k, offset, self.rope_base, positions=positions)
         return q, k, v
 
-    def _forward_docs(self, x, w, state, return_state, doc_ids):
-        """Packed documents: a prefill with doc_ids, or one decode step after one."""
+    def _forward_docs(self, x, w, return_state, doc_ids):
+        """A packed prefill (doc_ids); its state continues each row's last document."""
         B, T, _ = x.shape
-        if state is None or state.pos == 0:  # the packed prefill
-            q, k, v = self._qkv(x, positions=doc_positions(doc_ids))
-            o = sliding_window_attention(q, k, v, w, backend=self.backend, doc_ids=doc_ids)
-            new_state = None
-            if return_state:
-                t = torch.arange(T, device=x.device)
-                last = doc_ids == doc_ids[:, -1:]
-                start = torch.where(last, t, torch.full_like(t, T)).min(dim=1).values
-                ring = (k, v) if w is None else _to_ring(k, v, T, w)
-                new_state = AttentionState(*ring, T, w, start)
-        else:  # one decode step: slots before the row's document start are masked
-            pos, start = state.pos, state.doc_start
-            q, k, v = self._qkv(x, positions=(pos - start)[:, None])
-            if w is None:
-                rk, rv = torch.cat([state.k, k], 2), torch.cat([state.v, v], 2)
-                slot_pos = torch.arange(pos + 1, device=x.device)
-                n = pos + 1
-            else:
-                rk, rv = state.k.clone(), state.v.clone()
-                rk[:, :, pos % w] = k[:, :, 0]
-                rv[:, :, pos % w] = v[:, :, 0]
-                n = min(pos + 1, w)
-                j = torch.arange(n, device=x.device)
-                slot_pos = pos - (pos - j) % w  # the newest absolute position in slot j
-            G = self.n_heads // self.n_kv_heads
-            mask = (slot_pos[None, :] >= start[:, None])[:, None, None, :]  # (B, 1, 1, n)
-            kk, vv = (t.float().repeat_interleave(G, 1) for t in (rk[:, :, :n], rv[:, :, :n]))
-            o = F.scaled_dot_product_attention(q.float(), kk, vv, attn_mask=mask).to(q.dtype)
-            new_state = AttentionState(rk, rv, pos + 1, w, start)
+        q, k, v = self._qkv(x, positions=doc_positions(doc_ids))
+        o = sliding_window_attention(q, k, v, w, backend=self.backend, doc_ids=doc_ids)
+        new_state = None
+        if return_state:
+            t = torch.arange(T, device=x.device)
+            last = doc_ids == doc_ids[:, -1:]
+            start = torch.where(last, t, torch.full_like(t, T)).min(dim=1).values
+            ring = (k, v) if w is None else _to_ring(k, v, T, w)
+            new_state = AttentionState(*ring, T, w, start)
         y = self.o_proj(o.transpose(1, 2).reshape(B, T, self.n_heads * self.head_dim))
         return (y, new_state) if return_state else y
 

@@ -16,13 +16,14 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from swax.layers.base import TokenMixer
 from swax.layers.norm import MultiHeadNorm
 from swax.ops.conv import causal_conv1d
 from swax.ops.gated_delta import gated_delta_rule, gated_delta_step
 from swax.ops.packing import doc_conv1d
 
 
-class GatedDeltaNetLayer(nn.Module):
+class GatedDeltaNetLayer(TokenMixer):
     """Gated DeltaNet mixer. See the module docstring for the computation."""
 
     def __init__(
@@ -86,7 +87,8 @@ class GatedDeltaNetLayer(nn.Module):
     def step(self, x: torch.Tensor, state: tuple, pos=None) -> torch.Tensor:
         """One decode token per row on fixed-shape buffers: x (B, d_model) -> (B, d_model);
         ``state`` (S, conv) as :meth:`forward` returns it, updated in place. ``pos`` is ignored.
-        For :mod:`swax.decode`; the eager decode of :meth:`forward` is its reference."""
+        The only single-token path: the forward of one token on a state runs it too
+        (:meth:`forward_one`)."""
         B, H = x.shape[0], self.n_heads
         S, conv = state
         u = torch.cat([self.q_proj(x), self.k_proj(x), self.v_proj(x)], dim=-1)[:, :, None]
@@ -112,6 +114,9 @@ class GatedDeltaNetLayer(nn.Module):
         H = self.n_heads
         if doc_ids is not None and state is not None:
             raise ValueError("doc_ids cannot be combined with a decode state")
+        if T == 1 and state is not None:  # one decode token: the decode step
+            y, new_state = self.forward_one(x, state, 0, window)
+            return (y, new_state) if return_state else y
         S0, conv0 = (None, None) if state is None else state
         u = torch.cat([self.q_proj(x), self.k_proj(x), self.v_proj(x)], dim=-1).transpose(1, 2)
         if doc_ids is None:
@@ -127,22 +132,18 @@ class GatedDeltaNetLayer(nn.Module):
         v = v.reshape(B, T, H, -1)
         beta = torch.sigmoid(self.b_proj(x).float())  # (B, T, H)
         g = -self.A_log.float().exp() * F.softplus(self.a_proj(x).float() + self.dt_bias.float())
-        if T == 1 and S0 is not None:
-            o, S = gated_delta_step(q[:, 0], k[:, 0], v[:, 0], g[:, 0], beta[:, 0], S0)
-            o = o[:, None]
-        else:
-            o, S = gated_delta_rule(
-                q.transpose(1, 2),
-                k.transpose(1, 2),
-                v.transpose(1, 2),
-                g.transpose(1, 2),
-                beta.transpose(1, 2),
-                initial_state=S0,
-                output_final_state=return_state,
-                mode="chunk",
-                chunk_size=self.chunk_size,
-                doc_ids=doc_ids,
-            )
-            o = o.transpose(1, 2)  # (B, T, H, Dv)
+        o, S = gated_delta_rule(
+            q.transpose(1, 2),
+            k.transpose(1, 2),
+            v.transpose(1, 2),
+            g.transpose(1, 2),
+            beta.transpose(1, 2),
+            initial_state=S0,
+            output_final_state=return_state,
+            mode="chunk",
+            chunk_size=self.chunk_size,
+            doc_ids=doc_ids,
+        )
+        o = o.transpose(1, 2)  # (B, T, H, Dv)
         y = self.o_proj(self.norm(o) * F.silu(self.g_proj(x)))
         return (y, (S, new_conv)) if return_state else y

@@ -25,6 +25,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from swax.layers.base import TokenMixer
 from swax.layers.norm import MultiHeadNorm
 from swax.ops.conv import causal_conv1d
 from swax.ops.mlstm import mlstm, mlstm_step
@@ -38,7 +39,7 @@ def soft_cap(x: torch.Tensor, cap: float | None) -> torch.Tensor:
     return cap * torch.tanh(x / cap)
 
 
-class MLSTMLayer(nn.Module):
+class MLSTMLayer(TokenMixer):
     """The xLSTM-7B mLSTM mixer. See the module docstring for the computation."""
 
     def __init__(
@@ -108,8 +109,8 @@ class MLSTMLayer(nn.Module):
     def step(self, x: torch.Tensor, state: tuple, pos=None) -> torch.Tensor:
         """One decode token per row on fixed-shape buffers: x (B, d_model) -> (B, d_model);
         ``state`` (C, n, m) or (C, n, m, conv) as :meth:`forward` returns it, updated in place.
-        ``pos`` is ignored. For :mod:`swax.decode`; the eager decode of :meth:`forward` is its
-        reference."""
+        ``pos`` is ignored. The only single-token path: the forward of one token on a state runs
+        it too (:meth:`forward_one`)."""
         B, H = x.shape[0], self.n_heads
         xqk = x
         if self.conv_weight is not None:
@@ -134,6 +135,9 @@ class MLSTMLayer(nn.Module):
         H = self.n_heads
         if doc_ids is not None and state is not None:
             raise ValueError("doc_ids cannot be combined with a decode state")
+        if T == 1 and state is not None:  # one decode token: the decode step
+            y, new_state = self.forward_one(x, state, 0, window)
+            return (y, new_state) if return_state else y
         xqk, conv = x, None
         if self.conv_weight is not None:
             conv0 = None if state is None else state[3]
@@ -148,26 +152,20 @@ class MLSTMLayer(nn.Module):
         v = self.v(x).view(B, T, H, -1)
         i = soft_cap(self.igate(x), self.gate_soft_cap)  # (B, T, H)
         f = soft_cap(self.fgate(x), self.gate_soft_cap)
-        if T == 1 and state is not None:
-            h, new_state = mlstm_step(
-                q[:, 0], k[:, 0], v[:, 0], i[:, 0], f[:, 0], state, eps=self.eps
-            )
-            h = h[:, None]  # (B, 1, H, Dv)
-        else:
-            h, new_state = mlstm(
-                q.transpose(1, 2),
-                k.transpose(1, 2),
-                v.transpose(1, 2),
-                i.transpose(1, 2),
-                f.transpose(1, 2),
-                initial_state=state,
-                output_final_state=return_state,
-                mode="chunk",
-                chunk_size=self.chunk_size,
-                eps=self.eps,
-                doc_ids=doc_ids,
-            )
-            h = h.transpose(1, 2)  # (B, T, H, Dv)
+        h, new_state = mlstm(
+            q.transpose(1, 2),
+            k.transpose(1, 2),
+            v.transpose(1, 2),
+            i.transpose(1, 2),
+            f.transpose(1, 2),
+            initial_state=state,
+            output_final_state=return_state,
+            mode="chunk",
+            chunk_size=self.chunk_size,
+            eps=self.eps,
+            doc_ids=doc_ids,
+        )
+        h = h.transpose(1, 2)  # (B, T, H, Dv)
         o = torch.sigmoid(self.ogate(x))
         y = self.out_proj(o * self.norm(h))
         if return_state and conv is not None:

@@ -691,8 +691,9 @@ def test_eval_niah_records_missing_cells_name_the_file(dumped, tmp_path, capsys,
 
 def test_niah_reports_prefill_and_decode_throughput(tmp_path):
     """results.json and the table carry the model's tokens/s by length; the token counts behind
-    them equal what the model's forward was actually called with (a hook counts the tokens of
-    every call: prefill chunks first, then one-token decode steps)."""
+    them equal what the model was actually called with (hooks count the tokens of every call:
+    prefill chunks through the forward first, then one-token decode steps, which go to the
+    embedding with one id per row)."""
     tok = ByteTokenizer()
     torch.manual_seed(0)
     cfg = SwaxConfig(d_model=32, n_layers=2, n_heads=2, vocab_size=tok.vocab_size, window=16)
@@ -700,6 +701,9 @@ def test_niah_reports_prefill_and_decode_throughput(tmp_path):
     calls: list[int] = []
     model.register_forward_pre_hook(lambda m, args, kw: calls.append(args[0].shape[1]),
                                     with_kwargs=True)  # fmt: skip
+    model.embed.register_forward_pre_hook(
+        lambda m, args: calls.append(1) if args[0].ndim == 1 else None
+    )
     inner = SwaxPredictor(model, tok, prefill_chunk=300)
     inner("a first call warms the model up", 3)  # (its untimed warm-up calls are not counted)
     want = {}

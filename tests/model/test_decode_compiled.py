@@ -197,7 +197,7 @@ def test_batch_with_full_attention_matches_each_alone():
 def test_failed_compile_falls_back_to_eager_with_one_warning(monkeypatch, caplog):
     model = small_model("SX", seed=6)
 
-    def broken(self, static, tok):
+    def broken(self, static, tok, values):
         raise RuntimeError("no C compiler")
 
     monkeypatch.setattr(swax_decode.StepRunner, "warm_up", broken)
@@ -214,7 +214,7 @@ def test_failed_compile_falls_back_to_eager_with_one_warning(monkeypatch, caplog
 def test_automatic_compile_skips_short_generations_on_the_cpu(monkeypatch):
     model = small_model("SX", seed=6)
 
-    def unexpected(self, static, tok):
+    def unexpected(self, static, tok, values):
         raise AssertionError("compiled a short generation")
 
     monkeypatch.setattr(swax_decode.StepRunner, "warm_up", unexpected)
@@ -252,7 +252,7 @@ def _no_compile(monkeypatch, calls=None, fail=None):
     """StepRunner.warm_up without compiling (the cache's logic is what is tested): counts the
     configurations it is asked for, and raises ``fail(batch)`` for those it returns one."""
 
-    def warm_up(self, static, tok):
+    def warm_up(self, static, tok, values):
         if calls is not None:
             calls.append(tok.shape[0])
         err = fail(tok.shape[0]) if fail is not None else None
@@ -269,16 +269,50 @@ def test_the_step_cache_is_bounded_least_recently_used_first(monkeypatch):
     calls = []
     _no_compile(monkeypatch, calls)
     monkeypatch.setattr(swax_decode, "MAX_STEPS", 3)
-    for t in (0.5, 0.6, 0.7):  # three sampling settings: three configurations
-        generate(model, torch.tensor([[1, 2, 3]]), 4, temperature=t, seed=0, compile=True)
-    generate(model, torch.tensor([[1, 2, 3]]), 4, temperature=0.5, seed=0, compile=True)  # a hit
-    assert len(calls) == 3
-    generate(model, torch.tensor([[1, 2, 3]]), 4, temperature=0.8, seed=0, compile=True)
+
+    def batch(b):  # a batch of b rows: a configuration of its own
+        generate(model, torch.arange(1, 1 + 3 * b).view(b, 3), 4, compile=True)
+
+    for b in (1, 2, 3):
+        batch(b)
+    batch(1)  # a hit
+    assert calls == [1, 2, 3]
+    batch(4)
     cache = model.__dict__["_swax_decode_steps"]
-    assert len(cache) == 3 and len(calls) == 4
-    kept = [key[0][-1] for key in cache]  # the sampling part of each key, oldest first
-    assert [k[0] for k in kept] == [0.7, 0.5, 0.8]  # 0.6, the least recently used, went
+    assert len(cache) == 3 and calls == [1, 2, 3, 4]
+    kept = [key[0][0][-1][0][0] for key in cache]  # the batch size of each key, oldest first
+    assert kept == [3, 1, 4]  # 2, the least recently used, went
     assert swax_decode.compile_seconds(model) == 4 * 0.5  # evictions do not unsay the cost
+
+
+def test_sampling_values_share_one_compiled_step(monkeypatch):
+    """Temperature, top-k and top-p values are inputs of the step, not parts of its key: only
+    the sampling mode (greedy; temperature; with top-k; with top-p) makes a configuration."""
+    model = small_model("SX", seed=6)
+    calls = []
+    _no_compile(monkeypatch, calls)
+    ids = torch.tensor([[1, 2, 3]])
+    for t in (0.5, 0.7, 1.3):
+        generate(model, ids, 4, temperature=t, seed=0, compile=True)
+    assert len(calls) == 1
+    for k in (2, 5, 40):
+        generate(model, ids, 4, temperature=0.9, top_k=k, seed=0, compile=True)
+    for p in (0.3, 0.9):
+        generate(model, ids, 4, temperature=0.9, top_p=p, seed=0, compile=True)
+    generate(model, ids, 4, compile=True)  # greedy
+    assert len(calls) == 4
+
+
+def test_traced_sampling_with_new_values_matches_eager(sx_traced, aot_eager):
+    """One traced step (mode: temperature + top-k + top-p) given other values afterwards draws
+    what the eager step draws with those values (seeded)."""
+    ids = torch.randint(0, VOCAB, (4, 9), generator=torch.Generator().manual_seed(3))
+    for t, k, p in [(0.8, 20, 0.9), (1.7, 3, 0.5), (0.3, 61, 0.99)]:
+        kw = dict(temperature=t, top_k=k, top_p=p, seed=11)
+        comp = generate(sx_traced, ids, 24, compile=True, **kw)
+        assert torch.equal(comp, generate(sx_traced, ids, 24, compile=False, **kw)), (t, k, p)
+    steps = sx_traced.__dict__["_swax_decode_steps"]
+    assert sum(1 for key in steps if key[0][-1] == (True, True)) == 1
 
 
 def test_a_failed_compile_disables_only_its_configuration(monkeypatch, caplog):
