@@ -12,9 +12,9 @@ that implements the protocol decodes here unchanged.
 
 One step (:func:`decode_logits`: every mixer's ``step``, then the head) updates the buffers in
 place, so no shape depends on the position; the next token is picked inside the same function
-(argmax, or the temperature / top-k / top-p distribution, whose values are tensors: one graph
-serves every value; its one multinomial draw follows outside, from the caller's seeded
-generator). The eager reference (``compile=False``) runs that same function uncompiled.
+(argmax, or the temperature / top-k / top-p distribution, whose temperature and top-p are
+tensors: one graph serves every value; its one multinomial draw follows outside, from the
+caller's seeded generator). The eager reference (``compile=False``) runs that same function uncompiled.
 
 :func:`step_runner` compiles it once per (batch size, buffer shapes and dtypes, device, sampling
 mode) and keeps it on the model for later calls: ``torch.compile`` (inductor) on the CPU; on a
@@ -139,42 +139,49 @@ class StaticState:
 class Sampling:
     """How the next token is picked: greedy (``temperature`` 0), or drawn from softmax(logits /
     temperature) restricted to the ``top_k`` most likely tokens and to the nucleus of mass
-    ``top_p``. A compiled step depends on :attr:`mode` only; the values travel as a tensor
-    (:meth:`values`), so a new temperature, k or p reuses the graph."""
+    ``top_p``. A compiled step depends on :attr:`mode` only: the temperature and top_p travel as
+    a tensor (:meth:`values`), so a new value reuses the graph; k is a shape (``topk``), so
+    each k is a mode of its own."""
 
     temperature: float = 0.0
     top_k: int | None = None
     top_p: float | None = None
 
     @property
-    def mode(self) -> tuple[bool, bool] | None:
-        """None (greedy) or (restricted to the top k, restricted to a nucleus)."""
+    def mode(self) -> tuple[int | None, bool] | None:
+        """None (greedy) or (k of a top-k restriction or None, restricted to a nucleus)."""
         if self.temperature == 0:
             return None
-        return (self.top_k is not None, self.top_p is not None and self.top_p < 1.0)
+        return (self.top_k, self.top_p is not None and self.top_p < 1.0)
 
     def values(self, device) -> torch.Tensor:
-        """(temperature, top_k, top_p) as a float32 tensor (k as a float: exact below 2^24)."""
-        k = 0 if self.top_k is None else self.top_k
+        """(temperature, top_p) as a float32 tensor."""
         p = 1.0 if self.top_p is None else self.top_p
-        return torch.tensor([self.temperature or 1.0, k, p], dtype=torch.float32, device=device)
+        return torch.tensor([self.temperature or 1.0, p], dtype=torch.float32, device=device)
 
 
-def probs_from(logits: torch.Tensor, mode: tuple[bool, bool], values: torch.Tensor):
+def _nucleus(sorted_logits: torch.Tensor, top_p: torch.Tensor) -> torch.Tensor:
+    """Logits sorted in descending order with -inf where the mass of the tokens before a token
+    already reaches ``top_p``."""
+    probs = sorted_logits.softmax(-1)
+    return sorted_logits.masked_fill(probs.cumsum(-1) - probs >= top_p, float("-inf"))
+
+
+def probs_from(logits: torch.Tensor, mode: tuple[int | None, bool], values: torch.Tensor):
     """The distribution (B, vocab) float32 to draw from for ``mode`` (see :class:`Sampling`)
-    with ``values`` (temperature, top_k, top_p): no shape depends on the values."""
+    with ``values`` (temperature, top_p): no shape depends on the values. With a top-k the
+    nucleus is taken among the k candidates (``topk`` sorts them): no sort of the vocabulary."""
     logits = logits.float() / values[0]
-    has_k, has_p = mode
-    if not (has_k or has_p):
+    k, has_p = mode
+    if k is not None and k < logits.shape[-1]:
+        top, index = logits.topk(k, dim=-1)  # in descending order
+        if has_p:
+            top = _nucleus(top, values[1])
+        return torch.full_like(logits, float("-inf")).scatter(-1, index, top).softmax(-1)
+    if not has_p:
         return logits.softmax(-1)
     sorted_logits, order = logits.sort(dim=-1, descending=True, stable=True)
-    if has_k:  # the first k of the sorted logits (one tensor comparison: k is a value)
-        rank = torch.arange(logits.shape[-1], device=logits.device, dtype=values.dtype)
-        sorted_logits = sorted_logits.masked_fill(rank >= values[1], float("-inf"))
-    if has_p:  # drop a token when the mass of the tokens before it already reaches top_p
-        probs = sorted_logits.softmax(-1)
-        drop = probs.cumsum(-1) - probs >= values[2]
-        sorted_logits = sorted_logits.masked_fill(drop, float("-inf"))
+    sorted_logits = _nucleus(sorted_logits, values[1])
     return torch.full_like(logits, float("-inf")).scatter(-1, order, sorted_logits).softmax(-1)
 
 

@@ -405,7 +405,7 @@ def test_compiled_cuda_decode_matches_eager_after_the_model_changes(change):
 def test_compiled_cuda_decode_matches_eager_for_256_steps(pattern):
     """The inductor-compiled step captured in a CUDA graph gives the eager step's tokens for 256
     greedy steps (SA: full attention over a capacity buffer), and one graph serves every
-    temperature / top-k / top-p value of a sampling mode (seeded draws equal the eager ones)."""
+    temperature and top-p value of a sampling mode (seeded draws equal the eager ones)."""
     from swax.generate import generate
 
     torch.manual_seed(0)
@@ -416,9 +416,9 @@ def test_compiled_cuda_decode_matches_eager_for_256_steps(pattern):
     eager = generate(model, ids, 256, compile=False)
     assert torch.equal(generate(model, ids, 256, compile=True), eager)
     assert min(len(set(r)) for r in eager[:, 13:].tolist()) >= 10  # not one token repeated
-    for t, k, p in [(0.8, 20, 0.9), (1.5, 5, 0.6)]:
-        kw = dict(temperature=t, top_k=k, top_p=p, seed=3)
+    for t, p in [(0.8, 0.9), (1.5, 0.6)]:
+        kw = dict(temperature=t, top_k=20, top_p=p, seed=3)
         assert torch.equal(generate(model, ids, 32, compile=True, **kw),
                            generate(model, ids, 32, compile=False, **kw))  # fmt: skip
     modes = [key[0][-1] for key in model.__dict__["_swax_decode_steps"]]
-    assert modes.count((True, True)) == 1
+    assert modes.count((20, True)) == 1

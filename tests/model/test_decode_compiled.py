@@ -286,8 +286,9 @@ def test_the_step_cache_is_bounded_least_recently_used_first(monkeypatch):
 
 
 def test_sampling_values_share_one_compiled_step(monkeypatch):
-    """Temperature, top-k and top-p values are inputs of the step, not parts of its key: only
-    the sampling mode (greedy; temperature; with top-k; with top-p) makes a configuration."""
+    """Temperature and top-p values are inputs of the step, not parts of its key: only the
+    sampling mode (greedy; temperature; with a nucleus; each top-k's k, a shape) makes a
+    configuration."""
     model = small_model("SX", seed=6)
     calls = []
     _no_compile(monkeypatch, calls)
@@ -295,24 +296,26 @@ def test_sampling_values_share_one_compiled_step(monkeypatch):
     for t in (0.5, 0.7, 1.3):
         generate(model, ids, 4, temperature=t, seed=0, compile=True)
     assert len(calls) == 1
-    for k in (2, 5, 40):
-        generate(model, ids, 4, temperature=0.9, top_k=k, seed=0, compile=True)
-    for p in (0.3, 0.9):
-        generate(model, ids, 4, temperature=0.9, top_p=p, seed=0, compile=True)
+    for t, p in ((0.9, 0.3), (0.5, 0.9), (1.2, 0.6)):
+        generate(model, ids, 4, temperature=t, top_p=p, seed=0, compile=True)
+    assert len(calls) == 2
+    for t, p in ((0.9, 0.3), (0.5, 0.95)):
+        generate(model, ids, 4, temperature=t, top_k=5, top_p=p, seed=0, compile=True)
+    generate(model, ids, 4, temperature=0.9, top_k=7, seed=0, compile=True)  # another k
     generate(model, ids, 4, compile=True)  # greedy
-    assert len(calls) == 4
+    assert len(calls) == 5
 
 
 def test_traced_sampling_with_new_values_matches_eager(sx_traced, aot_eager):
-    """One traced step (mode: temperature + top-k + top-p) given other values afterwards draws
-    what the eager step draws with those values (seeded)."""
+    """One traced step (mode: top-k 20 + top-p) given other temperatures and nuclei draws what
+    the eager step draws with those values (seeded)."""
     ids = torch.randint(0, VOCAB, (4, 9), generator=torch.Generator().manual_seed(3))
-    for t, k, p in [(0.8, 20, 0.9), (1.7, 3, 0.5), (0.3, 61, 0.99)]:
-        kw = dict(temperature=t, top_k=k, top_p=p, seed=11)
+    for t, p in [(0.8, 0.9), (1.7, 0.5), (0.3, 0.99)]:
+        kw = dict(temperature=t, top_k=20, top_p=p, seed=11)
         comp = generate(sx_traced, ids, 24, compile=True, **kw)
-        assert torch.equal(comp, generate(sx_traced, ids, 24, compile=False, **kw)), (t, k, p)
+        assert torch.equal(comp, generate(sx_traced, ids, 24, compile=False, **kw)), (t, p)
     steps = sx_traced.__dict__["_swax_decode_steps"]
-    assert sum(1 for key in steps if key[0][-1] == (True, True)) == 1
+    assert sum(1 for key in steps if key[0][-1] == (20, True)) == 1
 
 
 def test_a_failed_compile_disables_only_its_configuration(monkeypatch, caplog):

@@ -1,5 +1,7 @@
 """Generation: chunked prefill, decode, sampling, stopping."""
 
+import math
+
 import pytest
 import torch
 
@@ -165,3 +167,35 @@ def test_continue_from_returned_state(model):
     # the state has consumed the prompt and the first 4 generated tokens: feed the 5th
     rest = generate(model, first[:, -1:], 5, state=state)
     assert torch.equal(torch.cat([first, rest[:, 1:]], 1), full)
+
+
+@pytest.mark.parametrize(
+    "t, k, p", [(0.7, 5, None), (1.3, None, 0.8), (0.9, 6, 0.7), (1.0, 80, 0.5)]
+)
+def test_sampling_probs_equal_a_hand_written_reference(t, k, p):
+    """The distribution the step draws from, against the rules written out in float64 python:
+    softmax(logits / t); keep the k largest; of those, keep a token while the mass before it
+    (in descending order) is below p; renormalise."""
+    from swax.decode import sampling_probs
+
+    logits = torch.randn(3, 61, generator=torch.Generator().manual_seed(2)) * 3
+    got = sampling_probs(logits, t, k, p)
+    for row, probs in zip(logits.double().tolist(), got.tolist()):
+        order = sorted(range(61), key=lambda i: -row[i])[: k or 61]
+        z = [row[i] / t for i in order]
+        m = max(z)
+        e = [math.exp(v - m) for v in z]
+        s = sum(e)
+        kept, before = [], 0.0
+        for i, v in zip(order, e):
+            if p is not None and before >= p:
+                break
+            kept.append((i, v))
+            before += v / s
+        total = sum(v for _, v in kept)
+        want = [0.0] * 61
+        for i, v in kept:
+            want[i] = v / total
+        # float32: the division, exp, sum and renormalisation round each probability (<= 1) by
+        # a few units of 2^-24; 16 x 2^-23 leaves room for them
+        assert max(abs(a - b) for a, b in zip(probs, want)) <= 16 * 2**-23
