@@ -14,7 +14,8 @@ One step (:func:`decode_logits`: every mixer's ``step``, then the head) updates 
 place, so no shape depends on the position; the next token is picked inside the same function
 (argmax, or the temperature / top-k / top-p distribution, whose temperature and top-p are
 tensors: one graph serves every value; its one multinomial draw follows outside, from the
-caller's seeded generator). The eager reference (``compile=False``) runs that same function uncompiled.
+caller's seeded generator). The eager reference (``compile=False``) runs that same function
+uncompiled.
 
 :func:`step_runner` compiles it once per (batch size, buffer shapes and dtypes, device, sampling
 mode) and keeps it on the model for later calls: ``torch.compile`` (inductor) on the CPU; on a
