@@ -26,6 +26,7 @@ from swax.quant import (
     greedy_agreement,
     quantize_int8,
 )
+from tests.cli.test_cli import assert_one_line_error, run_inprocess
 from tests.helpers import FLOOR, NOISE_FACTOR, U16, U32, rel_err
 
 VOCAB = 61
@@ -255,3 +256,16 @@ def test_bad_uses_are_clear_errors(tmp_path):
     with pytest.raises(TypeError, match="float32 model"):
         q.save_pretrained(tmp_path / "q")
     assert not (tmp_path / "q").exists()
+
+
+@pytest.mark.parametrize("fmt", ["int8", "bf16", "float32"])
+def test_generate_command_takes_weights(capsys, fmt):
+    r = run_inprocess(capsys, "generate", "--preset", "tiny", "--weights", fmt, "--prompt",
+                      "abc", "--max-new-tokens", "4", "--no-stream", "--no-compile")  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    assert ("4 new tokens" in r.stderr) and ((f"{fmt} weights" in r.stderr) == (fmt != "float32"))
+
+
+def test_generate_command_rejects_other_weights(capsys):
+    r = run_inprocess(capsys, "generate", "--preset", "tiny", "--weights", "int4")
+    assert_one_line_error(r, "--weights", "int4")
