@@ -30,7 +30,9 @@ context, the compiled step with the weights of :func:`swax.quant.decode_weights`
 int8, bfloat16) is timed in rounds interleaved with the float32 step (the same machine load for
 all), against two memory bounds: ``mem f32``, the bytes of the float32 step (the ``mem`` above),
 and ``mem``, the bytes the step reads at that precision (its weights as stored, the decode
-state). The copy bandwidth is the best of copies before and after the cells. With
+state). The copy bandwidth is the best of copies before and after the cells; a copy of
+:data:`CACHE_MIB` (which stays in the last-level cache, as these presets' weights do between
+steps) gives a second, higher rate, and the targets are given against it too. With
 ``--agreement-model DIR`` (a trained checkpoint) the greedy tokens of each format are compared
 with float32's (:func:`swax.quant.greedy_agreement`) over :data:`PROMPTS`.
 """
@@ -72,6 +74,10 @@ def step_flops(model: SwaxLM, context: int) -> float:
         else:
             flops += rh * 4.0 * dqk * dv
     return flops
+
+
+CACHE_MIB = 16
+"""The size of the second copy: the order of the small preset's weights (19.6 MB float32)."""
 
 
 def copy_bandwidth(mib: int = 256) -> float:
@@ -233,17 +239,19 @@ def weights_table(rows: list[dict], bandwidth: float) -> list[dict]:
     return out
 
 
-def weights_targets(rows: list[dict], bandwidth: float) -> list[str]:
+def weights_targets(rows: list[dict], bandwidth: float, rate: str = "") -> list[str]:
     """Issue 45's target: the small preset at batch 1 within 2x of the memory bound, against
-    the float32 bytes and against the bytes at each precision."""
+    the float32 bytes and against the bytes at each precision (``rate``: a note on the copy
+    rate, when not the table's)."""
     lines = []
     for r in rows:
         if r["preset"] != "small":
             continue
         for name, b in (("float32 bytes", r["f32_bytes"]), ("its own bytes", r["bytes"])):
             x = r["compiled"] / (b / bandwidth)
+            ok = "yes" if x <= 2 else "NO"
             lines.append(f"small {r['context']:,} x1 {r['weights']} compiled / memory bound "
-                         f"({name}): {x:.2f} (need <= 2: {'yes' if x <= 2 else 'NO'})")  # fmt: skip
+                         f"({name}{rate}): {x:.2f} (need <= 2: {ok})")  # fmt: skip
     return lines
 
 
@@ -296,9 +304,10 @@ def llama_cell(llama, context: int, batch: int, steps: int, repeats: int) -> dic
 
 def measure(presets, contexts, batches, steps, long_steps, repeats, max_kv_gib, formats=()) -> dict:
     """All cells: {"rows": [...], "weights": [...], "peak": Peak, "bandwidth": bytes/s (the
-    best copy), "copies": [bytes/s before, after], "skipped": [...]}."""
+    best copy), "copies": [bytes/s before, after], "cache_bandwidth": the best CACHE_MIB copy,
+    "skipped": [...]}."""
     peak = peak_flops(torch.device("cpu"))
-    copies = [copy_bandwidth()]
+    copies, cache = [copy_bandwidth()], [copy_bandwidth(CACHE_MIB)]
     rows, wrows, skipped = [], [], []
     for preset in presets:
         rows += swax_cells(preset, contexts, batches, steps, repeats)
@@ -317,12 +326,13 @@ def measure(presets, contexts, batches, steps, long_steps, repeats, max_kv_gib, 
             print(f"  llama {preset} {r['context']:,} x{r['batch']}: "
                   f"{r['llama'] * 1e3:.2f} ms", file=sys.stderr, flush=True)  # fmt: skip
     copies.append(copy_bandwidth())
+    cache.append(copy_bandwidth(CACHE_MIB))
     bandwidth = max(copies)
     for r in rows:
         r["bound"] = r["flops"] / peak.flops
         r["mem"] = r["bytes"] / bandwidth
     return {"rows": rows, "weights": wrows, "peak": peak, "bandwidth": bandwidth,
-            "copies": copies, "skipped": skipped}  # fmt: skip
+            "copies": copies, "cache_bandwidth": max(cache), "skipped": skipped}  # fmt: skip
 
 
 def table_rows(rows: list[dict]) -> list[dict]:
