@@ -139,11 +139,18 @@ def compare(args) -> int:
     else:
         presets, contexts, batches = args.presets, args.compare_contexts, args.batches
         steps, long_steps, repeats = args.steps, args.long_steps, args.repeats
+    formats = [f for f in args.weights if f != "float32"]
     print(f"# {machine_line()}")
     print(f"# {dc.header(' '.join(sys.argv[1:]))}")
-    res = dc.measure(presets, contexts, batches, steps, long_steps, repeats, args.max_kv_gib)
+    res = dc.measure(
+        presets, contexts, batches, steps, long_steps, repeats, args.max_kv_gib, formats
+    )
+    copies = ", ".join(f"{c / 1e9:.1f}" for c in res["copies"])
     print(f"# compute bound from {res['peak'].describe()}")
-    print(f"# memory bound from a {res['bandwidth'] / 1e9:.1f} GB/s tensor copy (read + write)")
+    print(
+        f"# memory bound from a {res['bandwidth'] / 1e9:.1f} GB/s tensor copy (read + write; "
+        f"the best of {copies} GB/s before and after the cells)"
+    )
     print(
         f"# ms = CPU milliseconds of the one thread per decode step (one new token per row), "
         f"the best of up to {repeats} rounds of t({steps} + 8) - t(8) ({long_steps} for the "
@@ -161,6 +168,22 @@ def compare(args) -> int:
     print("\n## targets (issue 34)")
     for line in dc.targets(res["rows"]):
         print(line)
+    if res["weights"]:
+        print_weights(dc, res, steps, repeats)
+    agree = []
+    if args.agreement_model:
+        print(f"\n## greedy agreement with float32 ({args.agreement_model}, "
+              f"{len(dc.PROMPTS)} prompts x {args.agreement_tokens} new tokens)")  # fmt: skip
+        agree = dc.agreement(args.agreement_model, formats, args.agreement_tokens)
+        table = [{"weights": a["weights"], "prefix": f"{a['prefix']:.3f}",
+                  "overall": f"{a['overall']:.3f}", "forced": f"{a['forced']:.4f}",
+                  "max |dlogit|": f"{a['max_logit_diff']:.3f}",
+                  "logit std": f"{a['logit_std']:.2f}"} for a in agree]  # fmt: skip
+        print_table(table, list(table[0]))
+        print(
+            "# prefix: fraction of new tokens before the first that differs; overall: of all"
+            " positions; forced: argmax agreement reading float32's tokens (teacher forcing)"
+        )
     print(f"# {dc.header('end')}")
     rows = [{k: v for k, v in r.items()} for r in res["rows"]]
     out = (
@@ -172,7 +195,41 @@ def compare(args) -> int:
         [{k: (f"{v:.6g}" if isinstance(v, float) else v) for k, v in r.items()} for r in rows], out
     )
     print(f"# wrote {out}")
+    if res["weights"] or agree:
+        wout = out.with_name(out.stem + "_weights.csv")
+        wrows = res["weights"] + [{"agreement": 1, **a} for a in agree]
+        write_csv(
+            [{k: (f"{v:.6g}" if isinstance(v, float) else v) for k, v in r.items()} for r in wrows],
+            wout,
+        )
+        print(f"# wrote {wout}")
     return 0
+
+
+def print_weights(dc, res, steps: int, repeats: int) -> None:
+    """The decode-weights table (issue 45) and its targets."""
+    print(
+        f"\n## decode weights at batch 1 (issue 45): compiled ms per step, the best of "
+        f"{repeats} rounds of t({steps} + 8) - t(8), float32 and the converted weights "
+        f"interleaved in each round"
+    )
+    table = dc.weights_table(res["weights"], res["bandwidth"])
+    print_table(table, list(table[0]))
+    print(
+        "# mem f32 = float32 weights + decode state; mem = the weights as stored (int8 + "
+        "scales, bf16; the tied head's converted copy, not the embedding table) + decode "
+        "state; both / the copy bandwidth"
+    )
+    print("\n## targets (issue 45)")
+    for line in dc.weights_targets(res["weights"], res["bandwidth"]):
+        print(line)
+    cache = res["cache_bandwidth"]
+    print(
+        f"# the same against a {dc.CACHE_MIB} MiB copy, {cache / 1e9:.1f} GB/s (the best of two;"
+        f" it stays in the last-level cache, as these weights do between steps):"
+    )
+    for line in dc.weights_targets(res["weights"], cache, f", {dc.CACHE_MIB} MiB copy rate"):
+        print(line)
 
 
 DEFAULT_CSV = "benchmarks/results/decode.csv"
@@ -188,6 +245,19 @@ def _compare_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--long-steps", type=int, default=16, help="steps of the long Llama cells")
     ap.add_argument("--repeats", type=int, default=5, help="rounds per cell with --compare")
     ap.add_argument("--max-kv-gib", type=float, default=2.5, help="largest Llama cache to try")
+    ap.add_argument(
+        "--weights",
+        nargs="*",
+        default=["int8", "bf16"],
+        choices=["float32", "int8", "bf16"],
+        help="decode weights timed against float32 at batch 1 (issue 45); none: skip",
+    )
+    ap.add_argument(
+        "--agreement-model",
+        metavar="DIR",
+        help="a trained checkpoint: greedy agreement of the --weights with its float32 tokens",
+    )
+    ap.add_argument("--agreement-tokens", type=int, default=256, help="new tokens per prompt")
 
 
 def _parser() -> argparse.ArgumentParser:

@@ -23,6 +23,18 @@ values); the Llama continues from a dynamic cache of ``context - 1`` random keys
 layer (the same cost as a real cache; its quadratic prefill of 16 x 32k tokens would take longer
 than this whole run). Llama cells whose cache exceeds ``--max-kv-gib`` are skipped (the dynamic
 cache is copied by every step's concatenation: twice that much memory).
+
+Decode weights (issue 45, ``--weights``): at batch 1 the step reads every weight once for one
+multiply-add, so its floor is the memory bound, not the compute bound. For each preset and
+context, the compiled step with the weights of :func:`swax.quant.decode_weights` (weight-only
+int8, bfloat16) is timed in rounds interleaved with the float32 step (the same machine load for
+all), against two memory bounds: ``mem f32``, the bytes of the float32 step (the ``mem`` above),
+and ``mem``, the bytes the step reads at that precision (its weights as stored, the decode
+state). The copy bandwidth is the best of copies before and after the cells; a copy of
+:data:`CACHE_MIB` (which stays in the last-level cache, as these presets' weights do between
+steps) gives a second, higher rate, and the targets are given against it too. With
+``--agreement-model DIR`` (a trained checkpoint) the greedy tokens of each format are compared
+with float32's (:func:`swax.quant.greedy_agreement`) over :data:`PROMPTS`.
 """
 
 from __future__ import annotations
@@ -38,6 +50,8 @@ from swax import SwaxConfig, SwaxLM
 from swax.decode import compile_seconds
 from swax.generate import generate, prefill
 from swax.layers import swiglu_hidden_dim
+from swax.model import resolve_model_dir
+from swax.quant import decode_weight_bytes, decode_weights, greedy_agreement
 from swax.train.peak import peak_flops
 
 WARM = 8  # the tokens of the subtracted run
@@ -60,6 +74,10 @@ def step_flops(model: SwaxLM, context: int) -> float:
         else:
             flops += rh * 4.0 * dqk * dv
     return flops
+
+
+CACHE_MIB = 16
+"""The size of the second copy: the order of the small preset's weights (19.6 MB float32)."""
 
 
 def copy_bandwidth(mib: int = 256) -> float:
@@ -139,6 +157,104 @@ def _step_bytes(model: SwaxLM, state) -> float:
     return 4.0 * model.num_parameters() + state.nbytes()
 
 
+@torch.no_grad()
+def weights_cells(preset: str, contexts, formats, steps: int, repeats: int) -> list[dict]:
+    """Compiled step times at batch 1 of the float32 model and of its ``formats`` (decode
+    weights), in interleaved rounds per context: {preset, context, weights, compiled, ...}."""
+    torch.manual_seed(0)
+    model = SwaxLM(SwaxConfig.preset(preset, layer_pattern="SX")).eval()
+    models = {"float32": model} | {f: decode_weights(model, f) for f in formats}
+    rows = []
+    for T in contexts:
+        ids = torch.randint(0, model.config.vocab_size, (1, T))
+        logits, state = prefill(model, ids)
+        last = logits.argmax(-1)[:, None]
+        runs = {}
+        for f, m in models.items():
+
+            def run(k, m=m, last=last, state=state):
+                return generate(m, last, k, state=state, compile=True)
+
+            before = compile_seconds(m)
+            run(WARM)  # compiles once per format; later contexts reuse it
+            runs[f] = (run, compile_seconds(m) - before)
+        times = {f: [] for f in models}
+        for _ in range(repeats):
+            for f, (run, _) in runs.items():
+                times[f].append(per_step(run, steps, 1)["best"])
+        f32_bytes = _step_bytes(model, state)
+        for f, m in models.items():
+            best = min(times[f])
+            rows.append(dict(preset=preset, context=T, weights=f, compiled=best,
+                             compiled_median=statistics.median(times[f]),
+                             float32=min(times["float32"]), compile_s=runs[f][1],
+                             weight_bytes=decode_weight_bytes(m), f32_bytes=f32_bytes,
+                             bytes=decode_weight_bytes(m) + state.nbytes()))  # fmt: skip
+            print(f"  swax {preset} {T:,} x1 {f} weights: compiled {best * 1e3:.3f} ms",
+                  file=sys.stderr, flush=True)  # fmt: skip
+    return rows
+
+
+PROMPTS = [
+    "In the beginning God created",
+    "And the LORD spake unto Moses, saying,",
+    "Blessed are the poor in spirit:",
+    "The LORD is my shepherd;",
+    "Now the serpent was more subtil than any beast",
+    "And it came to pass after these things,",
+    "Vanity of vanities, saith the Preacher,",
+    "For God so loved the world,",
+]
+"""The agreement prompts: the King James Bible's (what the demo models are trained on)."""
+
+
+def agreement(model_dir: str, formats, new_tokens: int) -> list[dict]:
+    """:func:`swax.quant.greedy_agreement` of each format against the float32 checkpoint
+    ``model_dir`` over :data:`PROMPTS` (compiled steps)."""
+    from swax.data import load_model_tokenizer
+
+    model = SwaxLM.from_pretrained(model_dir)
+    tok = load_model_tokenizer(resolve_model_dir(model_dir))
+    prompts = [torch.tensor(tok.encode(p)) for p in PROMPTS]
+    rows = []
+    for f in formats:
+        a = greedy_agreement(model, decode_weights(model, f), prompts, new_tokens, compile=True)
+        rows.append({"weights": f, **a})
+        print(f"  agreement {f}: {a}", file=sys.stderr, flush=True)
+    return rows
+
+
+def weights_table(rows: list[dict], bandwidth: float) -> list[dict]:
+    out = []
+    for r in rows:
+        mem32, mem = r["f32_bytes"] / bandwidth, r["bytes"] / bandwidth
+        out.append({
+            "preset": r["preset"], "context": f"{r['context']:,}", "weights": r["weights"],
+            "compiled ms": f"{r['compiled'] * 1e3:.3f}",
+            "x float32": f"{r['float32'] / r['compiled']:.2f}",
+            "weight MB": f"{r['weight_bytes'] / 1e6:.2f}",
+            "mem f32 ms": f"{mem32 * 1e3:.3f}", "x mem f32": f"{r['compiled'] / mem32:.2f}",
+            "mem ms": f"{mem * 1e3:.3f}", "x mem": f"{r['compiled'] / mem:.2f}",
+        })  # fmt: skip
+    return out
+
+
+def weights_targets(rows: list[dict], bandwidth: float, rate: str = "") -> list[str]:
+    """Issue 45's target: the small preset at batch 1 within 2x of the memory bound, against
+    the float32 bytes and against the bytes at each precision (``rate``: a note on the copy
+    rate, when not the table's)."""
+    lines = []
+    for r in rows:
+        if r["preset"] != "small":
+            continue
+        for name, b in (("float32 bytes", r["f32_bytes"]), ("its own bytes", r["bytes"])):
+            x = r["compiled"] / (b / bandwidth)
+            ok = "yes" if x <= 2 else "NO"
+            lines.append(f"small {r['context']:,} x1 {r['weights']} compiled / memory bound "
+                         f"({name}{rate}): {x:.2f} (need <= 2: {ok})")  # fmt: skip
+    return lines
+
+
 def llama_for(preset: str):
     from transformers import LlamaConfig, LlamaForCausalLM
 
@@ -186,13 +302,17 @@ def llama_cell(llama, context: int, batch: int, steps: int, repeats: int) -> dic
     return per_step(run, steps, repeats)
 
 
-def measure(presets, contexts, batches, steps, long_steps, repeats, max_kv_gib) -> dict:
-    """All cells: {"rows": [...], "peak": Peak, "bandwidth": bytes/s, "skipped": [...]}."""
+def measure(presets, contexts, batches, steps, long_steps, repeats, max_kv_gib, formats=()) -> dict:
+    """All cells: {"rows": [...], "weights": [...], "peak": Peak, "bandwidth": bytes/s (the
+    best copy), "copies": [bytes/s before, after], "cache_bandwidth": the best CACHE_MIB copy,
+    "skipped": [...]}."""
     peak = peak_flops(torch.device("cpu"))
-    bandwidth = copy_bandwidth()
-    rows, skipped = [], []
+    copies, cache = [copy_bandwidth()], [copy_bandwidth(CACHE_MIB)]
+    rows, wrows, skipped = [], [], []
     for preset in presets:
         rows += swax_cells(preset, contexts, batches, steps, repeats)
+        if formats:
+            wrows += weights_cells(preset, contexts, formats, steps, repeats)
         llama = llama_for(preset)
         for r in (r for r in rows if r["preset"] == preset):
             gib = kv_gib(llama, r["batch"], r["context"])
@@ -205,10 +325,14 @@ def measure(presets, contexts, batches, steps, long_steps, repeats, max_kv_gib) 
             r["llama"], r["llama_median"], r["llama_wall"] = t["best"], t["median"], t["wall"]
             print(f"  llama {preset} {r['context']:,} x{r['batch']}: "
                   f"{r['llama'] * 1e3:.2f} ms", file=sys.stderr, flush=True)  # fmt: skip
+    copies.append(copy_bandwidth())
+    cache.append(copy_bandwidth(CACHE_MIB))
+    bandwidth = max(copies)
     for r in rows:
         r["bound"] = r["flops"] / peak.flops
         r["mem"] = r["bytes"] / bandwidth
-    return {"rows": rows, "peak": peak, "bandwidth": bandwidth, "skipped": skipped}
+    return {"rows": rows, "weights": wrows, "peak": peak, "bandwidth": bandwidth,
+            "copies": copies, "cache_bandwidth": max(cache), "skipped": skipped}  # fmt: skip
 
 
 def table_rows(rows: list[dict]) -> list[dict]:

@@ -16,6 +16,7 @@ from swax.core.threads import threads_note
 from swax.decode import compile_seconds
 from swax.generate import generate, truncate_at_stop
 from swax.ops import cpu_flex
+from swax.quant import decode_weights
 
 
 class _Streamer:
@@ -101,6 +102,7 @@ def cmd_generate(cfg: C.GenerateConfig) -> int:
             f"the text will be noise",
             file=sys.stderr,
         )
+    model = decode_weights(model, cfg.weights)
     ids = torch.tensor([tok.encode(prompt)], dtype=torch.long)
     window = resolve_window(cfg.window, model.config.window)
     stream = cfg.stream and not cfg.stop
@@ -138,6 +140,8 @@ def cmd_generate(cfg: C.GenerateConfig) -> int:
     compiled = compile_seconds(model) - compiled_before  # inside the decode, not of it
     dec = max(elapsed - pre - compiled, 1e-9)
     note = f", decode step compiled in {compiled:.1f}s" if compiled else ""
+    if cfg.weights != "float32":
+        note += f", {cfg.weights} weights"
     print(
         f"[{ids.shape[1]} prompt tokens in {pre:.2f}s, {len(new)} new tokens at "
         f"{len(new) / dec:.1f} tok/s{note}, window {window}, {threads_note()}]",

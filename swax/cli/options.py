@@ -95,6 +95,11 @@ class GenerateConfig(LoadConfig):
     """Decode through the compiled step (torch.compile on the CPU, a CUDA graph on a GPU):
     --compile always, --no-compile never (the eager step); default: on a GPU, and on the CPU
     from 1024 new tokens (a CPU compile costs seconds)."""
+    weights: Literal["float32", "bf16", "int8"] = "float32"
+    """Weight matrices for the generation: as loaded (float32), or bf16 or int8 (weight-only,
+    per output channel) with activations as loaded: fewer bytes read per token, a faster
+    compiled decode step on the CPU (the eager one, --no-compile, is slower); greedy tokens may
+    differ from float32's (swax.quant.decode_weights)."""
 
 
 @dataclass

@@ -45,6 +45,11 @@ def test_decode_compare_benchmark_smoke(tmp_path):
     assert "## targets (issue 34)" in r.stdout and "tiny 1,024 x1 compiled vs eager" in r.stdout
     text = out.read_text()
     assert "compiled" in text.splitlines()[0] and "llama" in text.splitlines()[0]
+    # the decode weights (issue 45): int8 and bf16 against float32 at batch 1
+    assert "## decode weights at batch 1 (issue 45)" in r.stdout
+    weights = (tmp_path / "decode_compare_weights.csv").read_text().splitlines()
+    assert weights[0].startswith("preset,context,weights,compiled")
+    assert [line.split(",")[2] for line in weights[1:]] == ["float32", "int8", "bf16"]
 
 
 def test_model_benchmark_smoke(tmp_path):
