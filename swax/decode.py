@@ -374,16 +374,16 @@ def _config_key(static: StaticState, mode) -> tuple:
 
 
 def _weights_key(model: nn.Module, device: str) -> tuple:
-    """What a step depends on in the weights: their shapes, dtypes and devices, and on CUDA,
+    """What a step depends on in the weights (parameters and buffers, e.g. the int8 weights and
+    scales of :func:`swax.quant.decode_weights`): their shapes, dtypes and devices, and on CUDA,
     where a captured graph reads fixed addresses, their storage too, so that a model moved,
     cast or given new tensors (``cpu().cuda()``, ``half().float()``, ``load_state_dict(...,
     assign=True)``) never replays a graph on memory it no longer owns. (An in-place load keeps
     the storage: the graph reads the new values.)"""
+    tensors = [*model.parameters(), *model.buffers()]
     if device == "cuda":
-        return tuple(
-            (p.shape, p.dtype, p.device, p.untyped_storage().data_ptr()) for p in model.parameters()
-        )
-    return tuple((p.shape, p.dtype, p.device) for p in model.parameters())
+        return tuple((t.shape, t.dtype, t.device, t.untyped_storage().data_ptr()) for t in tensors)
+    return tuple((t.shape, t.dtype, t.device) for t in tensors)
 
 
 def _is_oom(e: BaseException) -> bool:

@@ -365,3 +365,12 @@ def test_new_weight_tensors_make_a_new_key_on_cuda_only(monkeypatch):
     kept = swax_decode._weights_key(model, "cuda")
     model.load_state_dict({k: v.clone() for k, v in fresh.items()})  # in place: same storage
     assert swax_decode._weights_key(model, "cuda") == kept
+
+
+def test_new_buffers_make_a_new_key_on_cuda_too():
+    """Weights held as buffers (swax.quant's int8 matrices and scales) are part of the key."""
+    model = small_model("SX", seed=6)
+    model.register_buffer("extra", torch.zeros(3))
+    before = swax_decode._weights_key(model, "cuda")
+    model.extra = torch.zeros(3)  # a new tensor in the buffer's place
+    assert swax_decode._weights_key(model, "cuda") != before
