@@ -344,12 +344,16 @@ class SwaxLM(nn.Module):
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """Output head (with the optional soft cap) applied to normalised hidden states."""
-        w = self.embed.weight if self.head is None else self.head.weight
-        logits = F.linear(hidden, w)
+        logits = self.project_head(hidden)
         cap = self.config.logit_soft_cap
         if cap:
             logits = cap * torch.tanh(logits / cap)
         return logits
+
+    def project_head(self, hidden: torch.Tensor) -> torch.Tensor:
+        """The output head's matrix (the tied embedding, or ``head``) applied, before the cap."""
+        w = self.embed.weight if self.head is None else self.head.weight
+        return F.linear(hidden, w)
 
     def _check_window(self, window):
         if isinstance(window, _Default):

@@ -148,15 +148,11 @@ class DecodeWeightsLM(SwaxLM):
         self.weight_format = "float32"
         self.embed_head: nn.Module | None = None
 
-    def logits(self, hidden: torch.Tensor) -> torch.Tensor:
+    def project_head(self, hidden: torch.Tensor) -> torch.Tensor:
         head = self.embed_head if self.head is None else self.head
         if not isinstance(head, (Int8Linear, BF16Linear)):
-            return super().logits(hidden)
-        logits = head(hidden)
-        cap = self.config.logit_soft_cap
-        if cap:
-            logits = cap * torch.tanh(logits / cap)
-        return logits
+            return super().project_head(hidden)
+        return head(hidden)
 
     def num_parameters(self, exclude_embeddings: bool = False) -> int:
         """As the float32 model's (the head's copy of the tied embedding not counted again)."""
