@@ -94,10 +94,10 @@ def check_generation_options(max_new_tokens, temperature, top_k, top_p) -> None:
 
 
 COMPILE_MIN_TOKENS = 1024
-"""With ``compile=None`` on the CPU, the decode step is compiled for a generation of at least
-this many new tokens (rows x max_new_tokens), or when this configuration was compiled earlier in
-the process; shorter one-off generations decode eagerly, as compiling costs seconds
-(docs/generation.md). On CUDA the step is always captured (milliseconds)."""
+"""With ``compile=None``, the decode step is compiled for a generation of at least this many new
+tokens (rows x max_new_tokens), or when this configuration was compiled earlier in the process;
+shorter one-off generations decode eagerly, as compiling costs seconds (inductor, on the CPU and
+before the CUDA graph capture alike; docs/generation.md)."""
 
 
 @dataclass
@@ -229,14 +229,13 @@ def _decode_loop(nxt, advance, max_new_tokens, stopping, on_token, done, every=1
                 break
             nxt = advance(nxt)
         return out, {}
-    rows = _Rows(stopping, done, on_token)
+    rows, checks = _Rows(stopping, done, on_token), stopping.can_end()
     for step in range(max_new_tokens):
         nxt = torch.where(rows.done, torch.full_like(nxt, stopping.pad), nxt)
         out.append(nxt)
         last = step == max_new_tokens - 1
-        if not last:
-            rows.mark(nxt, step)
-        if last or (step + 1) % every == 0:
+        rows.mark(nxt, step)
+        if last or (checks and (step + 1) % every == 0):  # only rows done from the start: none
             n = rows.flush(out)
             if n is not None:
                 del out[n:]
@@ -269,7 +268,7 @@ def _wants_compile(compile, model, tokens: int) -> bool:
     """Whether a configuration not compiled yet should be compiled (see COMPILE_MIN_TOKENS)."""
     if compile is not None:
         return bool(compile)
-    return model.embed.weight.device.type == "cuda" or tokens >= COMPILE_MIN_TOKENS
+    return tokens >= COMPILE_MIN_TOKENS
 
 
 @torch.no_grad()
@@ -302,12 +301,12 @@ def generate(
     empty stop sequences and strings are ignored).
     Stopped rows are padded with ``pad_token_id`` (default: eos, else 0) until all rows stop.
     ``seed`` makes sampling reproducible. ``state`` continues from an earlier call (the prompt
-    then holds only the new tokens). ``on_token(ids (B,))`` is called after every step.
+    then holds only the new tokens). ``on_token(ids (B,))`` is called with every step's ids, in
+    order (on a GPU with stops in play, at the all-stopped checks: up to 8 steps late).
 
     ``compile``: decode through the compiled fixed-shape step of :mod:`swax.decode` (True),
-    the eager step (False, the reference), or automatically (None, the default: on CUDA, and
-    on the CPU for at least :data:`COMPILE_MIN_TOKENS` new tokens or a configuration compiled
-    before). The prefill is eager and chunked either way; the tokens are the same (up to
+    the eager step (False, the reference), or automatically (None, the default: for at least
+    :data:`COMPILE_MIN_TOKENS` new tokens or a configuration compiled before). The prefill is eager and chunked either way; the tokens are the same (up to
     float32 rounding at near-ties).
 
     Returns the prompt followed by the generated ids, (B, T + n) with n <= max_new_tokens
@@ -332,6 +331,7 @@ def generate(
     if max_new_tokens > 1:  # else no step: the one id comes from the prefill's logits
         capacity = capacity_for(state.pos + max_new_tokens)
         static = StaticState.from_parts(model, [(state, range(B))], capacity)
+        state = None  # the buffers hold it now (a full-attention cache need not be kept twice)
         sampling = Sampling(temperature, top_k, top_p)
         values = sampling.values(device)
         runner = _runner(model, static, nxt, sampling, values, compile, B * max_new_tokens)
@@ -425,13 +425,13 @@ def generate_batch(
     No padding ever enters the model: the prompts of a batch are prefilled in groups of equal
     length (a recurrent layer would consume a pad token), then the groups' states are stacked
     into one static batch with a position per row (:class:`swax.decode.StaticState`) and
-    decoded together by the compiled step; a row that stops (``eos_token_id``, kept; a stop
-    sequence or string, as in :func:`generate`) is masked until the batch ends. So with greedy
-    decoding each prompt gets the tokens :func:`generate` gives it alone. With sampling one
-    generator (``seed``) serves the whole batch: reproducible, but not the draws of a prompt
-    alone. ``compile`` as in :func:`generate`; without a compiled step each group of
-    equal-length prompts decodes eagerly on its own. ``on_batch(n)`` is called after each
-    batch with its number of prompts.
+    decoded together by one step (compiled, or eager: ``compile`` as in :func:`generate`); a row
+    that stops (``eos_token_id``, kept; a stop sequence or string, as in :func:`generate`) is
+    masked until the batch ends. So with greedy decoding each prompt gets the tokens
+    :func:`generate` gives it alone. With sampling one generator (``seed``) serves the whole
+    batch: reproducible, but not the draws of a prompt alone. A compiled batch is padded to
+    ``batch_size`` rows (done from the start) so that few batch sizes compile; an eager one is
+    not. ``on_batch(n)`` is called after each batch with its number of prompts.
     """
     check_generation_options(max_new_tokens, temperature, top_k, top_p)
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
@@ -478,24 +478,29 @@ def _cut(rows: list[list[int]], ended: dict[int, int]) -> list[list[int]]:
 
 
 def _batch_rows(model, prompts, pad_to, stopping, o: _BatchOptions) -> list[list[int]]:
-    """The new ids of one batch of prompts. The compiled batch is padded to ``pad_to`` rows
-    (copies of row 0, done from the start), so that few batch sizes compile."""
+    """The new ids of one batch of prompts. A compiled batch is padded to ``pad_to`` rows
+    (copies of row 0, done from the start), so that few batch sizes compile; when the step runs
+    eagerly the padding is dropped (it would only cost)."""
     B = len(prompts)
     parts, first = _prefill_groups(model, prompts, o)
     if o.max_new <= 1:  # the one id of each row comes from its prefill
         return [[t] for t in first.tolist()] if o.max_new == 1 else [[] for _ in range(B)]
-    if o.compile is False:
-        pad_to = B  # padding rows only spare compiles
-    index = torch.zeros(pad_to - B, dtype=torch.long)
-    padded = parts + ([(parts[0][0].select_rows(index), range(B, pad_to))] if pad_to > B else [])
-    nxt = torch.cat([first, first[:1].expand(pad_to - B)])
-    cap = capacity_for(max(st.pos for st, _ in parts) + o.max_new)
-    static = StaticState.from_parts(model, padded, cap)
     sampling = Sampling(o.temperature, o.top_k, o.top_p)
-    values = sampling.values(nxt.device)
+    values = sampling.values(first.device)
+    cap = capacity_for(max(st.pos for st, _ in parts) + o.max_new)
+
+    def batch(rows: int):
+        index = torch.zeros(rows - B, dtype=torch.long)
+        extra = [(parts[0][0].select_rows(index), range(B, rows))] if rows > B else []
+        nxt = torch.cat([first, first[:1].expand(rows - B)])
+        return StaticState.from_parts(model, parts + extra, cap), nxt
+
+    static, nxt = batch(B if o.compile is False else pad_to)
     runner = _runner(model, static, nxt, sampling, values, o.compile, pad_to * o.max_new)
+    if isinstance(runner, EagerStep) and len(nxt) > B:
+        static, nxt = batch(B)
     advance = _advance(runner, static, sampling, values, o.gen)
-    done = torch.arange(pad_to, device=nxt.device) >= B
+    done = torch.arange(len(nxt), device=nxt.device) >= B
     every = _check_every(nxt.device, False)
     out, ended = _decode_loop(nxt, advance, o.max_new, stopping, None, done, every)
     return _cut(torch.stack(out, 1)[:B].tolist(), ended)

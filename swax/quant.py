@@ -241,9 +241,12 @@ def greedy_agreement(
     and over all prompts ``max_logit_diff``, the largest |difference| of the two models'
     logits on those forced positions (a prefill of prompt + generation), with ``logit_std``,
     the reference logits' standard deviation, for scale."""
+    if max_new_tokens < 1:
+        raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+    device = reference.embed.weight.device
     prefix, overall, forced, diff, std = [], [], [], 0.0, []
     for ids in prompts:
-        ids = torch.as_tensor(ids).reshape(1, -1)
+        ids = torch.as_tensor(ids, device=device).reshape(1, -1)
         T = ids.shape[1]
         a = generate(reference, ids, max_new_tokens, compile=compile)[0, T:]
         b = generate(model, ids, max_new_tokens, compile=compile)[0, T:]

@@ -12,13 +12,15 @@ from __future__ import annotations
 import torch
 
 
-def rope_frequencies(dim: int, base: float = 10000.0) -> torch.Tensor:
-    """Inverse frequencies (dim // 2,) in float64 for a rotary dimension ``dim`` (even)."""
+def rope_frequencies(dim: int, base: float = 10000.0, device=None) -> torch.Tensor:
+    """Inverse frequencies (dim // 2,) in float64 for a rotary dimension ``dim`` (even), made on
+    ``device`` (no host-to-device copy: a decode step captured in a CUDA graph may not have
+    one)."""
     if dim <= 0 or dim % 2:
         raise ValueError(f"rotary dimension must be a positive even number, got {dim}")
     if base <= 0:
         raise ValueError(f"rotary base must be > 0, got {base}")
-    return base ** (-torch.arange(0, dim, 2, dtype=torch.float64) / dim)
+    return base ** (-torch.arange(0, dim, 2, dtype=torch.float64, device=device) / dim)
 
 
 def rope_cos_sin(
@@ -74,7 +76,7 @@ def apply_rope(
 
 def _cos_sin_at(positions: torch.Tensor, d: int, base: float, device) -> tuple:
     """cos and sin (B, 1, T, d) in float32 for integer ``positions`` (B, T)."""
-    inv = rope_frequencies(d, base).to(device)
+    inv = rope_frequencies(d, base, device)
     ang = positions.to(torch.float64)[..., None] * inv  # (B, T, d/2), exact in float64
     ang = torch.cat([ang, ang], dim=-1)[:, None]  # (B, 1, T, d)
     return ang.cos().float(), ang.sin().float()

@@ -17,6 +17,7 @@ import logging
 
 import pytest
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from swax import SwaxConfig, SwaxLM
 from swax import decode as swax_decode
@@ -374,3 +375,61 @@ def test_new_buffers_make_a_new_key_on_cuda_too():
     before = swax_decode._weights_key(model, "cuda")
     model.extra = torch.zeros(3)  # a new tensor in the buffer's place
     assert swax_decode._weights_key(model, "cuda") != before
+
+
+class _HostToDevice(TorchDispatchMode):
+    """Records every op that reads a CPU tensor and writes a tensor on another device."""
+
+    def __init__(self):
+        super().__init__()
+        self.ops = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        leaves = torch.utils._pytree.tree_leaves
+        ins = [t for t in leaves((args, kwargs)) if isinstance(t, torch.Tensor)]
+        outs = [t for t in leaves(out) if isinstance(t, torch.Tensor)]
+        if any(t.device.type == "cpu" for t in ins) and any(t.device.type != "cpu" for t in outs):
+            self.ops.append(str(func))
+        return out
+
+
+@pytest.mark.parametrize("pattern", ["SX", "SD", "SA", "XS"])
+@pytest.mark.parametrize("sampling", [None, (0.8, 5, 0.9)])
+def test_the_step_copies_nothing_from_the_host(pattern, sampling):
+    """A CUDA graph cannot capture a copy from pageable host memory: the eager step (what
+    CudaGraphRunner captures when inductor fails) must build everything on the device. Shown
+    on the meta device, which stands for any non-CPU one here."""
+    model = small_model(pattern)
+    _, state = model(torch.randint(0, VOCAB, (2, 5)), return_state=True)
+    static = swax_decode.StaticState.from_parts(model, [(state, range(2))], 256)
+    meta = model.to("meta")
+    layers = [tuple(t.to("meta") for t in bufs) for bufs in static.layers]
+    s = swax_decode.Sampling(*(sampling or (0.0, None, None)))
+    values, tok = s.values("meta"), torch.zeros(2, dtype=torch.long, device="meta")
+    pos = static.pos.to("meta")
+    with torch.no_grad(), _HostToDevice() as spy:
+        swax_decode._step(meta, layers, tok, pos, s.mode, values)
+    assert spy.ops == []
+
+
+def test_an_eager_batch_decodes_no_padding_rows(monkeypatch):
+    """Padding rows only spare compiles: a batch that decodes eagerly (compile=None below the
+    token threshold, or compile=False) steps its real rows only."""
+    model = small_model("SX", seed=6)
+    rows = []
+    step = swax_decode._step
+
+    def counting(model, layers, tok, *rest):
+        rows.append(tok.shape[0])
+        return step(model, layers, tok, *rest)
+
+    monkeypatch.setattr(swax_decode, "_step", counting)
+    prompts = [[1, 2, 3], [4, 5], [6, 7, 8, 9]]
+    alone = [generate_batch(model, [p], 6, compile=False)[0] for p in prompts]
+    rows.clear()
+    assert generate_batch(model, prompts, 6) == alone  # compile=None: 18 tokens, eager
+    assert set(rows) == {3}  # not 4 (the next power of two a compiled batch is padded to)
+    rows.clear()
+    got = generate_batch(model, prompts * 6, 6, batch_size=16, compile=False)
+    assert got == alone * 6 and sorted(set(rows)) == [2, 16]  # 18 prompts: 16, then 2
