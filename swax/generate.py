@@ -306,8 +306,8 @@ def generate(
 
     ``compile``: decode through the compiled fixed-shape step of :mod:`swax.decode` (True),
     the eager step (False, the reference), or automatically (None, the default: for at least
-    :data:`COMPILE_MIN_TOKENS` new tokens or a configuration compiled before). The prefill is eager and chunked either way; the tokens are the same (up to
-    float32 rounding at near-ties).
+    :data:`COMPILE_MIN_TOKENS` new tokens or a configuration compiled before). The prefill is
+    eager and chunked either way; the tokens are the same (up to float32 rounding at near-ties).
 
     Returns the prompt followed by the generated ids, (B, T + n) with n <= max_new_tokens
     [and the SwaxState when ``return_state``]. As with Hugging Face's cache, that state has
