@@ -4,40 +4,108 @@ The retrieval probes of :mod:`swax.probes.buckets` read synthetic episodes; this
 out text. A **copy event** (:mod:`swax.data.copies`) is a target that the token after the most
 recent earlier occurrence of its ``context`` preceding tokens predicts and a global n-gram model
 does not; its reach r (the window position t needs to see the copied token) puts it in a
-distance bucket. For each event the model's loss on its target is read twice: with the row as it
+distance range. For each event the model's loss on its target is read twice: with the row as it
 is, and with **every earlier occurrence** of the context (and the token after it) replaced by
 other held-out text of the same length. The **copy gain** is the second loss minus the first:
 what the earlier occurrence is worth to the model, in nats.
 
-Three readings per bucket, as for the episodes: the run's own window, the window **cut** to
+Three readings per range, as for the episodes: the run's own window, the window **cut** to
 W_short (attention cannot reach the earlier occurrence beyond it), and the recurrent state
 **reset** right before the predicting position (only attention can carry it). A long window is
 lazy on text when its gain beyond W_long is about zero where a short window's is not.
 
+Each gain has a 95 % percentile interval from a **bootstrap over documents** (the held-out
+stream's documents, split at its end-of-text tokens, each resampled with all its events): copy
+events of one file are not independent. A range **copies** when the interval's lower bound is
+above 0; no threshold on the mean. Ranges come from :func:`copy_ranges` (fine ranges between
+edges, and pooled ranges up to the training length) or from
+:func:`swax.probes.buckets.distance_buckets`.
+
 Events with reach <= context are left out (their earlier occurrence overlaps the context), so a
-bucket at or below ``context`` is empty.
+range at or below ``context`` is empty.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
 import torch
 
-from swax.data.copies import NgramBaseline, context_hashes, copy_events, rows_of
+from swax.core.errors import SwaxError
+from swax.data.copies import (
+    NgramBaseline,
+    bootstrap_share,
+    context_hashes,
+    copy_events,
+    rows_of,
+)
 from swax.probes.episodes import reset_recurrent_state
 
+BOOTSTRAP = 1000
+"""Resamples of the documents behind each interval."""
 
-def _gain(a: list[float]) -> dict:
-    """Mean, its 95 % normal interval and n of per-event gains."""
-    x = np.asarray(a, np.float64)
+
+@dataclasses.dataclass(frozen=True)
+class CopyRange:
+    """Copy events whose reach r satisfies lo < r <= hi, read in rows of ``length`` tokens."""
+
+    label: str
+    key: str
+    """The label in ASCII, for JSON keys and metric names (r8_32, beyond_64, ...)."""
+    lo: int
+    hi: int
+    length: int
+
+
+def copy_ranges(edges: list[int], seq_len: int, pooled: list[int] = ()) -> list[CopyRange]:
+    """Fine ranges (e_i, e_i+1] between increasing ``edges`` (e.g. [8, 32, 64, 128, 256]), each
+    read in rows of the training length ``seq_len`` (or of its upper edge, beyond it), then one
+    pooled range (p, seq_len] per entry of ``pooled`` that is not already a fine range: "beyond
+    W" with the events drawn from the whole stretch, as they occur in the text."""
+    edges = [int(e) for e in edges]
+    if len(edges) < 2 or any(b <= a for a, b in zip(edges, edges[1:])) or edges[0] < 1:
+        raise SwaxError(f"copy range edges must be >= 1 and increasing, got {edges}")
+    out = [
+        CopyRange(f"({a}, {b}]", f"r{a}_{b}", a, b, max(seq_len, b))
+        for a, b in zip(edges, edges[1:])
+    ]
+    for p in pooled:
+        p = int(p)
+        if not 0 <= p < seq_len:
+            raise SwaxError(f"a pooled copy range starts below T = {seq_len}, got {p}")
+        if any(r.lo == p and r.hi == seq_len for r in out):
+            continue
+        out.append(CopyRange(f"({p}, T]", f"beyond_{p}", p, seq_len, seq_len))
+    return out
+
+
+def document_ids(tokens: np.ndarray, eot: int | None) -> np.ndarray:
+    """The document of every token of a stream whose documents each end with ``eot`` (the
+    end-of-text token belongs to the document it ends); all 0 when ``eot`` is None."""
+    tokens = np.asarray(tokens)
+    out = np.zeros(len(tokens), np.int64)
+    if eot is not None and len(tokens) > 1:
+        out[1:] = np.cumsum(tokens[:-1] == eot)
+    return out
+
+
+def gain_interval(gains, docs, samples: int = BOOTSTRAP, seed: int = 0) -> dict:
+    """Mean of per-event ``gains`` and its 95 % percentile interval from resampling the
+    documents ``docs`` (one id per event) with replacement; ``copies`` is True when the
+    interval's lower bound is above 0. One document gives no interval (NaN)."""
+    x = np.asarray(gains, np.float64)
     n = len(x)
     if n == 0:
-        return {"mean": math.nan, "ci": [math.nan, math.nan], "n": 0}
-    m = float(x.mean())
-    h = 1.96 * float(x.std(ddof=1)) / math.sqrt(n) if n > 1 else math.nan
-    return {"mean": m, "ci": [m - h, m + h], "n": n}
+        return {"mean": math.nan, "ci": [math.nan, math.nan], "n": 0, "docs": 0,
+                "copies": False}  # fmt: skip
+    _, unit = np.unique(np.asarray(docs), return_inverse=True)
+    num = np.bincount(unit, weights=x)
+    den = np.bincount(unit).astype(np.float64)
+    mean, lo, hi = bootstrap_share(num, den, samples, seed)
+    return {"mean": float(mean), "ci": [lo, hi], "n": n, "docs": int(len(num)),
+            "copies": bool(lo > 0)}  # fmt: skip
 
 
 def replaced_row(row: np.ndarray, t: int, context: int, hashes: np.ndarray, filler: np.ndarray,
@@ -99,15 +167,21 @@ def copy_gain_by_bucket(
     probe_window: int | None = None,
     seed: int = 1234,
     batch_size: int = 32,
+    eot: int | None = None,
+    bootstrap: int = BOOTSTRAP,
 ) -> list[dict]:
-    """Per bucket of :func:`swax.probes.buckets.distance_buckets` (its ``length`` is the row
-    length read): up to ``events`` copy events of held-out ``tokens`` whose reach lies in the
-    bucket, drawn with ``seed``, and the copy gain (nats) with ``window``, with the window cut to
-    ``probe_window`` and with the recurrent reset (the probes only when probe_window is set).
-    Each row: bucket, lo, hi, length, events available and used, the mean loss on the events'
-    targets, and the gains with 95 % intervals."""
+    """Per range of ``buckets`` (:func:`copy_ranges` or :func:`distance_buckets`; its
+    ``length`` is the row length read): up to ``events`` copy events of held-out ``tokens``
+    whose reach lies in the range, drawn with ``seed``, and the copy gain (nats) with
+    ``window``, with the window cut to ``probe_window`` (left out when it equals ``window``) and
+    with the recurrent reset (the probes only when probe_window is set). ``eot``: the end-of-
+    text id that separates the documents of ``tokens``, the units of the bootstrap (None: each
+    row is a unit). Each row: range, lo, hi, length, events available and used, the documents
+    they come from, the mean loss on the events' targets, and the gains with their intervals
+    (:func:`gain_interval`)."""
     context = baseline.context
     tokens = np.asarray(tokens)
+    doc_of = document_ids(tokens, eot)
     out = []
     rng = np.random.default_rng(seed)
     for b in buckets:
@@ -120,28 +194,33 @@ def copy_gain_by_bucket(
             sel = np.sort(rng.choice(sel, events, replace=False))
         row["n"] = int(len(sel))
         if not len(sel):
-            out.append({**row, "nll": math.nan, "gain": _gain([])})
+            out.append({**row, "nll": math.nan, "gain": gain_interval([], [])})
             continue
         r_idx, t_idx = ev.row[sel], ev.pos[sel]
+        # the document of each event's target (token t + 1 of row r), or its row without eot
+        docs = doc_of[r_idx * b.length + t_idx + 1] if eot is not None else r_idx
         hashes = context_hashes(rows.reshape(-1), context).reshape(rows.shape)
-        filler = tokens
         orig = rows[r_idx]
         repl = np.stack(
             [
-                replaced_row(rows[r], t, context, hashes[r], filler, rng)
+                replaced_row(rows[r], t, context, hashes[r], tokens, rng)
                 for r, t in zip(r_idx, t_idx)
             ]
         )
         settings = {"gain": (window, False)}
         if probe_window is not None:
-            settings.update(window_cut=(probe_window, False), reset=(window, True))
+            if probe_window != window:
+                settings["window_cut"] = (probe_window, False)
+            settings["reset"] = (window, True)
+        row["docs"] = int(len(np.unique(docs)))
         for name, (w, reset) in settings.items():
             a = _nll_at(model, orig, t_idx, w, reset, batch_size)
             z = _nll_at(model, repl, t_idx, w, reset, batch_size)
+            g = gain_interval(z - a, docs, bootstrap, seed)
             if name == "gain":
                 row["nll"] = float(a.mean())
-                row["gain"] = _gain(list(z - a))
+                row["gain"] = g
             else:
-                row.setdefault("probes", {})[name] = _gain(list(z - a))
+                row.setdefault("probes", {})[name] = g
         out.append(row)
     return out

@@ -77,6 +77,12 @@ class EvalSpec:
     copy_context: int = bounded(4, "[1, inf)")
     """Tokens of the context whose earlier occurrence makes a copy event (and the order of the
     n-gram baseline fitted on the run's training text)."""
+    copy_edges: list[int] = bounded(bounds="[1, inf)", default_factory=list)
+    """Reach edges of the copy ranges, e.g. [8, 32, 64, 128, 256]: fine ranges between them
+    (swax.probes.copies.copy_ranges); empty = the run's distance buckets (W_short, W_long, T,
+    4T)."""
+    copy_pooled: list[int] = bounded(bounds="[0, inf)", default_factory=list)
+    """Lower edges p of pooled copy ranges (p, T] beside the fine ones (with copy_edges)."""
     copy_curve_events: int = bounded(0, "[0, inf)")
     """Copy gain per bucket (own window only) at every kept checkpoint, this many events per
     bucket; 0 = not evaluated."""

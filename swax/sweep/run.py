@@ -24,7 +24,7 @@ from swax.eval.ppl import bucketize, position_losses
 from swax.eval.recall import recall_by_window
 from swax.model import SwaxLM
 from swax.probes.buckets import chance_of, distance_buckets, recall_by_bucket, verdict
-from swax.probes.copies import copy_gain_by_bucket
+from swax.probes.copies import copy_gain_by_bucket, copy_ranges
 from swax.probes.episodes import episode_accuracy
 from swax.sweep.config import (
     EvalSpec,
@@ -300,8 +300,11 @@ class _EvalContext:
         return {"emergence": {"bucket": far[0].label if far else "", "points": points}}
 
     def _copy_setup(self):
-        w, T = self.tcfg.window, self.tcfg.seq_len
-        buckets = distance_buckets(w.short, w.long, T, (4,))
+        w, T, ev = self.tcfg.window, self.tcfg.seq_len, self.ev
+        if ev.copy_edges:
+            buckets = copy_ranges(ev.copy_edges, T, ev.copy_pooled)
+        else:
+            buckets = distance_buckets(w.short, w.long, T, (4,))
         d = self.tcfg.data
         key = (d.source, d.format, d.field, d.tokenizer, d.val_source, d.val_fraction,
                d.split_seed, self.ev.copy_context)  # fmt: skip
@@ -316,9 +319,10 @@ class _EvalContext:
         rows = copy_gain_by_bucket(
             self.model, self.val, buckets, baseline, self.ev.copy_events, self.deploy_window,
             probe_window=self.ev.probe_window or self.tcfg.window.short, seed=self.ev.seed,
-            batch_size=self.ev.batch_size,
+            batch_size=self.ev.batch_size, eot=self.tok.eot_id,
         )  # fmt: skip
-        return {"copies": {"context": self.ev.copy_context, "buckets": rows}}
+        return {"copies": {"context": self.ev.copy_context, "buckets": rows,
+                           "interval": "bootstrap over documents"}}  # fmt: skip
 
     def copy_curve(self) -> dict:
         """Copy gain per bucket (own window) at every kept checkpoint and the final model."""
@@ -329,12 +333,14 @@ class _EvalContext:
             rows = copy_gain_by_bucket(
                 load(), self.val, buckets, baseline, self.ev.copy_curve_events,
                 self.deploy_window, seed=self.ev.seed, batch_size=self.ev.batch_size,
+                eot=self.tok.eot_id,
             )  # fmt: skip
             points.append(
                 {
                     "step": step,
                     "tokens": step * per_step,
                     "gain": {r["key"]: r["gain"]["mean"] for r in rows},
+                    "ci": {r["key"]: r["gain"]["ci"] for r in rows},
                     "n": {r["key"]: r["n"] for r in rows},
                 }
             )
