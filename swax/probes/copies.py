@@ -157,6 +157,92 @@ def _nll_at(
     return out
 
 
+@dataclasses.dataclass
+class CopyPlan:
+    """The copy events drawn for one range, and their rows as they are and with the earlier
+    occurrences replaced: everything about the probe that does not depend on the model (one
+    plan serves every checkpoint of a run, and every run on the same text)."""
+
+    row: dict
+    """range, key, lo, hi, length, events available and used, documents."""
+    pos: np.ndarray
+    docs: np.ndarray
+    orig: np.ndarray
+    repl: np.ndarray
+
+
+def plan_copy_events(tokens: np.ndarray, buckets: list, baseline: NgramBaseline, events: int,
+                     seed: int = 1234, eot: int | None = None) -> list[CopyPlan]:  # fmt: skip
+    """Per range of ``buckets`` (:func:`copy_ranges` or :func:`distance_buckets`; its
+    ``length`` is the row length read): up to ``events`` copy events of held-out ``tokens``
+    whose reach lies in the range, drawn with ``seed``, and their rows. ``eot``: the end-of-
+    text id that separates the documents of ``tokens``, the units of the bootstrap (None: each
+    row is a unit)."""
+    context = baseline.context
+    tokens = np.asarray(tokens)
+    doc_of = document_ids(tokens, eot)
+    out = []
+    rng = np.random.default_rng(seed)
+    by_length = {}  # rows, their events and context hashes, once per row length
+    for b in buckets:
+        if b.length not in by_length:
+            rows = rows_of(tokens, b.length)
+            hashes = context_hashes(rows.reshape(-1), context).reshape(rows.shape)
+            by_length[b.length] = (rows, copy_events(rows, context, baseline), hashes)
+        rows, ev, hashes = by_length[b.length]
+        sel = np.flatnonzero(ev.only_copy & (ev.reach > max(b.lo, context)) & (ev.reach <= b.hi))
+        row = {"bucket": b.label, "key": b.key, "lo": b.lo, "hi": b.hi, "length": b.length,
+               "available": int(len(sel))}  # fmt: skip
+        if len(sel) > events:
+            sel = np.sort(rng.choice(sel, events, replace=False))
+        row["n"] = int(len(sel))
+        r_idx, t_idx = ev.row[sel], ev.pos[sel]
+        # the document of each event's target (token t + 1 of row r), or its row without eot
+        docs = doc_of[r_idx * b.length + t_idx + 1] if eot is not None else r_idx
+        row["docs"] = int(len(np.unique(docs)))
+        repl = [replaced_row(rows[r], t, context, hashes[r], tokens, rng)
+                for r, t in zip(r_idx, t_idx)]  # fmt: skip
+        out.append(CopyPlan(row, t_idx, docs, rows[r_idx], np.stack(repl) if repl else rows[:0]))
+    return out
+
+
+def copy_gain(
+    model,
+    plans: list[CopyPlan],
+    window,
+    probe_window: int | None = None,
+    batch_size: int = 32,
+    bootstrap: int = BOOTSTRAP,
+    seed: int = 1234,
+) -> list[dict]:
+    """The copy gain (nats) of ``model`` on every plan's events with ``window``, with the window
+    cut to ``probe_window`` (left out when it equals ``window``) and with the recurrent reset
+    (the probes only when probe_window is set). Each row: the plan's row, the mean loss on the
+    events' targets, and the gains with their intervals (:func:`gain_interval`)."""
+    settings = {"gain": (window, False)}
+    if probe_window is not None:
+        if probe_window != window:
+            settings["window_cut"] = (probe_window, False)
+        settings["reset"] = (window, True)
+    out = []
+    for plan in plans:
+        row = dict(plan.row)
+        if not row["n"]:
+            out.append({**row, "nll": math.nan, "gain": gain_interval([], [])})
+            continue
+        for name, (w, reset) in settings.items():
+            a = _nll_at(model, plan.orig, plan.pos, w, reset, batch_size)
+            z = _nll_at(model, plan.repl, plan.pos, w, reset, batch_size)
+            g = gain_interval(z - a, plan.docs, bootstrap, seed)
+            if name == "gain":
+                row["nll"] = float(a.mean())
+                row["gain"] = g
+            else:
+                row.setdefault("probes", {})[name] = g
+        out.append(row)
+    return out
+
+
 def copy_gain_by_bucket(
     model,
     tokens: np.ndarray,
@@ -170,57 +256,8 @@ def copy_gain_by_bucket(
     eot: int | None = None,
     bootstrap: int = BOOTSTRAP,
 ) -> list[dict]:
-    """Per range of ``buckets`` (:func:`copy_ranges` or :func:`distance_buckets`; its
-    ``length`` is the row length read): up to ``events`` copy events of held-out ``tokens``
-    whose reach lies in the range, drawn with ``seed``, and the copy gain (nats) with
-    ``window``, with the window cut to ``probe_window`` (left out when it equals ``window``) and
-    with the recurrent reset (the probes only when probe_window is set). ``eot``: the end-of-
-    text id that separates the documents of ``tokens``, the units of the bootstrap (None: each
-    row is a unit). Each row: range, lo, hi, length, events available and used, the documents
-    they come from, the mean loss on the events' targets, and the gains with their intervals
-    (:func:`gain_interval`)."""
-    context = baseline.context
-    tokens = np.asarray(tokens)
-    doc_of = document_ids(tokens, eot)
-    out = []
-    rng = np.random.default_rng(seed)
-    for b in buckets:
-        rows = rows_of(tokens, b.length)
-        ev = copy_events(rows, context, baseline)
-        sel = np.flatnonzero(ev.only_copy & (ev.reach > max(b.lo, context)) & (ev.reach <= b.hi))
-        row = {"bucket": b.label, "key": b.key, "lo": b.lo, "hi": b.hi, "length": b.length,
-               "available": int(len(sel))}  # fmt: skip
-        if len(sel) > events:
-            sel = np.sort(rng.choice(sel, events, replace=False))
-        row["n"] = int(len(sel))
-        if not len(sel):
-            out.append({**row, "nll": math.nan, "gain": gain_interval([], [])})
-            continue
-        r_idx, t_idx = ev.row[sel], ev.pos[sel]
-        # the document of each event's target (token t + 1 of row r), or its row without eot
-        docs = doc_of[r_idx * b.length + t_idx + 1] if eot is not None else r_idx
-        hashes = context_hashes(rows.reshape(-1), context).reshape(rows.shape)
-        orig = rows[r_idx]
-        repl = np.stack(
-            [
-                replaced_row(rows[r], t, context, hashes[r], tokens, rng)
-                for r, t in zip(r_idx, t_idx)
-            ]
-        )
-        settings = {"gain": (window, False)}
-        if probe_window is not None:
-            if probe_window != window:
-                settings["window_cut"] = (probe_window, False)
-            settings["reset"] = (window, True)
-        row["docs"] = int(len(np.unique(docs)))
-        for name, (w, reset) in settings.items():
-            a = _nll_at(model, orig, t_idx, w, reset, batch_size)
-            z = _nll_at(model, repl, t_idx, w, reset, batch_size)
-            g = gain_interval(z - a, docs, bootstrap, seed)
-            if name == "gain":
-                row["nll"] = float(a.mean())
-                row["gain"] = g
-            else:
-                row.setdefault("probes", {})[name] = g
-        out.append(row)
-    return out
+    """:func:`plan_copy_events` then :func:`copy_gain`: per range of ``buckets``, up to
+    ``events`` copy events of held-out ``tokens`` and the model's copy gain on them with its
+    probes and intervals."""
+    plans = plan_copy_events(tokens, buckets, baseline, events, seed, eot)
+    return copy_gain(model, plans, window, probe_window, batch_size, bootstrap, seed)

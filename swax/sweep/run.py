@@ -24,7 +24,7 @@ from swax.eval.ppl import bucketize, position_losses
 from swax.eval.recall import recall_by_window
 from swax.model import SwaxLM
 from swax.probes.buckets import chance_of, distance_buckets, recall_by_bucket, verdict
-from swax.probes.copies import copy_gain_by_bucket, copy_ranges
+from swax.probes.copies import copy_gain, copy_gain_by_bucket, copy_ranges, plan_copy_events
 from swax.probes.episodes import episode_accuracy
 from swax.sweep.config import (
     EvalSpec,
@@ -307,10 +307,11 @@ class _EvalContext:
             buckets = distance_buckets(w.short, w.long, T, (4,))
         d = self.tcfg.data
         key = (d.source, d.format, d.field, d.tokenizer, d.val_source, d.val_fraction,
-               d.split_seed, self.ev.copy_context)  # fmt: skip
+               d.split_seed, ev.copy_context, ev.copy_baseline_tokens)  # fmt: skip
         if key not in _BASELINES:  # one fit per training text and context in this process
             _BASELINES.clear()
-            _BASELINES[key] = NgramBaseline(np.asarray(self.train_tokens), self.ev.copy_context)
+            fit = np.asarray(self.train_tokens[: ev.copy_baseline_tokens or None])
+            _BASELINES[key] = NgramBaseline(fit, ev.copy_context)
         return buckets, _BASELINES[key]
 
     def copies(self) -> dict:
@@ -328,13 +329,12 @@ class _EvalContext:
         """Copy gain per bucket (own window) at every kept checkpoint and the final model."""
         buckets, baseline = self._copy_setup()
         per_step = self.tcfg.batch_size * self.tcfg.seq_len
+        plans = plan_copy_events(self.val, buckets, baseline, self.ev.copy_curve_events,
+                                 self.ev.seed, self.tok.eot_id)  # fmt: skip
         points = []
         for step, load in self._checkpoints():
-            rows = copy_gain_by_bucket(
-                load(), self.val, buckets, baseline, self.ev.copy_curve_events,
-                self.deploy_window, seed=self.ev.seed, batch_size=self.ev.batch_size,
-                eot=self.tok.eot_id,
-            )  # fmt: skip
+            rows = copy_gain(load(), plans, self.deploy_window, batch_size=self.ev.batch_size,
+                             seed=self.ev.seed)  # fmt: skip
             points.append(
                 {
                     "step": step,

@@ -1,0 +1,460 @@
+"""Laziness on text alone (issue 49): the controls, the main runs and the verdicts of TEXT_RULE.md.
+
+    python experiments/regime_study/textstudy.py          # TEXT_STUDY.md from the archives
+    python experiments/regime_study/textstudy.py --config text_code.yaml --run --jobs 2
+    python experiments/regime_study/textstudy.py --quick --run --report-dir DIR   # CI smoke test
+
+The rule (TEXT_RULE.md) was committed before the first main run; this script applies it to the
+committed per-run files of ``text_controls.yaml``, ``text_code.yaml`` (pystdlib) and
+``text_kjv.yaml`` (KJV) and reads nothing else: every number in TEXT_STUDY.md, the text-only
+section of REPORT.md and the README's sentence on it is made here from those files.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(HERE))
+
+import stats as S  # noqa: E402
+from studycli import load_archived, run  # noqa: E402
+
+from swax.sweep import load_sweep, run_sweep  # noqa: E402
+
+REPORT = "TEXT_STUDY.md"
+RULE = "TEXT_RULE.md"
+CONTROLS = "text_controls.yaml"
+MAIN = (("pystdlib", "text_code.yaml"), ("kjv", "text_kjv.yaml"))
+CORPUS_NAMES = {"pystdlib": "pystdlib (Python standard library, code)", "kjv": "KJV (prose)"}
+LAZY, NOT_LAZY = 0.25, 0.75
+"""A long window is lazy in a seed at <= LAZY x the short window's memory gain beyond W_long,
+not lazy at >= NOT_LAZY x (TEXT_RULE.md section 4)."""
+RANGES = ("r8_32", "r32_64", "r64_128", "r128_256", "r256_1024", "beyond_32", "beyond_64")
+# The laziness map's prediction, as TEXT_RULE.md section 6 committed it before the main runs:
+# rho*(W = T/4) of the map with episode ids 128-175, its bootstrap interval, and the answers'
+# share of that study's targets (the per-target scale of REPORT.md section 4).
+RHO_STAR = (0.0025, 0.0, 0.0125)
+ANSWERS_OF_TARGETS = 0.034
+
+
+# ------------------------------------------------------------------------------ reading a run
+
+
+def gain(rec: dict | None, key: str, probe: str | None = None) -> dict | None:
+    """The copy gain row ``key`` of a run's result (``probe``: window_cut or reset), or None."""
+    if not rec:
+        return None
+    for row in rec.get("copies", {}).get("buckets", []):
+        if row["key"] == key:
+            g = row.get("probes", {}).get(probe) if probe else row.get("gain")
+            return g if g and g.get("n") else None
+    return None
+
+
+def fmt(g: dict | None, digits: int = 3) -> str:
+    """'mean [lo, hi]' with a star where the range copies (lower bound above 0)."""
+    if not g:
+        return "–"
+    lo, hi = g["ci"]
+    star = "*" if g.get("copies") else ""
+    return f"{g['mean']:.{digits}f} [{lo:.{digits}f}, {hi:.{digits}f}]{star}"
+
+
+def far_key(w_long: int) -> str:
+    """The range read as G beyond W_long (TEXT_RULE.md section 1)."""
+    return {64: "beyond_64", 128: "r128_256"}[w_long]
+
+
+# ------------------------------------------------------------------------------ the rule
+
+
+def control_reading(rec: dict) -> dict:
+    """TEXT_RULE.md section 2: the control passes when its gain over (32, T] copies and its
+    reset probe there is about 0; it earns the W_long = 128 arm when it also copies in
+    (128, 256]."""
+    g, r = gain(rec, "beyond_32"), gain(rec, "beyond_32", "reset")
+    copies = bool(g and g["copies"])
+    reset_zero = bool(r and g and (r["ci"][0] <= 0 <= r["ci"][1] or r["mean"] < 0.25 * g["mean"]))
+    passes = copies and reset_zero
+    if not g:
+        why = "no copy events read"
+    elif not copies:
+        why = f"gain beyond 32 {fmt(g)}: its interval does not lie above 0"
+    elif not reset_zero:
+        why = f"the reset keeps {fmt(r)} of the gain {fmt(g)}: not the memory alone"
+    else:
+        why = f"gain beyond 32 {fmt(g)}, reset {fmt(r)}"
+    far = gain(rec, "r128_256")
+    return {"passes": passes, "why": why, "arm128": passes and bool(far and far["copies"])}
+
+
+def seed_reading(g_short: dict | None, g_other: dict | None) -> str:
+    """TEXT_RULE.md section 4, one seed: 'no reference' (the short window's memory does not copy
+    beyond W_long), 'lazy' (the other run gains <= 0.25x the short one's), 'not lazy' (>=
+    0.75x) or 'between'."""
+    if not g_short or not g_short["copies"] or g_other is None:
+        return "no reference"
+    ratio = g_other["mean"] / g_short["mean"]
+    if ratio <= LAZY:
+        return "lazy"
+    if ratio >= NOT_LAZY:
+        return "not lazy"
+    return "between"
+
+
+def _needs(planned: int) -> tuple[int, int]:
+    """(pairs with a reference needed, not-lazy seeds needed) for ``planned`` seeds: 4 of 5 on
+    pystdlib, all of 3 on KJV."""
+    return (planned - 1, planned - 1) if planned >= 5 else (planned, planned)
+
+
+def family_verdict(readings: list[str], planned: int) -> str:
+    """TEXT_RULE.md section 4: one verdict from the per-seed readings."""
+    if len(readings) < planned:
+        return f"incomplete ({len(readings)} of {planned} seeds)"
+    refs = sum(r != "no reference" for r in readings)
+    need_ref, need_not = _needs(planned)
+    if refs < need_ref:
+        return "cannot decide at this scale"
+    if sum(r == "lazy" for r in readings) == planned:
+        return "lazy"
+    if sum(r == "not lazy" for r in readings) >= need_not:
+        return "not lazy"
+    return "partial"
+
+
+def memory_half(readings: list[str], planned: int) -> str:
+    """TEXT_RULE.md section 5: claim 3's memory half from the stochastic runs' readings."""
+    if len(readings) < planned:
+        return f"incomplete ({len(readings)} of {planned} seeds)"
+    need_ref, need_not = _needs(planned)
+    if sum(r != "no reference" for r in readings) < need_ref:
+        return "cannot be shown at this scale"
+    if sum(r == "not lazy" for r in readings) >= need_not:
+        return "held"
+    if sum(r == "lazy" for r in readings) == planned:
+        return "did not hold"
+    return "cannot be shown at this scale"
+
+
+def quality_half(short: list[float], long: list[float], stoch: list[float]) -> dict:
+    """TEXT_RULE.md section 5: the paired t interval of loss(stoch) - loss(long) against half
+    the short window's cost c = loss(short) - loss(long)."""
+    cost = S.paired(short, long)
+    diff = S.paired(stoch, long)
+    out = {"cost": cost, "diff": diff}
+    if cost["n"] < 2 or diff["n"] < 2:
+        return {**out, "verdict": "cannot be shown at this scale"}
+    half = cost["mean"] / 2
+    if cost["ci"][0] <= 0 <= cost["ci"][1]:
+        verdict = "not applicable"
+    elif diff["ci"][1] < half:
+        verdict = "held"
+    elif diff["ci"][0] > half:
+        verdict = "did not hold"
+    else:
+        verdict = "cannot be shown at this scale"
+    return {**out, "verdict": verdict}
+
+
+def appeared_at(points: list[dict], key: str) -> float | None:
+    """Millions of tokens at the first checkpoint where the gain in ``key`` has its interval
+    above 0 there and at the next checkpoint (TEXT_RULE.md section 4's curves); None if never."""
+    pts = sorted(points, key=lambda p: p["tokens"])
+    above = [bool(p.get("ci", {}).get(key) and p["ci"][key][0] > 0) for p in pts]
+    for i in range(len(pts) - 1):
+        if above[i] and above[i + 1]:
+            return pts[i]["tokens"] / 1e6
+    return None
+
+
+def map_prediction(verdict: str) -> str:
+    """TEXT_RULE.md section 6, primary reading: the map predicts *not lazy* on both corpora."""
+    if verdict == "not lazy":
+        return "confirmed (predicted not lazy)"
+    if verdict == "lazy":
+        return "refuted (predicted not lazy)"
+    return f"neither confirmed nor refuted (predicted not lazy; the verdict is {verdict})"
+
+
+# ------------------------------------------------------------------------------ the archives
+
+
+def load_runs(cfg) -> dict[str, list[dict]]:
+    """{run name: [archived result per seed, with "seed"]}."""
+    return load_archived(cfg, lambda ev, seed: {**ev, "seed": seed})
+
+
+def families(cfg) -> dict[str, dict[str, str]]:
+    """{family: {role: run name}} of a main sweep."""
+    return dict(getattr(cfg, "families", None) or {}) or {"SX": dict(cfg.roles)}
+
+
+def _family_of(pattern: str) -> str:
+    return "SX" if "X" in pattern else "SD" if "D" in pattern else pattern
+
+
+def control_table(ccfg, cruns) -> tuple[list[str], dict]:
+    """The controls' table and {(corpus, family): control reading}."""
+    head = ["control", "corpus", "family", "input-gate bias", "tokens", *RANGES,
+            "reset beyond 32", "passes", "128 arm"]  # fmt: skip
+    rows, out = [], {}
+    from swax.sweep import train_config
+
+    for name, recs in cruns.items():
+        for rec in recs:
+            t = train_config(ccfg, name, rec["seed"])
+            fam = _family_of(t.model.layer_pattern)
+            c = control_reading(rec)
+            key = (str(t.data.source), fam)
+            if key not in out or (c["passes"] and not out[key]["passes"]):
+                out[key] = {**c, "name": name}
+            rows.append([
+                name, str(t.data.source), fam, f"{t.model.mlstm_igate_bias_init:g}",
+                f"{rec.get('summary', {}).get('tokens', math.nan) / 1e6:.1f}M",
+                *[fmt(gain(rec, k)) for k in RANGES], fmt(gain(rec, "beyond_32", "reset")),
+                "yes" if c["passes"] else f"no: {c['why']}", "yes" if c["arm128"] else "no",
+            ])  # fmt: skip
+    return _table(head, rows), out
+
+
+def family_result(cfg, runs, roles: dict, w_long: int = 64, role: str = "long") -> dict:
+    """Per-seed readings and the verdict of one family on one corpus at one long window."""
+    key = far_key(w_long)
+    by = {r: {x["seed"]: x for x in runs.get(roles.get(r, ""), [])} for r in roles}
+    seeds = [s for s in cfg.seeds if s in by.get("short", {}) and s in by.get(role, {})]
+    per_seed = []
+    for s in seeds:
+        gs, gl = gain(by["short"][s], key), gain(by[role][s], key)
+        gt = gain(by.get("stochastic", {}).get(s), key) if w_long == 64 else None
+        per_seed.append({"seed": s, "short": gs, "long": gl, "stoch": gt,
+                         "reading": seed_reading(gs, gl),
+                         "stoch_reading": seed_reading(gs, gt) if gt else None})  # fmt: skip
+    planned = len(cfg.seeds)
+    out = {"key": key, "w_long": w_long, "seeds": per_seed, "planned": planned,
+           "verdict": family_verdict([p["reading"] for p in per_seed], planned)}  # fmt: skip
+    if w_long == 64:
+        st = [p["stoch_reading"] for p in per_seed if p["stoch_reading"]]
+        out["memory_half"] = memory_half(st, planned)
+        loss = {r: [by[r][s].get("text_val_loss", math.nan) for s in seeds if s in by.get(r, {})]
+                for r in ("short", "long", "stochastic")}  # fmt: skip
+        if all(len(v) == len(seeds) for v in loss.values()):
+            out["quality"] = quality_half(loss["short"], loss["long"], loss["stochastic"])
+            out["loss"] = loss
+    return out
+
+
+def _table(head, rows):
+    out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    return out + ["| " + " | ".join(r) + " |" for r in rows]
+
+
+def _ratio(a: dict | None, b: dict | None) -> str:
+    if not a or not b or not b["mean"]:
+        return "–"
+    return f"{a['mean'] / b['mean']:.2f}"
+
+
+def verdict_line(corpus: str, fam: str, res: dict, tokens: float) -> str:
+    """'**SX on pystdlib** (W 8 vs 64, 30.7M tokens, seeds 0–4): **lazy** — ...'."""
+    seeds = [p["seed"] for p in res["seeds"]]
+    counts = ", ".join(
+        f"{sum(p['reading'] == k for p in res['seeds'])} {k}"
+        for k in ("lazy", "between", "not lazy", "no reference")
+    )
+    p = ""
+    if res["verdict"] == "lazy":
+        p = f" (one-sided exact sign test p = {0.5 ** res['planned']:.3f})"
+    return (
+        f"**{fam} on {corpus}** (W_short 8 vs W_long {res['w_long']}, {tokens:.1f}M tokens, "
+        f"seeds {seeds}): **{res['verdict']}**{p} — per seed: {counts}."
+    )
+
+
+def family_section(corpus: str, fam: str, cfg, runs, roles, tokens: float) -> list[str]:
+    res = family_result(cfg, runs, roles)
+    lines = [f"### {fam} on {corpus}", "", "- " + verdict_line(corpus, fam, res, tokens)]
+    if "long128" in roles and runs.get(roles["long128"]):
+        r128 = family_result(cfg, runs, roles, 128, "long128")
+        lines.append("- " + verdict_line(corpus, fam, r128, tokens))
+    lines.append(f"- the laziness map's prediction (TEXT_RULE.md section 6, primary reading): "
+                 f"{map_prediction(res['verdict'])}.")  # fmt: skip
+    if "memory_half" in res:
+        lines.append(f"- claim 3, memory half (stochastic 8 / 64 in place of the long window): "
+                     f"**{res['memory_half']}**.")  # fmt: skip
+    q = res.get("quality")
+    if q:
+        c, d = q["cost"], q["diff"]
+        lines.append(
+            f"- claim 3, quality half: text loss at T, stochastic minus long {d['mean']:+.4f} "
+            f"(95 % t interval {d['ci'][0]:+.4f} to {d['ci'][1]:+.4f}, sign-flip p = "
+            f"{d['p']:.2f}), against half the short window's cost {c['mean'] / 2:+.4f} (cost "
+            f"{c['mean']:+.4f}, interval {c['ci'][0]:+.4f} to {c['ci'][1]:+.4f}): "
+            f"**{q['verdict']}**."
+        )
+    head = ["seed", f"G short ({res['key']})", "G long", "long / short", "reading", "G stoch",
+            "stoch / short", "text loss short / long / stoch"]  # fmt: skip
+    rows = []
+    loss = res.get("loss", {})
+    for i, p in enumerate(res["seeds"]):
+        lo = (
+            " / ".join(f"{loss[r][i]:.4f}" for r in ("short", "long", "stochastic"))
+            if loss
+            else "–"
+        )
+        rows.append([str(p["seed"]), fmt(p["short"]), fmt(p["long"]),
+                     _ratio(p["long"], p["short"]), p["reading"], fmt(p["stoch"]),
+                     _ratio(p["stoch"], p["short"]), lo])  # fmt: skip
+    lines += ["", *_table(head, rows), ""]
+    return lines
+
+
+def run_table(runs, names: list[str]) -> list[str]:
+    head = ["run", "seed", "range", "events (available)", "documents", "gain (own window)",
+            "cut to 8", "reset"]  # fmt: skip
+    rows = []
+    for name in names:
+        for rec in runs.get(name, []):
+            for row in rec.get("copies", {}).get("buckets", []):
+                pr = row.get("probes", {})
+                rows.append([name, str(rec["seed"]), row["bucket"],
+                             f"{row['n']} ({row['available']})", str(row.get("docs", "–")),
+                             fmt(row["gain"] if row["n"] else None),
+                             fmt(pr.get("window_cut")), fmt(pr.get("reset"))])  # fmt: skip
+    return _table(head, rows)
+
+
+def curve_lines(runs, names: list[str], key_of) -> list[str]:
+    out = []
+    for name in names:
+        key = key_of(name)
+        for rec in runs.get(name, []):
+            pts = rec.get("copy_curve", [])
+            if not pts:
+                continue
+            at = appeared_at(pts, key)
+            when = f"appeared at {at:.1f}M" if at is not None else "not within the budget"
+            vals = ", ".join(f"{p['tokens'] / 1e6:.1f}M {p['gain'].get(key, math.nan):.3f}"
+                             for p in pts)  # fmt: skip
+            out.append(f"- {name} seed {rec['seed']} ({key}): {when}; {vals}")
+    return out
+
+
+def write_report(out: Path, command: str, ccfg=None, mains=None) -> Path:
+    """TEXT_STUDY.md in ``out`` from the archives of the controls and the main sweeps
+    (defaults: the committed ones)."""
+    ccfg = ccfg or load_sweep(HERE / CONTROLS)
+    mains = mains if mains is not None else [(c, load_sweep(HERE / f)) for c, f in MAIN]
+    cruns = load_runs(ccfg)
+    lines = [
+        "# Laziness on text alone: the copy gain of the recurrent memory by window",
+        "",
+        f"Generated by `{command}` from the committed per-run results in "
+        f"`{_rel(ccfg.archive)}` and "
+        + ", ".join(f"`{_rel(c.archive)}`" for _, c in mains)
+        + f"; nothing below is typed by hand. The rule it applies was committed before the "
+        f"first main run: [{RULE}]({RULE}). The probe: `swax/probes/copies.py`.",
+        "",
+        "- **G**: the copy gain (nats; loss on a copy event's target with every earlier "
+        "occurrence of its 8-byte context replaced by other held-out text, minus the loss as it "
+        "is) with the run's own window, in a range of reach; 95 % interval from a bootstrap over "
+        "held-out documents; `*` where the lower bound is above 0 (the range copies).",
+        "- Beyond W_long (`beyond_64` = (64, T], `r128_256` for W_long = 128) neither run's "
+        "attention reaches the copied byte: G there is the recurrent memory's.",
+        "",
+        "## 1. Controls (W = 8, one seed)",
+        "",
+    ]
+    table, controls = control_table(ccfg, cruns)
+    lines += table + [""] if any(cruns.values()) else ["No control is archived yet.", ""]
+    lines += ["## 2. Verdicts by the rule", ""]
+    for corpus, cfg in mains:
+        runs = load_runs(cfg)
+        b = cfg.base
+        tokens = b["steps"] * b["batch_size"] * b["seq_len"] / 1e6
+        for fam, roles in families(cfg).items():
+            c = controls.get((corpus, fam))
+            if c is None:
+                lines += [f"### {fam} on {corpus}", "", "- control not run yet.", ""]
+                continue
+            if not c["passes"]:
+                lines += [f"### {fam} on {corpus}", "",
+                          f"- **cannot decide at this scale**: its control ({c['name']}) failed: "
+                          f"{c['why']}.", ""]  # fmt: skip
+                continue
+            if not any(runs.get(n) for n in roles.values()):
+                lines += [f"### {fam} on {corpus}", "", "- no main run archived yet.", ""]
+                continue
+            lines += family_section(corpus, fam, cfg, runs, roles, tokens)
+    lines += ["## 3. Copy gain per run and range", ""]
+    for corpus, cfg in mains:
+        runs = load_runs(cfg)
+        names = [n for n in cfg.runs if runs.get(n)]
+        if names:
+            lines += [f"### {CORPUS_NAMES.get(corpus, corpus)}", "", *run_table(runs, names), ""]
+    lines += ["## 4. When the memory's gain appeared", "",
+              "The first checkpoint at which G beyond W_long has its interval above 0 there and "
+              "at the next checkpoint; then G (own window, 256 events) at every checkpoint.",
+              ""]  # fmt: skip
+    for _, cfg in mains:
+        runs = load_runs(cfg)
+        names = [n for n in cfg.runs if runs.get(n)]
+
+        def key_of(name, cfg=cfg):
+            from swax.sweep import train_config
+
+            return far_key(train_config(cfg, name, cfg.seeds[0]).window.long)
+
+        lines += curve_lines(runs, names, key_of)
+    lines.append("")
+    path = out / REPORT
+    path.write_text("\n".join(lines))
+    return path
+
+
+def _rel(archive: str) -> str:
+    return Path(os.path.relpath(archive, HERE)).as_posix()
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--run", action="store_true", help="train and evaluate the missing runs")
+    ap.add_argument("--quick", action="store_true", help="the reduced study (CI smoke test)")
+    ap.add_argument("--jobs", type=int, default=None, help="runs at a time (default: config's)")
+    ap.add_argument("--only", default=None, help="comma list of the runs to train")
+    ap.add_argument("--report-dir", default=None, help=f"where {REPORT} goes (default: here)")
+    ap.add_argument(
+        "--config", default=None, help="the sweep to run (default: the controls, then the mains)"
+    )
+    args = ap.parse_args(argv)
+    names = [CONTROLS, *(f for _, f in MAIN)]
+    cfgs = {f: load_sweep(HERE / f, quick=args.quick) for f in names}
+    if args.quick:  # the smoke test keeps its results with its runs
+        for cfg in cfgs.values():
+            if not cfg.archive:
+                cfg.archive = str(Path(cfg.out_dir).resolve() / "archive")
+    if args.run:
+        for f in [args.config] if args.config else names:
+            if f not in cfgs:
+                cfgs[f] = load_sweep(HERE / f, quick=args.quick)
+            cfg = cfgs[f]
+            if args.jobs:
+                cfg.jobs = args.jobs
+            run_sweep(cfg, only=args.only.split(",") if args.only else None)
+    out = Path(args.report_dir) if args.report_dir else HERE
+    out.mkdir(parents=True, exist_ok=True)
+    command = "python experiments/regime_study/textstudy.py" + (" --quick" if args.quick else "")
+    mains = [(c, cfgs[f]) for c, f in MAIN]
+    print(f"report: {write_report(out, command, cfgs[CONTROLS], mains)}")
+    return 0
+
+
+if __name__ == "__main__":
+    run(main)
