@@ -19,7 +19,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import typing
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, NamedTuple
@@ -30,22 +30,76 @@ from swax.version import __version__
 
 
 class LayerKind(NamedTuple):
-    """One letter of ``layer_pattern``: what its mixer is called, and whether it takes the
-    attention window (a forward argument)."""
+    """One letter of ``layer_pattern``: what its mixer is called, whether it takes the attention
+    window (a forward argument), the mixer class (a :class:`swax.layers.base.TokenMixer`; as
+    ``"module:Class"``, which :func:`swax.model.mixer_class` imports, so that the config does not
+    import the layers) and the constructor arguments a SwaxConfig gives it."""
 
     name: str
     windowed: bool
+    mixer: str | type
+    args: Callable[[SwaxConfig], dict]
+
+
+def _attention_args(cfg: SwaxConfig, rope: bool) -> dict:
+    return dict(
+        d_model=cfg.d_model,
+        n_heads=cfg.n_heads,
+        n_kv_heads=cfg.n_kv_heads,
+        head_dim=cfg.head_dim,
+        rope=rope,
+        rope_base=cfg.rope_base,
+        qk_norm=cfg.qk_norm,
+        norm_eps=cfg.norm_eps,
+        backend=None if cfg.attn_backend == "auto" else cfg.attn_backend,
+    )
+
+
+def _recurrent_args(cfg: SwaxConfig) -> dict:
+    """What the mLSTM and Gated DeltaNet layers take alike."""
+    return dict(
+        d_model=cfg.d_model,
+        n_heads=cfg.recurrent_heads or cfg.n_heads,
+        qk_dim_factor=cfg.qk_dim_factor,
+        v_dim_factor=cfg.v_dim_factor,
+        chunk_size=cfg.chunk_size,
+        norm_eps=cfg.norm_eps,
+    )
+
+
+def _mlstm_args(cfg: SwaxConfig) -> dict:
+    return _recurrent_args(cfg) | dict(
+        gate_soft_cap=cfg.gate_soft_cap,
+        igate_bias_init=cfg.mlstm_igate_bias_init,
+        fgate_bias_init=tuple(cfg.mlstm_fgate_bias_init),
+        conv_size=cfg.mlstm_conv_size,
+    )
 
 
 LAYER_KINDS: dict[str, LayerKind] = {
-    "S": LayerKind("sliding-window attention", windowed=True),
-    "X": LayerKind("mLSTM", windowed=False),
-    "D": LayerKind("Gated DeltaNet", windowed=False),
-    "A": LayerKind("full causal attention", windowed=False),
+    "S": LayerKind(
+        "sliding-window attention",
+        windowed=True,
+        mixer="swax.layers.attention:SlidingWindowAttention",
+        args=lambda cfg: _attention_args(cfg, rope=True),
+    ),
+    "X": LayerKind("mLSTM", False, "swax.layers.mlstm:MLSTMLayer", _mlstm_args),
+    "D": LayerKind(
+        "Gated DeltaNet",
+        windowed=False,
+        mixer="swax.layers.gated_deltanet:GatedDeltaNetLayer",
+        args=lambda cfg: _recurrent_args(cfg) | dict(conv_size=cfg.conv_size),
+    ),
+    "A": LayerKind(
+        "full causal attention",
+        windowed=False,
+        mixer="swax.layers.attention:FullAttention",
+        args=lambda cfg: _attention_args(cfg, rope=cfg.full_attn_rope),
+    ),
 }
-"""The letters of ``layer_pattern``: the names of their mixers (what error messages list) and
-which of them take a window (:meth:`SwaxConfig.layer_windows`). :data:`swax.model.MIXERS`
-builds a layer for each."""
+"""The layer kinds, by their letter in ``layer_pattern``: the one registry a new kind joins
+(docs/design.md, "A layer kind"). Error messages list the names; :meth:`SwaxConfig.layer_windows`
+reads ``windowed``; :class:`swax.model.Block` builds ``mixer(**args(config))``."""
 
 
 AttnBackend = Literal["auto", "flash", "flex", "blockwise_fwd", "blockwise", "reference"]

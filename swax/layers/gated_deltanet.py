@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from swax.layers.base import TokenMixer
+from swax.layers.base import TokenMixer, recurrent_mixing_flops
 from swax.layers.norm import MultiHeadNorm
 from swax.ops.conv import causal_conv1d
 from swax.ops.gated_delta import gated_delta_rule, gated_delta_step
@@ -84,45 +84,19 @@ class GatedDeltaNetLayer(TokenMixer):
         ).clamp(min=1e-4)
         self.dt_bias.copy_(dt + torch.log(-torch.expm1(-dt)))  # inverse softplus
 
-    def step(self, x: torch.Tensor, state: tuple, pos=None) -> torch.Tensor:
-        """One decode token per row on fixed-shape buffers: x (B, d_model) -> (B, d_model);
-        ``state`` (S, conv) as :meth:`forward` returns it, updated in place. ``pos`` is ignored.
-        The only single-token path: the forward of one token on a state runs it too
-        (:meth:`forward_one`)."""
-        B, H = x.shape[0], self.n_heads
-        S, conv = state
-        u = torch.cat([self.q_proj(x), self.k_proj(x), self.v_proj(x)], dim=-1)[:, :, None]
-        u, new_conv = causal_conv1d(u, self.conv_weight, conv)
-        conv.copy_(new_conv)
-        u = F.silu(u[:, :, 0])
-        q, k, v = u.split([self.qk_dim, self.qk_dim, self.v_dim], dim=-1)
-        q = F.normalize(q.float().view(B, H, -1), dim=-1, eps=1e-6).to(u.dtype)
-        k = F.normalize(k.float().view(B, H, -1), dim=-1, eps=1e-6).to(u.dtype)
-        beta = torch.sigmoid(self.b_proj(x).float())  # (B, H)
-        g = -self.A_log.float().exp() * F.softplus(self.a_proj(x).float() + self.dt_bias.float())
-        o, S_new = gated_delta_step(q, k, v.reshape(B, H, -1), g, beta, S)
-        S.copy_(S_new)
-        return self.o_proj(self.norm(o) * F.silu(self.g_proj(x)))
-
-    def forward(
-        self, x: torch.Tensor, window=None, state=None, return_state: bool = False, doc_ids=None
-    ):
-        """x: (B, T, d_model) -> (B, T, d_model) [, (S, conv)]. ``window`` is ignored.
-        ``doc_ids`` (B, T): packed documents (see :mod:`swax.ops.packing`): state and convolution
-        restart at each document; not with a state."""
+    def _inputs(self, x: torch.Tensor, conv0=None, doc_ids=None):
+        """Everything the delta rule reads, from x (B, T, d_model): q, k (B, T, H, Dk),
+        L2-normalised per head, v (B, T, H, Dv), the log-decay g and beta (B, T, H) in float32,
+        the output gate silu(g_proj(x)) (B, T, v_dim) and the convolution's new state; ``conv0``
+        its state before x. The one place the projections, the convolution and the gates are
+        computed, for :meth:`sequence` and :meth:`step` alike."""
         B, T, _ = x.shape
         H = self.n_heads
-        if doc_ids is not None and state is not None:
-            raise ValueError("doc_ids cannot be combined with a decode state")
-        if T == 1 and state is not None:  # one decode token: the decode step
-            y, new_state = self.forward_one(x, state, 0, window)
-            return (y, new_state) if return_state else y
-        S0, conv0 = (None, None) if state is None else state
         u = torch.cat([self.q_proj(x), self.k_proj(x), self.v_proj(x)], dim=-1).transpose(1, 2)
         if doc_ids is None:
-            u, new_conv = causal_conv1d(u, self.conv_weight, conv0)
+            u, conv = causal_conv1d(u, self.conv_weight, conv0)
         else:
-            u, new_conv = doc_conv1d(u, self.conv_weight, doc_ids)
+            u, conv = doc_conv1d(u, self.conv_weight, doc_ids)
         u = F.silu(u)
         q, k, v = u.transpose(1, 2).split([self.qk_dim, self.qk_dim, self.v_dim], dim=-1)
         # normalised in float32, returned in the projections' dtype: bfloat16 under autocast,
@@ -130,8 +104,26 @@ class GatedDeltaNetLayer(TokenMixer):
         q = F.normalize(q.float().view(B, T, H, -1), dim=-1, eps=1e-6).to(u.dtype)
         k = F.normalize(k.float().view(B, T, H, -1), dim=-1, eps=1e-6).to(u.dtype)
         v = v.reshape(B, T, H, -1)
-        beta = torch.sigmoid(self.b_proj(x).float())  # (B, T, H)
+        beta = torch.sigmoid(self.b_proj(x).float())
         g = -self.A_log.float().exp() * F.softplus(self.a_proj(x).float() + self.dt_bias.float())
+        return q, k, v, g, beta, F.silu(self.g_proj(x)), conv
+
+    def step(self, x: torch.Tensor, buffers: tuple, pos=None) -> torch.Tensor:
+        """One decode token per row on fixed-shape buffers: x (B, d_model) -> (B, d_model);
+        ``buffers`` (S, conv) as :meth:`sequence` returns the state, updated in place. ``pos``
+        is ignored."""
+        S, conv = buffers
+        q, k, v, g, beta, gate, new_conv = self._inputs(x[:, None], conv)
+        conv.copy_(new_conv)
+        o, S_new = gated_delta_step(q[:, 0], k[:, 0], v[:, 0], g[:, 0], beta[:, 0], S)
+        S.copy_(S_new)
+        return self._out(o[:, None], gate)[:, 0]
+
+    def sequence(self, x: torch.Tensor, window, state, return_state: bool, doc_ids):
+        """x: (B, T, d_model) -> (y (B, T, d_model), (S, conv) or None). ``window`` is ignored;
+        with ``doc_ids`` state and convolution restart at each document."""
+        S0, conv0 = (None, None) if state is None else state
+        q, k, v, g, beta, gate, new_conv = self._inputs(x, conv0, doc_ids)
         o, S = gated_delta_rule(
             q.transpose(1, 2),
             k.transpose(1, 2),
@@ -144,6 +136,15 @@ class GatedDeltaNetLayer(TokenMixer):
             chunk_size=self.chunk_size,
             doc_ids=doc_ids,
         )
-        o = o.transpose(1, 2)  # (B, T, H, Dv)
-        y = self.o_proj(self.norm(o) * F.silu(self.g_proj(x)))
-        return (y, (S, new_conv)) if return_state else y
+        y = self._out(o.transpose(1, 2), gate)  # o: (B, T, H, Dv)
+        return y, ((S, new_conv) if return_state else None)
+
+    def _out(self, o: torch.Tensor, gate: torch.Tensor) -> torch.Tensor:
+        """y = o_proj(per-head RMSNorm(o) * gate), o (B, T, H, Dv), gate (B, T, v_dim)."""
+        return self.o_proj(self.norm(o) * gate)
+
+    def mixing_flops(self, seq_len: int, window) -> float:
+        """State update and readout and the intra-chunk part
+        (:func:`~swax.layers.base.recurrent_mixing_flops`)."""
+        return recurrent_mixing_flops(self.n_heads, self.qk_dim, self.v_dim, self.chunk_size,
+                                      seq_len)  # fmt: skip
