@@ -10,8 +10,8 @@ import torch
 
 from swax.cli import options as C
 from swax.cli.common import load_for, preset_name
-from swax.core.configs import resolve_window
 from swax.core.errors import SwaxError
+from swax.core.settings import resolve_window
 from swax.core.threads import threads_note
 from swax.decode import compile_seconds
 from swax.generate import generate, truncate_at_stop

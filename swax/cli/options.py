@@ -19,7 +19,8 @@ from typing import Literal
 
 from swax.cli.args import option
 from swax.config import PRESETS
-from swax.core.configs import WindowSetting, bounded, check_fields, parse_window
+from swax.core.configs import bounded, check_fields
+from swax.core.settings import WindowSetting, parse_window
 from swax.eval.tasks import TaskEvalSettings
 from swax.generate import PREFILL_CHUNK
 

@@ -190,8 +190,8 @@ def test_configs_are_the_same_from_python_and_the_command_line():
 
 
 def test_parse_window_and_resolve_device():
-    from swax.core.configs import parse_window, resolve_device, resolve_window
     from swax.core.errors import ConfigError
+    from swax.core.settings import parse_window, resolve_device, resolve_window
 
     assert [parse_window(x) for x in ("default", "FULL", "none", "128", 64)] == [
         "default",
