@@ -9,7 +9,7 @@ from swax.export import export_hf, export_onnx
 # ---------------------------------------------------------------- swax export (hf, onnx)
 def cmd_export_hf(cfg: C.ExportHFConfig) -> int:
 
-    out = export_hf(cfg.model_dir, cfg.out_dir)
+    out = export_hf(cfg.model_dir, cfg.out_dir, cfg.overwrite)
     print(
         f"wrote {out}: AutoModelForCausalLM.from_pretrained({str(out)!r}, trust_remote_code=True)"
     )
@@ -18,7 +18,9 @@ def cmd_export_hf(cfg: C.ExportHFConfig) -> int:
 
 def cmd_export_onnx(cfg: C.ExportOnnxConfig) -> int:
 
-    out = export_onnx(cfg.model_dir, cfg.out, cfg.seq_len, cfg.window, cfg.batch_size)
+    out = export_onnx(
+        cfg.model_dir, cfg.out, cfg.seq_len, cfg.window, cfg.batch_size, cfg.overwrite
+    )
     print(f"wrote {out}: input_ids int64 ({cfg.batch_size}, {cfg.seq_len}) -> logits")
     return 0
 

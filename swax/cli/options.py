@@ -87,15 +87,18 @@ class GenerateConfig(LoadConfig):
     top_p: float | None = bounded(None, "(0, 1]")
     """Sample among the most likely tokens of total probability p only (nucleus)."""
     stop: list[str] = option(default_factory=list, repeat=True, metavar="TEXT")
-    """Stop at this string (may be given several times)."""
+    """Stop after this string (may be given several times); like the end-of-text token, it is
+    kept in the output and counted in its new tokens, as Python's generate(stop_strings=...)
+    keeps it (swax.generate.truncate_at_stop cuts it off)."""
     prefill_chunk: int = option(PREFILL_CHUNK, bounds="[1, inf)")
     """Prompt tokens per forward pass of the prefill."""
     stream: bool = True
     """Print the text token by token (--no-stream: at the end)."""
     compile: bool | None = None
     """Decode through the compiled step (torch.compile on the CPU, a CUDA graph on a GPU):
-    --compile always, --no-compile never (the eager step); default: on a GPU, and on the CPU
-    from 1024 new tokens (a CPU compile costs seconds)."""
+    --compile always, --no-compile never (the eager step); default: from 1024 new tokens, on a
+    CPU and a GPU alike, or when the same configuration was compiled before in this process
+    (a compile costs seconds)."""
     weights: Literal["float32", "bf16", "int8"] = "float32"
     """Weight matrices for the generation: as loaded (float32), or bf16 or int8 (weight-only,
     per output channel) with activations as loaded: fewer bytes read per token, a faster
@@ -319,6 +322,8 @@ class ExportHFConfig(Command):
     """The swax checkpoint folder (save_pretrained or swax train), with its tokenizer."""
     out_dir: str = option(positional=True, metavar="OUT_DIR")
     """The folder to write; must not exist or be empty."""
+    overwrite: bool = False
+    """Replace an earlier export in OUT_DIR (a folder holding other files is refused even so)."""
 
 
 @dataclass
@@ -336,6 +341,8 @@ class ExportOnnxConfig(Command):
     """Sequences per call (fixed in the graph)."""
     window: int | None = option(None, bounds="[1, inf)")
     """Attention window of the S layers (default: the model's config.window)."""
+    overwrite: bool = False
+    """Replace OUT.onnx if it exists (once the new graph is complete)."""
 
 
 # ---- swax data prepare (pre-tokenized shards; see swax.data.shards) ----

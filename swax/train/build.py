@@ -19,6 +19,7 @@ import torch
 from swax.config import SwaxConfig
 from swax.core.errors import ConfigError
 from swax.core.memory import map_large_allocations
+from swax.core.progress import fmt_count
 from swax.core.threads import AUTO, AutoThreads, last_setting, set_threads, threads_note
 from swax.data import PackedLoader, build_datasets
 from swax.data.loader import data_tokenizer
@@ -388,8 +389,8 @@ def _announce(run: RunState) -> None:
     run.logger.message(
         f"swax train: {run.mcfg.layer_types} {run.n_params / 1e6:.2f}M params | "
         f"{info.world_size} process(es) on {info.device} | {cfg.steps} steps × "
-        f"{cfg.batch_size} × {cfg.seq_len} = {cfg.steps * run.tokens_per_step / 1e6:.1f}M "
-        f"tokens | window {run.sched.describe()} | {run.train_tokens / 1e6:.2f}M training "
+        f"{cfg.batch_size} × {cfg.seq_len} = {fmt_count(cfg.steps * run.tokens_per_step)} "
+        f"tokens | window {run.sched.describe()} | {fmt_count(run.train_tokens)} training "
         f"tokens ({run.tok.name})"
         + (f" | resumed from {ckpt.name}" if ckpt else "")
         + (f" | {threads_note()}" if info.device.type == "cpu" else "")
