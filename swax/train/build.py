@@ -29,6 +29,7 @@ from swax.train.checkpoint import (
     PendingSave,
     latest_checkpoint,
     list_checkpoints,
+    load_init_weights,
     load_latest_checkpoint,
     save_checkpoint,
 )
@@ -322,6 +323,8 @@ def setup_run(cfg: TrainConfig, info: D.DistInfo) -> RunState:
     if cfg.log.laziness_every:  # fails now, not at its first evaluation
         run.monitor = LazinessMonitor(cfg, loader.tokens, tok)
         run.monitor.check(mcfg.vocab_size)
+    if ckpt is None and cfg.init_from:
+        load_init_weights(cfg.init_from, model)
     if ckpt is not None:
         restore(run)
         if cfg.steps < run.start_step:  # would save a checkpoint of a later step under its name
@@ -392,6 +395,7 @@ def _announce(run: RunState) -> None:
         f"tokens | window {run.sched.describe()} | {run.train_tokens / 1e6:.2f}M training "
         f"tokens ({run.tok.name})"
         + (f" | resumed from {ckpt.name}" if ckpt else "")
+        + (f" | weights from {cfg.init_from}" if cfg.init_from and not ckpt else "")
         + (f" | {threads_note()}" if info.device.type == "cpu" else "")
     )
     run.logger.message(f"MFU: the model's FLOP/s over {run.peak.describe()}")
