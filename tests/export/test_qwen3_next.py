@@ -81,6 +81,20 @@ def layers(qwen, key_heads, value_heads):
     return ref, ours, cfg
 
 
+def qwen_cache(qwen, layer, cfg):
+    """(an empty cache for Qwen3-Next, the keyword the layer takes it by): transformers 5.25
+    has DynamicCache(config=...) and ``cache=``; earlier 5.x a Qwen3NextDynamicCache and
+    ``cache_params=``."""
+    import inspect
+
+    from transformers.cache_utils import DynamicCache
+
+    own = getattr(qwen, "Qwen3NextDynamicCache", None)
+    cache = own(cfg) if own is not None else DynamicCache(config=cfg)
+    params = inspect.signature(layer.forward).parameters
+    return cache, "cache" if "cache" in params else "cache_params"
+
+
 def noise(fn, x: torch.Tensor, draws: int = 3) -> float:
     """The reference's normwise change under one float32 rounding of its input."""
     base = fn(x)
@@ -112,17 +126,15 @@ def test_prefill_equals_qwen3_next(qwen, key_heads, value_heads):
 def test_single_token_decode_equals_qwen3_next(qwen):
     """A cached prefill of 60 tokens, then one token each: transformers' recurrent step on its
     cache, swax's decode step on its state."""
-    from transformers.cache_utils import DynamicCache
-
     ref, ours, cfg = layers(qwen, 2, 4)
+    cache, kw = qwen_cache(qwen, ref, cfg)
     x = torch.randn(2, 63, D, generator=torch.Generator().manual_seed(3))
     with torch.no_grad():
-        cache = DynamicCache(config=cfg)
-        theirs = [ref(x[:, :60], cache=cache)]
+        theirs = [ref(x[:, :60], **{kw: cache})]
         mine, state = ours(x[:, :60], return_state=True)
         check(mine, theirs[0], noise(ref, x[:, :60]), "cached prefill")
         for t in range(60, 63):
-            theirs = ref(x[:, t : t + 1], cache=cache)
+            theirs = ref(x[:, t : t + 1], **{kw: cache})
             mine, state = ours(x[:, t : t + 1], state=state, return_state=True)
             full = noise(ref, x[:, : t + 1])  # the step's noise: the whole prefix rounded
             check(mine, theirs, full, f"decode token {t}")
