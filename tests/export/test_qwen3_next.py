@@ -166,3 +166,19 @@ def test_grouped_value_heads_are_checked():
         SwaxConfig(d_model=64, n_heads=2, recurrent_heads=2, gdn_value_heads=3)
     with pytest.raises(Exception, match="gdn_l2norm"):
         SwaxConfig(gdn_l2norm="square")
+
+
+def test_full_size_layer_maps_on_the_meta_device(qwen):
+    """transformers' default Qwen3NextConfig (Qwen3-Next-80B-A3B's layer: 16 key heads, 32
+    value heads of 128, d_model 2048): the mapped state dict has every tensor of swax's layer at
+    its shape, built on the meta device (no memory)."""
+    from transformers import Qwen3NextConfig
+
+    cfg = Qwen3NextConfig()
+    with torch.device("meta"):
+        ref = qwen.Qwen3NextGatedDeltaNet(cfg, 0)
+        ours = GatedDeltaNetLayer(**gated_deltanet_args(cfg))
+    mapped = gated_deltanet_state_dict(ref.state_dict(), cfg)
+    want = {k: tuple(v.shape) for k, v in ours.state_dict().items()}
+    assert {k: tuple(v.shape) for k, v in mapped.items()} == want
+    assert (ours.n_heads, ours.v_heads, ours.qk_dim, ours.v_dim) == (16, 32, 2048, 4096)
