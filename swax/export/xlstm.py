@@ -131,12 +131,16 @@ def map_tensors(
             raise CheckpointError(
                 f"the source has no tensor {src} ({layout}, {cfg.n_layers // step} blocks)"
             )
-        got = _slot_shape(tuple(shapes[src]), rows, tuple(swax_shapes[name]))
-        if name not in swax_shapes or got != tuple(swax_shapes[name]):
+        want = tuple(swax_shapes.get(name, ()))
+        got = _slot_shape(tuple(shapes[src]), rows, want)
+        if name not in swax_shapes or got != want:
             raise CheckpointError(
                 f"tensor {src}{'' if rows is None else f' rows {rows[0]}:{rows[1]}'} has shape "
-                f"{got} where the config gives {tuple(swax_shapes.get(name, ()))} ({name})"
+                f"{got} where the config gives {want} ({name})"
             )
+    left = [n for n in swax_shapes if n not in slots]  # only the new blocks' (odd with add-SWA)
+    if any(step == 1 or not n.startswith("blocks.") or int(n.split(".")[1]) % 2 == 0 for n in left):
+        raise CheckpointError(f"the swax model has tensors the source does not give ({left[0]})")
     used = {src for src, _ in slots.values()}
     extra = [n for n in shapes if n not in used]
     if extra:
