@@ -9,7 +9,6 @@ generation.
 from __future__ import annotations
 
 import importlib
-import math
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -24,11 +23,13 @@ from swax.core.errors import CheckpointError, ConfigError, InputError
 from swax.core.integrity import (
     CHECKSUMS_NAME,
     match_umask,
+    state_dict_mismatch,
     verify_checksum_file,
     write_checksum_file,
 )
 from swax.core.paths import writing
 from swax.generate import generate
+from swax.init import init_parts
 from swax.layers import RMSNorm, SwiGLU, swiglu_hidden_dim
 from swax.layers.base import TokenMixer
 from swax.ops.checks import check_window
@@ -38,29 +39,6 @@ from swax.state import DEFAULT_WINDOW, SwaxState, _Default
 
 WEIGHTS_NAME = "model.safetensors"
 CONFIG_NAME = "config.json"
-
-
-def state_dict_mismatch(expected: dict, found: dict) -> str | None:
-    """How the tensors ``found`` (name -> tensor) differ from the state dict ``expected``, in
-    one line (missing and unexpected names, the first shape that differs); None when they
-    match in names and shapes."""
-    missing = [k for k in expected if k not in found]
-    unexpected = [k for k in found if k not in expected]
-    parts = []
-    if missing:
-        parts.append(
-            f"{len(missing)} missing ({', '.join(missing[:3])}{' …' if len(missing) > 3 else ''})"
-        )
-    if unexpected:
-        more = " …" if len(unexpected) > 3 else ""
-        parts.append(f"{len(unexpected)} unexpected ({', '.join(unexpected[:3])}{more})")
-    for k, v in expected.items():
-        if k in found and tuple(found[k].shape) != tuple(v.shape):
-            parts.append(
-                f"{k} has shape {tuple(found[k].shape)} where the model expects {tuple(v.shape)}"
-            )
-            break
-    return "; ".join(parts) or None
 
 
 def mixer_class(letter: str) -> type[TokenMixer]:
@@ -86,9 +64,10 @@ class Block(nn.Module):
         self.mixer_norm = RMSNorm(cfg.d_model, cfg.norm_eps)
         self.mixer = mixer_class(kind)(**LAYER_KINDS[kind].args(cfg))
         self.mlp_norm = RMSNorm(cfg.d_model, cfg.norm_eps)
-        self.mlp = SwiGLU(
-            cfg.d_model, swiglu_hidden_dim(cfg.d_model, cfg.mlp_ratio, cfg.mlp_multiple_of)
+        hidden = swiglu_hidden_dim(
+            cfg.d_model, cfg.mlp_ratio, cfg.mlp_multiple_of, cfg.mlp_rounding
         )
+        self.mlp = SwiGLU(cfg.d_model, hidden)
 
     def init_parts(self, std: float, out_std: float) -> list[tuple[str, Callable]]:
         """The norms at 1, the mixer's and the MLP's own initialisation, in this order (see
@@ -184,25 +163,11 @@ class SwaxLM(nn.Module):
     # ------------------------------------------------------------------ init
     def init_parts(self) -> list[tuple[str, Callable[[nn.Module], None]]]:
         """The initialisation, part by part, in the order it draws random numbers: (submodule
-        name, what initialises that submodule). Normal(0, init_std) embedding (and untied head);
-        each block's norms, mixer and MLP by their own ``reset_parameters``, the projections
-        that write to the residual stream at out_std = init_std / sqrt(2·n_layers) (GPT-2's
-        scaling); norms at 1; the mixers' own gate and decay initialisations. A sharded build
+        name, what initialises that submodule), under the config's scheme (``init``: swax's,
+        or transformers' xLSTM's; :mod:`swax.init` says what each does). A sharded build
         (swax.train.distributed) runs the same parts one at a time, so its weights equal an
         unsharded build's of the same seed."""
-        std = self.config.init_std
-        out_std = std / math.sqrt(2 * self.config.n_layers)
-
-        def normal(m: nn.Module) -> None:
-            nn.init.normal_(m.weight, std=std)
-
-        parts: list[tuple[str, Callable[[nn.Module], None]]] = [("embed", normal)]
-        for i, block in enumerate(self.blocks):
-            parts += [(f"blocks.{i}.{n}", init) for n, init in block.init_parts(std, out_std)]
-        parts.append(("norm", lambda m: m.reset_parameters()))
-        if self.head is not None:
-            parts.append(("head", normal))
-        return parts
+        return init_parts(self)
 
     @torch.no_grad()
     def reset_parameters(self) -> None:

@@ -345,6 +345,46 @@ class ExportOnnxConfig(Command):
     """Replace OUT.onnx if it exists (once the new graph is complete)."""
 
 
+@dataclass
+class ExportXLSTMConfig(Command):
+    """Write a pure-mLSTM swax model (pattern X, logit and gate caps, no mLSTM convolution) as a
+    transformers xLSTM folder: AutoModelForCausalLM.from_pretrained(OUT) loads it without
+    remote code (and without swax)."""
+
+    model_dir: str = option(positional=True, metavar="MODEL")
+    """The swax model folder (save_pretrained, swax train or swax import), with its tokenizer."""
+    out: str = option(positional=True, metavar="OUT")
+    """The folder to write; must not exist or be empty."""
+
+
+@dataclass
+class ImportXLSTMConfig(Command):
+    """Write a swax model folder computing what a transformers xLSTM folder (xLSTMForCausalLM:
+    config.json + safetensors, single or fused weights, sharded or not) computes, its
+    tokenizer files carried along; tensors are converted one at a time. --add-swa inserts a
+    sliding-window attention block after each mLSTM block, its output projection and MLP down
+    projection zero, so the model starts as the source's function (train it on with
+    swax train init_from=OUT)."""
+
+    src: str = option(positional=True, metavar="SRC")
+    """The transformers xLSTM folder."""
+    out: str = option(positional=True, metavar="OUT")
+    """The swax model folder to write; must not exist or be empty."""
+    add_swa: bool = False
+    """Insert a sliding-window attention block after each mLSTM block (pattern XS)."""
+    window: int | None = option(None, bounds="[1, inf)")
+    """The model's default attention window (config.window; default 2048)."""
+    heads: int | None = option(None, bounds="[1, inf)")
+    """Attention heads of the inserted blocks (default d_model / 128)."""
+    dtype: Literal["keep", "float32", "bfloat16", "float16"] = "keep"
+    """Dtype of the written weights: keep each tensor's own, or one for all."""
+    seed: int = bounded(0, "(-inf, inf)")
+    """Seed of the inserted blocks' initial weights (block j draws from seed + j)."""
+    ignore_field: list[str] = option(default_factory=list, repeat=True, metavar="KEY")
+    """A config.json key swax does not know and you know does not change the computation (may
+    be given several times)."""
+
+
 # ---- swax data prepare (pre-tokenized shards; see swax.data.shards) ----
 
 

@@ -100,9 +100,9 @@ class TokenMixer(nn.Module):
         return y[:, None], self.decode_state(buffers, pos + 1, window)
 
 
-def recurrent_mixing_flops(heads: int, qk_dim: int, v_dim: int, chunk: int, seq_len: int) -> float:
+def recurrent_mixing_flops(heads: int, dqk: float, dv: float, chunk: int, seq_len: int) -> float:
     """Mixing FLOPs per token of a chunkwise linear recurrence (mLSTM, Gated DeltaNet) of
-    ``heads`` heads over q/k and v widths ``qk_dim`` and ``v_dim``: the state update and readout
-    (4·Dqk·Dv per head) and the intra-chunk part (about 2·(Dqk + Dv)·chunk per head)."""
-    dqk, dv = qk_dim / heads, v_dim / heads
+    ``heads`` state heads with key and value widths ``dqk`` and ``dv`` per head: the state
+    update and readout (4·Dqk·Dv per head) and the intra-chunk part (about 2·(Dqk + Dv)·chunk
+    per head)."""
     return heads * (4.0 * dqk * dv + 2.0 * (dqk + dv) * min(chunk, seq_len))

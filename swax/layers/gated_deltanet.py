@@ -4,7 +4,13 @@ x -> q, k (qk_dim), v (v_dim) -> short causal depthwise convolution + SiLU -> q,
 per head; beta = sigmoid(b_proj(x)); log-decay g = -exp(A_log) · softplus(a_proj(x) + dt_bias);
 o = gated_delta_rule(q, k, v, g, beta); y = o_proj(RMSNorm_per_head(o) · silu(g_proj(x))).
 
-Decode state: (S, conv) with S (B, H, Dk, Dv) float32 and conv (B, 2·qk_dim + v_dim, K - 1),
+Qwen3-Next's layer is this one with three options: ``value_heads`` (grouped value heads: H q/k
+heads, Hv value heads, each q/k head serving Hv / H consecutive value heads; beta, the decay and
+the state are per value head), ``norm_weight="shared"`` (one output-norm weight of Dv for every
+head) and ``l2norm="rsqrt"`` (x · rsqrt(Σx² + 1e-6) instead of x / max(‖x‖, 1e-6)); the defaults
+are fla's layer. :mod:`swax.export.qwen3_next` maps a Qwen3NextGatedDeltaNet's weights onto it.
+
+Decode state: (S, conv) with S (B, Hv, Dk, Dv) float32 and conv (B, 2·qk_dim + v_dim, K - 1),
 the last K - 1 pre-convolution inputs.
 """
 
@@ -23,6 +29,15 @@ from swax.ops.gated_delta import gated_delta_rule, gated_delta_step
 from swax.ops.packing import doc_conv1d
 
 
+def l2_normalize(x: torch.Tensor, rsqrt: bool) -> torch.Tensor:
+    """x over its last dimension divided by its L2 norm, in float32: x / max(‖x‖, 1e-6), or
+    with ``rsqrt`` x · rsqrt(Σx² + 1e-6) (fla's and Qwen3-Next's)."""
+    x = x.float()
+    if rsqrt:
+        return x * torch.rsqrt((x * x).sum(-1, keepdim=True) + 1e-6)
+    return F.normalize(x, dim=-1, eps=1e-6)
+
+
 class GatedDeltaNetLayer(TokenMixer):
     """Gated DeltaNet mixer. See the module docstring for the computation."""
 
@@ -35,29 +50,40 @@ class GatedDeltaNetLayer(TokenMixer):
         conv_size: int = 4,
         chunk_size: int = 64,
         norm_eps: float = 1e-6,
+        value_heads: int | None = None,
+        norm_weight: str = "per_head",
+        l2norm: str = "clamp",
     ):
         super().__init__()
         qk_dim, v_dim = int(d_model * qk_dim_factor), int(d_model * v_dim_factor)
-        if qk_dim % n_heads or v_dim % n_heads:
+        vh = value_heads or n_heads
+        if qk_dim % n_heads or v_dim % vh or vh % n_heads:
             raise ValueError(
-                f"Gated DeltaNet q/k width {qk_dim} and v width {v_dim} must be divisible by "
-                f"n_heads={n_heads}"
+                f"Gated DeltaNet q/k width {qk_dim} must be divisible by n_heads={n_heads}, v "
+                f"width {v_dim} by value_heads={vh}, and value_heads by n_heads"
             )
         if conv_size < 1:
             raise ValueError(f"conv_size must be >= 1, got {conv_size}")
-        self.n_heads, self.qk_dim, self.v_dim = n_heads, qk_dim, v_dim
+        if norm_weight not in ("per_head", "shared") or l2norm not in ("clamp", "rsqrt"):
+            raise ValueError(
+                f"norm_weight must be per_head or shared and l2norm clamp or rsqrt, got "
+                f"{norm_weight!r} and {l2norm!r}"
+            )
+        self.n_heads, self.v_heads, self.qk_dim, self.v_dim = n_heads, vh, qk_dim, v_dim
         self.conv_size, self.chunk_size = conv_size, chunk_size
+        self.rsqrt_l2 = l2norm == "rsqrt"
         self.q_proj = nn.Linear(d_model, qk_dim, bias=False)
         self.k_proj = nn.Linear(d_model, qk_dim, bias=False)
         self.v_proj = nn.Linear(d_model, v_dim, bias=False)
         channels = 2 * qk_dim + v_dim
         self.conv_weight = nn.Parameter(torch.empty(channels, conv_size))
-        self.a_proj = nn.Linear(d_model, n_heads, bias=False)
-        self.b_proj = nn.Linear(d_model, n_heads, bias=False)
-        self.A_log = nn.Parameter(torch.empty(n_heads))
-        self.dt_bias = nn.Parameter(torch.empty(n_heads))
+        self.a_proj = nn.Linear(d_model, vh, bias=False)
+        self.b_proj = nn.Linear(d_model, vh, bias=False)
+        self.A_log = nn.Parameter(torch.empty(vh))
+        self.dt_bias = nn.Parameter(torch.empty(vh))
         self.g_proj = nn.Linear(d_model, v_dim, bias=False)
-        self.norm = MultiHeadNorm(n_heads, v_dim // n_heads, eps=norm_eps, kind="rms")
+        shared = norm_weight == "shared"
+        self.norm = MultiHeadNorm(vh, v_dim // vh, eps=norm_eps, kind="rms", shared=shared)
         self.o_proj = nn.Linear(v_dim, d_model, bias=False)
         self.reset_special()
 
@@ -78,15 +104,22 @@ class GatedDeltaNetLayer(TokenMixer):
         nn.init.uniform_(
             self.conv_weight, -1 / math.sqrt(self.conv_size), 1 / math.sqrt(self.conv_size)
         )
-        self.A_log.copy_(torch.empty(self.n_heads).uniform_(1, 16).log())
+        self.A_log.copy_(torch.empty(self.v_heads).uniform_(1, 16).log())
         dt = torch.exp(
-            torch.rand(self.n_heads) * (math.log(0.1) - math.log(0.001)) + math.log(0.001)
+            torch.rand(self.v_heads) * (math.log(0.1) - math.log(0.001)) + math.log(0.001)
         ).clamp(min=1e-4)
         self.dt_bias.copy_(dt + torch.log(-torch.expm1(-dt)))  # inverse softplus
 
+    def _grouped(self, t: torch.Tensor, dim: int) -> torch.Tensor:
+        """q or k with its heads (dimension ``dim``) repeated for the value heads they serve."""
+        if self.v_heads == self.n_heads:
+            return t
+        return t.repeat_interleave(self.v_heads // self.n_heads, dim=dim)
+
     def _inputs(self, x: torch.Tensor, conv0=None, doc_ids=None):
-        """Everything the delta rule reads, from x (B, T, d_model): q, k (B, T, H, Dk),
-        L2-normalised per head, v (B, T, H, Dv), the log-decay g and beta (B, T, H) in float32,
+        """Everything the delta rule reads, from x (B, T, d_model): q, k (B, T, Hv, Dk),
+        L2-normalised per head (and repeated for grouped value heads), v (B, T, Hv, Dv), the
+        log-decay g and beta (B, T, Hv) in float32,
         the output gate silu(g_proj(x)) (B, T, v_dim) and the convolution's new state; ``conv0``
         its state before x. The one place the projections, the convolution and the gates are
         computed, for :meth:`sequence` and :meth:`step` alike."""
@@ -101,10 +134,10 @@ class GatedDeltaNetLayer(TokenMixer):
         q, k, v = u.transpose(1, 2).split([self.qk_dim, self.qk_dim, self.v_dim], dim=-1)
         # normalised in float32, returned in the projections' dtype: bfloat16 under autocast,
         # which is what fla's kernel takes (the residual stream x stays float32 there)
-        q = F.normalize(q.float().view(B, T, H, -1), dim=-1, eps=1e-6).to(u.dtype)
-        k = F.normalize(k.float().view(B, T, H, -1), dim=-1, eps=1e-6).to(u.dtype)
-        v = v.reshape(B, T, H, -1)
-        beta = torch.sigmoid(self.b_proj(x).float())
+        q = self._grouped(l2_normalize(q.view(B, T, H, -1), self.rsqrt_l2).to(u.dtype), 2)
+        k = self._grouped(l2_normalize(k.view(B, T, H, -1), self.rsqrt_l2).to(u.dtype), 2)
+        v = v.reshape(B, T, self.v_heads, -1)
+        beta = torch.sigmoid(self.b_proj(x).float())  # (B, T, Hv)
         g = -self.A_log.float().exp() * F.softplus(self.a_proj(x).float() + self.dt_bias.float())
         return q, k, v, g, beta, F.silu(self.g_proj(x)), conv
 
@@ -146,5 +179,5 @@ class GatedDeltaNetLayer(TokenMixer):
     def mixing_flops(self, seq_len: int, window) -> float:
         """State update and readout and the intra-chunk part
         (:func:`~swax.layers.base.recurrent_mixing_flops`)."""
-        return recurrent_mixing_flops(self.n_heads, self.qk_dim, self.v_dim, self.chunk_size,
-                                      seq_len)  # fmt: skip
+        dk, dv = self.qk_dim / self.n_heads, self.v_dim / self.v_heads
+        return recurrent_mixing_flops(self.v_heads, dk, dv, self.chunk_size, seq_len)

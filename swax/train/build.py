@@ -26,7 +26,12 @@ from swax.data.loader import data_tokenizer
 from swax.data.mqar import mqar_vocab_needed
 from swax.model import SwaxLM
 from swax.train import distributed as D
-from swax.train.checkpoint import Checkpoints, latest_checkpoint, list_checkpoints
+from swax.train.checkpoint import (
+    Checkpoints,
+    latest_checkpoint,
+    list_checkpoints,
+    load_init_weights,
+)
 from swax.train.config import TrainConfig, save_train_config
 from swax.train.guard import Faults, StepGuard, faults_from_env
 from swax.train.logger import RunLogger
@@ -320,6 +325,8 @@ def setup_run(cfg: TrainConfig, info: D.DistInfo) -> RunState:
     if cfg.log.laziness_every:  # fails now, not at its first evaluation
         run.out.monitor = LazinessMonitor(cfg, data.loader.tokens, data.tok)
         run.out.monitor.check(mcfg.vocab_size)
+    if ckpt is None and cfg.init_from:
+        load_init_weights(cfg.init_from, net.model)
     if ckpt is not None:
         restore(run)
         start = run.progress.start_step
@@ -387,6 +394,7 @@ def _announce(run: RunState, n_params: int, resumed: bool) -> None:
         f"tokens | window {run.sched.describe()} | {fmt_count(data.train_tokens)} training "
         f"tokens ({data.tok.name})"
         + (f" | resumed from {run.ckpts.newest.name}" if resumed else "")
+        + (f" | weights from {cfg.init_from}" if cfg.init_from and not resumed else "")
         + (f" | {threads_note()}" if info.device.type == "cpu" else "")
     )
     run.logger.message(f"MFU: the model's FLOP/s over {run.out.peak.describe()}")

@@ -433,6 +433,35 @@ def load_checkpoint(path: str | Path, model, optimizer) -> dict:
     return state
 
 
+def load_init_weights(folder: str | Path, model) -> Path:
+    """The weights of the swax model folder ``folder`` (a training run's folder stands for its
+    model/) into ``model`` (plain, DDP or FSDP: every rank reads the file), for ``init_from``;
+    checked against the model first (CheckpointError saying how they differ). Returns the
+    weights file."""
+    from safetensors import SafetensorError
+    from safetensors.torch import load_file
+    from torch.distributed.checkpoint.state_dict import set_model_state_dict
+
+    from swax.core.integrity import verify_checksum_file
+    from swax.model import WEIGHTS_NAME, resolve_model_dir
+
+    folder = resolve_model_dir(folder)
+    weights = folder / WEIGHTS_NAME
+    if not weights.is_file():
+        raise CheckpointError(f"init_from={folder}: no {WEIGHTS_NAME} there")
+    verify_checksum_file(folder, [WEIGHTS_NAME])
+    try:
+        sd = load_file(str(weights))
+    except (SafetensorError, OSError) as e:
+        raise CorruptCheckpointError(f"init_from: {weights} is corrupt: {e}") from None
+    raw = model.module if hasattr(model, "module") else model
+    problem = state_dict_mismatch(raw.state_dict(), sd)
+    if problem:
+        raise CheckpointError(f"init_from={folder}: its weights do not fit the model: {problem}")
+    set_model_state_dict(model, sd, options=_options())
+    return weights
+
+
 def _set_rng(rng: dict) -> None:
     if "torch" in rng:
         torch.set_rng_state(rng["torch"])

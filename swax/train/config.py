@@ -207,6 +207,12 @@ class TrainConfig:
     = N threads."""
     overwrite: bool = False
     """Allow starting a fresh run in a run_dir that already holds checkpoints (deletes them)."""
+    init_from: str | None = None
+    """Start from the weights of this swax model folder (e.g. one `swax import xlstm --add-swa`
+    wrote) instead of random ones: its config.json is the model, model.* keys given (not
+    model.preset) override fields that keep the weights' shapes, and the model's window is the
+    run's window.long. The optimizer and schedules start fresh; a resumed run continues from its
+    checkpoint."""
 
     def __post_init__(self) -> None:
         if self.threads != "auto" and (isinstance(self.threads, bool) or self.threads < 0):
@@ -220,7 +226,9 @@ class TrainConfig:
     def expand_keys(cls, data: dict, prefix: str = "") -> dict:
         """Plain data whose model section does not set ``window`` gets the run's window.long
         there (the model's window is the long window). (:func:`swax.core.configs.from_dict`
-        calls this first; the model section's ``preset`` is SwaxConfig's.)"""
+        calls this first; the model section's ``preset`` is SwaxConfig's.) With ``init_from``
+        the model section starts from that folder's config.json (:func:`init_model_section`)."""
+        data = init_model_section(data)
         model = data.get("model", {})
         if not isinstance(model, dict) or "window" in model:
             return data
@@ -272,6 +280,32 @@ class TrainConfig:
 
     def replace(self, **changes) -> TrainConfig:
         return dataclasses.replace(self, **changes)
+
+
+def init_model_section(data: dict) -> dict:
+    """Plain data with ``init_from: FOLDER``: its model section is FOLDER's config.json (less
+    its window, which is the run's window.long) with the section's own keys on top; a
+    ``preset`` there is an error. A complete model section (a resumed run's config.yaml) is
+    kept as it is."""
+    src, model = data.get("init_from"), data.get("model", {})
+    if not src or not isinstance(src, str) or not isinstance(model, dict):
+        return data
+    if "preset" in model:
+        raise ConfigError(
+            f"model.preset={model['preset']!r} cannot be combined with init_from: the model is "
+            f"{src}'s config.json (model.* keys may change its other fields)"
+        )
+    if set(model) >= set(SwaxConfig.__dataclass_fields__):
+        return data
+    folder = Path(src)
+    if not (folder / "config.json").is_file() and (folder / "model" / "config.json").is_file():
+        folder = folder / "model"  # a training run's folder stands for its model/
+    try:
+        base = SwaxConfig.load(folder / "config.json").to_dict()
+    except ConfigError as e:
+        raise ConfigError(f"init_from={src}: {e}") from None
+    base.pop("window", None)
+    return {**data, "model": {**base, **model}}
 
 
 # ------------------------------------------------------------------------------ loading
