@@ -250,8 +250,8 @@ def _assert_clean(output: str, what: str) -> None:
 @pytest.mark.slow
 def test_the_documented_demo_losses_are_a_fresh_runs(tmp_path):
     """The losses README.md and docs/demo.md quote for `make demo` are what a fresh `swax demo`
-    prints (the README to its two decimals, docs/demo.md's table to three; within 0.01 and 0.005:
-    one thread and two sum in different orders, which moves the fourth digit)."""
+    prints, within 0.01: the table quotes two threads, this runs one, and the two sum in
+    different orders (1.281 and 1.288 after 400 steps)."""
     env = {**os.environ, "SWAX_THREADS": "1"}
     r = subprocess.run([sys.executable, "-m", "swax", "demo", "--context", "2048"], cwd=tmp_path,
                        env=env, capture_output=True, text=True, timeout=2400)  # fmt: skip
@@ -268,8 +268,8 @@ def test_the_documented_demo_losses_are_a_fresh_runs(tmp_path):
     demo = (ROOT / "docs" / "demo.md").read_text()
     row = re.search(r"\| (\d+\.\d+) untrained → \*\*(\d+\.\d+)\*\* \|", demo)
     assert row, "docs/demo.md's table of the demo's loss"
-    assert abs(float(row.group(1)) - before) <= 0.005
-    assert abs(float(row.group(2)) - after) <= 0.005
+    assert abs(float(row.group(1)) - before) <= 0.01
+    assert abs(float(row.group(2)) - after) <= 0.01
 
 
 def _readme() -> str:
