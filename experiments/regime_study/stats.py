@@ -1,8 +1,10 @@
-"""The statistics the regime study's reports print: exact intervals for seed shares, paired
-comparisons over seeds (mean, standard error, smallest detectable difference, an exact sign-flip
-test), bootstrap intervals over seeds, and when a curve first crosses a level.
+"""The statistics the regime study's reports print: exact intervals for seed shares (Clopper-
+Pearson, Jeffreys), paired comparisons over seeds (mean, standard error, an exact sign-flip
+test), bootstrap intervals, and the exact distributions the verdict rule needs (Student t, Beta,
+the noncentral t behind the smallest detectable difference; verdicts.py).
 
-Plain Python (no scipy): the seed counts are small (3 or 4), so exact enumeration is cheap.
+Plain Python (no scipy): the seed counts are small (3 to 6), so exact enumeration is cheap.
+When the memory emerged is emergence.py's (a censored time).
 """
 
 from __future__ import annotations
@@ -58,7 +60,8 @@ def share_text(k: int, n: int) -> str:
 
 def paired(a: list[float], b: list[float]) -> dict:
     """a − b over pairs with both values finite: mean, standard error, 95 % t interval, the
-    smallest difference the design detects (95 % two-sided, 80 % power: (t.975 + t.80) × SE),
+    smallest difference the design detects (95 % two-sided, 80 % power: (t.975 + t.80) × SE,
+    the approximation the text study's fixed rule uses; the claims' verdicts use mde_se),
     the exact two-sided sign-flip p-value, and n."""
     d = [x - y for x, y in zip(a, b) if x == x and y == y]
     n = len(d)
@@ -129,16 +132,6 @@ def bootstrap(values: list, stat, samples: int = 2000, seed: int = 0) -> tuple[f
         return math.nan, math.nan
     out.sort()
     return out[int(0.025 * (len(out) - 1))], out[int(0.975 * (len(out) - 1))]
-
-
-def first_crossing(points: list[dict], key: str = "acc", level: float = 50.0,
-                   also: str | None = None) -> float:  # fmt: skip
-    """Tokens (millions) at the first point of ``points`` (each with "tokens") where ``key``
-    (and ``also``, when given) is at least ``level``; NaN when the curve never gets there."""
-    for p in sorted(points, key=lambda q: q["tokens"]):
-        if p[key] >= level and (also is None or p[also] >= level):
-            return p["tokens"] / 1e6
-    return math.nan
 
 
 # ------------------------------------------------------------------------------ distributions
