@@ -23,6 +23,7 @@ from swax.eval.recall import recall_by_window
 from swax.model import SwaxLM
 from swax.probes.buckets import chance_of, distance_buckets, recall_by_bucket, verdict
 from swax.probes.episodes import episode_accuracy
+from swax.sweep.archive import archive_result, episode_ids
 from swax.sweep.config import (
     EvalSpec,
     SweepConfig,
@@ -343,26 +344,13 @@ def _job(
         summary = _train_one(cfg, name, seed)
         out = evaluate_run(cfg, name, seed)
         if kept is not None:
-            _archive(kept, out, summary)
+            archive_result(kept, out, summary, episode_ids(train_config(cfg, name, seed)))
         return name, seed, out
     except KeyboardInterrupt as e:  # stopped by a signal (its checkpoint saved): a worker
         if not worker:  # process ends here, so that it starts no other run of the sweep
             raise
         print(f"swax sweep: {name} seed {seed}: {e or 'interrupted'}", file=sys.stderr, flush=True)
         os._exit(getattr(e, "exit_code", 130))
-
-
-SUMMARY_KEYS = ("initial_val_loss", "final_val_loss", "tokens", "tok_s", "elapsed", "steps")
-
-
-def _archive(path: Path, out: dict, summary: dict) -> None:
-    """Write a run's committed result: its evaluation and the summary's headline numbers
-    (atomically: a partial file is never taken for a finished run)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    keep = {k: summary[k] for k in SUMMARY_KEYS if k in summary}
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps({**out, "summary": keep}, indent=1, allow_nan=True))
-    tmp.replace(path)
 
 
 def run_sweep(
