@@ -26,6 +26,7 @@ import claims as C  # noqa: E402
 import laziness as L  # noqa: E402
 import provenance as P  # noqa: E402
 import textonly as X  # noqa: E402
+import textstudy as TS  # noqa: E402
 from sections import (  # noqa: E402
     _exact,
     _numeric_columns,
@@ -167,7 +168,7 @@ def _ratio(share: float, lo: float, hi: float, per: float) -> str:
 def text_only_section(tcfg, truns) -> list[str]:
     done = sum(len(v) for v in truns.values())
     lines = [
-        "## 5. Laziness on text alone",
+        "## 5. Laziness on text alone: the first probe",
         "",
         f"The study's SX model trained on KJV text only (no episodes), windows 8, 32 and "
         f"stochastic, {C.tokens_m(tcfg):.1f}M tokens per run, {done} of "
@@ -245,9 +246,25 @@ def _rerun_counts(settings) -> str:
     return ""
 
 
+def text_study_section() -> list[str]:
+    """The text-only study decided by a rule fixed in advance (textstudy.py, TEXT_RULE.md)."""
+    return [
+        "## 6. Laziness on text alone, by a rule fixed before the runs",
+        "",
+        "The study's 2-layer models trained on text only (no episodes), read by the recurrent "
+        "memory's copy gain beyond W_long with 8-byte contexts and intervals from a bootstrap "
+        "over held-out documents. The decision rule, windows, seeds and budget were committed "
+        "before the first main run ([TEXT_RULE.md](TEXT_RULE.md)); per run and per seed: "
+        "[TEXT_STUDY.md](TEXT_STUDY.md).",
+        "",
+        *TS.summary_lines(TS.verdicts()),
+        "",
+    ]
+
+
 def reading(ccfg, runs, cells, settings, tcfg, truns) -> list[str]:
     """What the numbers say, sentence by sentence from the numbers."""
-    out = ["## 6. Reading", ""]
+    out = ["## 7. Reading", ""]
     sx_near, sd_near = runs.get("sx-long-near", []), runs.get("sd-long-near", [])
     if sx_near:
         out.append(
@@ -345,6 +362,7 @@ def readme_block(settings, cells, shares=None, pending=None) -> str:
                 f"{100 * (C.far_share(ccfg) or 0) * answers_of_targets(ccfg):.3f} % that the "
                 "claims' episodes supervise there."
             )
+    out.append(TS.readme_sentence(TS.verdicts()))
     return " ".join(out)
 
 
@@ -383,6 +401,7 @@ def write_report(out: Path, lcfg=None, settings=None, tcfg=None, shares=None,
         *far_share_section(lcfg, ccfg, cells, shares),
         *text_only_section(tcfg, truns),
         *sxsx_section(),
+        *text_study_section(),
         *reading(ccfg, runs, cells, settings, tcfg, truns),
     ]
     path = out / REPORT

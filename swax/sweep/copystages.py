@@ -9,7 +9,8 @@ import numpy as np
 
 from swax.data.copies import NgramBaseline
 from swax.probes.buckets import distance_buckets
-from swax.probes.copies import copy_gain, copy_gain_by_bucket, copy_ranges, plan_copy_events
+from swax.probes.copies import copy_gain, copy_ranges, plan_copy_events
+from swax.train.peak import cache_dir
 
 
 class CopyStages:
@@ -27,16 +28,24 @@ class CopyStages:
         if key not in _BASELINES:  # one fit per training text and context in this process
             _BASELINES.clear()
             fit = np.asarray(self.train_tokens[: ev.copy_baseline_tokens or None])
-            _BASELINES[key] = NgramBaseline(fit, ev.copy_context)
+            folder = cache_dir() / "ngram"
+            _BASELINES[key] = NgramBaseline.cached(fit, ev.copy_context, folder)
         return buckets, _BASELINES[key]
+
+    def _events(self) -> dict:
+        """The copy events of the held-out rows by row length, found once per evaluation (both
+        stages read them)."""
+        return self.__dict__.setdefault("_copy_events", {})
 
     def copies(self) -> dict:
         """Copy gain by distance bucket on held-out text, with the window cut and the reset."""
         buckets, baseline = self._copy_setup()
-        rows = copy_gain_by_bucket(
-            self.model, self.val, buckets, baseline, self.ev.copy_events, self.deploy_window,
-            probe_window=self.ev.probe_window or self.tcfg.window.short, seed=self.ev.seed,
-            batch_size=self.ev.batch_size, eot=self.tok.eot_id,
+        plans = plan_copy_events(self.val, buckets, baseline, self.ev.copy_events, self.ev.seed,
+                                 self.tok.eot_id, self._events())  # fmt: skip
+        rows = copy_gain(
+            self.model, plans, self.deploy_window,
+            probe_window=self.ev.probe_window or self.tcfg.window.short,
+            batch_size=self.ev.batch_size, seed=self.ev.seed,
         )  # fmt: skip
         return {"copies": {"context": self.ev.copy_context, "buckets": rows,
                            "interval": "bootstrap over documents"}}  # fmt: skip
@@ -46,7 +55,7 @@ class CopyStages:
         buckets, baseline = self._copy_setup()
         per_step = self.tcfg.batch_size * self.tcfg.seq_len
         plans = plan_copy_events(self.val, buckets, baseline, self.ev.copy_curve_events,
-                                 self.ev.seed, self.tok.eot_id)  # fmt: skip
+                                 self.ev.seed, self.tok.eot_id, self._events())  # fmt: skip
         points = []
         for step, load in self._checkpoints():
             rows = copy_gain(load(), plans, self.deploy_window, batch_size=self.ev.batch_size,
