@@ -66,11 +66,13 @@ test-slow: $(STAMP)
 	$(BIN)/python -m pytest -q -m "slow" $(PYTEST_ARGS)
 
 LINT_PATHS := swax tests benchmarks experiments tools
-# ruff, then the import structure: no circles, ops < layers < model, data apart (tools/check_imports.py)
+# ruff, then the import structure: no circles, ops < layers < model, data apart (tools/check_imports.py),
+# then the sizes: files <= 500 lines, functions <= 85 (tools/check_sizes.py)
 lint: $(STAMP)
 	$(BIN)/ruff check $(LINT_PATHS)
 	$(BIN)/ruff format --check $(LINT_PATHS)
 	$(BIN)/python tools/check_imports.py
+	$(BIN)/python tools/check_sizes.py
 
 format: $(STAMP)
 	$(BIN)/ruff check --fix $(LINT_PATHS)

@@ -262,7 +262,9 @@ def llama_for(preset: str):
     cfg = LlamaConfig(
         vocab_size=sc.vocab_size,
         hidden_size=sc.d_model,
-        intermediate_size=swiglu_hidden_dim(sc.d_model, sc.mlp_ratio, sc.mlp_multiple_of),
+        intermediate_size=swiglu_hidden_dim(
+            sc.d_model, sc.mlp_ratio, sc.mlp_multiple_of, sc.mlp_rounding
+        ),
         num_hidden_layers=sc.n_layers,
         num_attention_heads=sc.n_heads,
         num_key_value_heads=sc.n_heads,

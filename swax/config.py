@@ -19,7 +19,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import typing
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, NamedTuple
@@ -30,22 +30,85 @@ from swax.version import __version__
 
 
 class LayerKind(NamedTuple):
-    """One letter of ``layer_pattern``: what its mixer is called, and whether it takes the
-    attention window (a forward argument)."""
+    """One letter of ``layer_pattern``: what its mixer is called, whether it takes the attention
+    window (a forward argument), the mixer class (a :class:`swax.layers.base.TokenMixer`; as
+    ``"module:Class"``, which :func:`swax.model.mixer_class` imports, so that the config does not
+    import the layers) and the constructor arguments a SwaxConfig gives it."""
 
     name: str
     windowed: bool
+    mixer: str | type
+    args: Callable[[SwaxConfig], dict]
+
+
+def _attention_args(cfg: SwaxConfig, rope: bool) -> dict:
+    return dict(
+        d_model=cfg.d_model,
+        n_heads=cfg.n_heads,
+        n_kv_heads=cfg.n_kv_heads,
+        head_dim=cfg.head_dim,
+        rope=rope,
+        rope_base=cfg.rope_base,
+        qk_norm=cfg.qk_norm,
+        norm_eps=cfg.norm_eps,
+        backend=None if cfg.attn_backend == "auto" else cfg.attn_backend,
+    )
+
+
+def _recurrent_args(cfg: SwaxConfig) -> dict:
+    """What the mLSTM and Gated DeltaNet layers take alike."""
+    return dict(
+        d_model=cfg.d_model,
+        n_heads=cfg.recurrent_heads or cfg.n_heads,
+        qk_dim_factor=cfg.qk_dim_factor,
+        v_dim_factor=cfg.v_dim_factor,
+        chunk_size=cfg.chunk_size,
+        norm_eps=cfg.norm_eps,
+    )
+
+
+def _mlstm_args(cfg: SwaxConfig) -> dict:
+    return _recurrent_args(cfg) | dict(
+        gate_soft_cap=cfg.gate_soft_cap,
+        igate_bias_init=cfg.mlstm_igate_bias_init,
+        fgate_bias_init=tuple(cfg.mlstm_fgate_bias_init),
+        conv_size=cfg.mlstm_conv_size,
+        eps=cfg.mlstm_eps,
+    )
 
 
 LAYER_KINDS: dict[str, LayerKind] = {
-    "S": LayerKind("sliding-window attention", windowed=True),
-    "X": LayerKind("mLSTM", windowed=False),
-    "D": LayerKind("Gated DeltaNet", windowed=False),
-    "A": LayerKind("full causal attention", windowed=False),
+    "S": LayerKind(
+        "sliding-window attention",
+        windowed=True,
+        mixer="swax.layers.attention:SlidingWindowAttention",
+        args=lambda cfg: _attention_args(cfg, rope=True),
+    ),
+    "X": LayerKind("mLSTM", False, "swax.layers.mlstm:MLSTMLayer", _mlstm_args),
+    "D": LayerKind(
+        "Gated DeltaNet",
+        windowed=False,
+        mixer="swax.layers.gated_deltanet:GatedDeltaNetLayer",
+        args=lambda cfg: (
+            _recurrent_args(cfg)
+            | dict(
+                conv_size=cfg.conv_size,
+                value_heads=cfg.gdn_value_heads,
+                norm_weight=cfg.gdn_norm_weight,
+                l2norm=cfg.gdn_l2norm,
+            )
+        ),
+    ),
+    "A": LayerKind(
+        "full causal attention",
+        windowed=False,
+        mixer="swax.layers.attention:FullAttention",
+        args=lambda cfg: _attention_args(cfg, rope=cfg.full_attn_rope),
+    ),
 }
-"""The letters of ``layer_pattern``: the names of their mixers (what error messages list) and
-which of them take a window (:meth:`SwaxConfig.layer_windows`). :data:`swax.model.MIXERS`
-builds a layer for each."""
+"""The layer kinds, by their letter in ``layer_pattern``: the one registry a new kind joins
+(docs/design.md, "A layer kind"). Error messages list the names; :meth:`SwaxConfig.layer_windows`
+reads ``windowed``; :class:`swax.model.Block` builds ``mixer(**args(config))``."""
 
 
 AttnBackend = Literal["auto", "flash", "flex", "blockwise_fwd", "blockwise", "reference"]
@@ -88,6 +151,12 @@ class SwaxConfig:
     """SwiGLU hidden width as a multiple of d_model (before rounding)."""
     mlp_multiple_of: int = bounded(64, "[1, inf)")
     """SwiGLU hidden width is rounded up to a multiple of this."""
+    mlp_rounding: Literal["swax", "xlstm"] = "swax"
+    """How the SwiGLU width is rounded: swax, round(mlp_ratio · d_model) to the nearest integer
+    and then up to a multiple of mlp_multiple_of; xlstm, transformers' xLSTM formula on the
+    unrounded product, ((mlp_ratio · d_model + m - 1) // m) · m with m = mlp_multiple_of. The
+    two differ where the product's fraction decides (mlp_ratio 2.667 at d_model 1536: 4160 and
+    4096)."""
     qk_dim_factor: float = bounded(0.5, "(0, inf)")
     """Width of the recurrent layers' q and k, as a fraction of d_model (xLSTM-7B: 0.5)."""
     v_dim_factor: float = bounded(1.0, "(0, inf)")
@@ -103,8 +172,21 @@ class SwaxConfig:
     350m -9. Measurements: experiments/window_sweep/NOTES.md."""
     mlstm_fgate_bias_init: tuple[float, float] = bounded((3.0, 6.0), "(-inf, inf)")
     """Initial biases of the mLSTM forget gate, spread linearly over the heads."""
+    mlstm_eps: float = bounded(1e-6, "(0, inf)")
+    """Epsilon of the mLSTM cell's denominator, max(|nᵀq|, exp(-m)) + eps (xLSTM's ``eps``)."""
     conv_size: int = bounded(4, "[1, inf)")
     """Kernel width of Gated DeltaNet's short causal convolution."""
+    gdn_value_heads: int | None = bounded(None, "[1, inf)")
+    """Value heads of the Gated DeltaNet layers (grouped value heads, as Qwen3-Next has them):
+    the q/k heads are recurrent_heads, each serving value_heads / recurrent_heads consecutive
+    value heads of width v_dim_factor · d_model / value_heads; the gates, the decay and the
+    state are per value head. None = recurrent_heads (one value head per q/k head)."""
+    gdn_norm_weight: Literal["per_head", "shared"] = "per_head"
+    """The scale of Gated DeltaNet's output norm: per_head, one weight over all heads' channels
+    (fla's layer); shared, one weight of a head's width that every head uses (Qwen3-Next)."""
+    gdn_l2norm: Literal["clamp", "rsqrt"] = "clamp"
+    """How Gated DeltaNet's L2 normalisation of q and k guards small norms: clamp, x / max(‖x‖,
+    1e-6) (torch's F.normalize); rsqrt, x · rsqrt(Σx² + 1e-6) (fla's kernels, Qwen3-Next)."""
     mlstm_conv_size: int = bounded(0, "[0, inf)")
     """Kernel width of an optional short causal convolution (+ SiLU) on the input of the mLSTM's
     q and k, as in xLSTM's original mLSTM block (width 4 there); 0 = none, the xLSTM-7B cell.
@@ -119,6 +201,14 @@ class SwaxConfig:
     """Soft cap on output logits (xLSTM-7B uses 30); None or 0 = off."""
     init_std: float = bounded(0.02, "[0, inf)")
     """Standard deviation of the normal initialisation of linear and embedding weights."""
+    init: Literal["swax", "xlstm"] = "swax"
+    """Initialisation scheme. swax: Normal(0, init_std), the projections into the residual stream
+    Normal(0, init_std / sqrt(2 · n_layers)), mLSTM gate weights Normal(0, 1e-3). xlstm: what
+    transformers' xLSTM initialises (xLSTM 7B): embedding, head and input projections
+    Normal(0, sqrt(2 / (5 · d_model))), the projections into the residual stream Normal(0,
+    2 / n_layers / sqrt(fan_in)), the mLSTM's input, forget and output gates' and the MLP's gate
+    projection's weights zero; the mLSTM gate biases from mlstm_igate_bias_init and
+    mlstm_fgate_bias_init either way (swax.init)."""
     attn_backend: AttnBackend = "auto"
     """Sliding-window attention backend: auto (the most preferred one usable on the inputs) or
     one of the built-in backends of ``swax.ops.list_backends("swa")``; a backend named here that
@@ -161,6 +251,13 @@ class SwaxConfig:
             raise ConfigError(
                 f"attn_backend must be one of {', '.join(backends)}, got {self.attn_backend!r}"
             )
+        hints = typing.get_type_hints(SwaxConfig)
+        for name in ("mlp_rounding", "gdn_norm_weight", "gdn_l2norm", "init"):
+            choices = typing.get_args(hints[name])
+            if getattr(self, name) not in choices:
+                raise ConfigError(
+                    f"{name} must be one of {', '.join(choices)}, got {getattr(self, name)!r}"
+                )
 
     def _validate_shapes(self) -> None:
         """Head counts and widths that divide as the layers need."""
@@ -183,6 +280,12 @@ class SwaxConfig:
                     f"{name}={factor} gives width {width} for d_model={self.d_model}; it must "
                     f"be a positive integer divisible by recurrent_heads={rh}"
                 )
+        vh = self.gdn_value_heads or rh
+        if vh % rh or int(self.d_model * self.v_dim_factor) % vh:
+            raise ConfigError(
+                f"gdn_value_heads={vh} must be a multiple of recurrent_heads={rh} and divide the "
+                f"value width {int(self.d_model * self.v_dim_factor)} (v_dim_factor · d_model)"
+            )
         rotary = "S" in self.layer_pattern or ("A" in self.layer_pattern and self.full_attn_rope)
         if rotary and self.attn_head_dim % 2:
             raise ConfigError(
@@ -307,7 +410,10 @@ PRESETS: dict[str, dict] = {
         window=2048,
         mlstm_igate_bias_init=-9.0,
     ),
-    # the paper's two scales, with xLSTM-7B's gate initialisation
+    # the paper's two scales, with xLSTM-7B's gate initialisation; of xLSTM 7B's other settings
+    # they keep the mLSTM block (widths, gate cap 15, norm eps 1e-6, mlstm_eps 1e-6) and, at 7b,
+    # the untied head; not its logit cap 30, its MLP rounding (the same widths here: 5504 and
+    # 10944) nor its initialisation (docs/python-api.md has the table)
     "1.4b": dict(
         vocab_size=GPT2_VOCAB,
         d_model=2048,
@@ -326,6 +432,22 @@ PRESETS: dict[str, dict] = {
         window=2048,
         tie_embeddings=False,
         mlstm_igate_bias_init=-10.0,
+    ),
+    # xLSTM 7B exactly (NX-AI/xLSTM-7b, transformers' xLSTMForCausalLM): the pure mLSTM baseline
+    "xlstm-7b": dict(
+        vocab_size=GPT2_VOCAB,
+        d_model=4096,
+        n_layers=32,
+        layer_pattern="X",
+        n_heads=8,
+        recurrent_heads=8,
+        window=2048,
+        tie_embeddings=False,
+        logit_soft_cap=30.0,
+        mlp_ratio=2.667,
+        mlp_rounding="xlstm",
+        mlstm_igate_bias_init=-10.0,
+        init="xlstm",
     ),
 }
 

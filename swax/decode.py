@@ -10,7 +10,7 @@ different positions (batched decode of prompts of different lengths,
 :func:`swax.generate.generate_batch`). This module never looks at the layer kinds: a new mixer
 that implements the protocol decodes here unchanged.
 
-One step (:func:`decode_logits`: every mixer's ``step``, then the head) updates the buffers in
+One step (:func:`decode_logits`: every block's ``step``, then the head) updates the buffers in
 place, so no shape depends on the position; the next token is picked inside the same function
 (argmax, or the temperature / top-k / top-p distribution, whose temperature and top-p are
 tensors: one graph serves every value; its one multinomial draw follows outside, from the
@@ -39,6 +39,7 @@ import torch
 from torch import nn
 
 from swax.layers.base import NoStaticForm
+from swax.sampling import Sampling, probs_from
 from swax.state import SwaxState, map_tensors
 
 log = logging.getLogger("swax")
@@ -136,72 +137,12 @@ class StaticState:
 # ------------------------------------------------------------------------------ the step
 
 
-@dataclasses.dataclass(frozen=True)
-class Sampling:
-    """How the next token is picked: greedy (``temperature`` 0), or drawn from softmax(logits /
-    temperature) restricted to the ``top_k`` most likely tokens and to the nucleus of mass
-    ``top_p``. A compiled step depends on :attr:`mode` only: the temperature and top_p travel as
-    a tensor (:meth:`values`), so a new value reuses the graph; k is a shape (``topk``), so
-    each k is a mode of its own."""
-
-    temperature: float = 0.0
-    top_k: int | None = None
-    top_p: float | None = None
-
-    @property
-    def mode(self) -> tuple[int | None, bool] | None:
-        """None (greedy) or (k of a top-k restriction or None, restricted to a nucleus)."""
-        if self.temperature == 0:
-            return None
-        return (self.top_k, self.top_p is not None and self.top_p < 1.0)
-
-    def values(self, device) -> torch.Tensor:
-        """(temperature, top_p) as a float32 tensor."""
-        p = 1.0 if self.top_p is None else self.top_p
-        return torch.tensor([self.temperature or 1.0, p], dtype=torch.float32, device=device)
-
-
-def _nucleus(sorted_logits: torch.Tensor, top_p: torch.Tensor) -> torch.Tensor:
-    """Logits sorted in descending order with -inf where the mass of the tokens before a token
-    already reaches ``top_p``."""
-    probs = sorted_logits.softmax(-1)
-    return sorted_logits.masked_fill(probs.cumsum(-1) - probs >= top_p, float("-inf"))
-
-
-def probs_from(logits: torch.Tensor, mode: tuple[int | None, bool], values: torch.Tensor):
-    """The distribution (B, vocab) float32 to draw from for ``mode`` (see :class:`Sampling`)
-    with ``values`` (temperature, top_p): no shape depends on the values. With a top-k the
-    nucleus is taken among the k candidates (``topk`` sorts them): no sort of the vocabulary."""
-    logits = logits.float() / values[0]
-    k, has_p = mode
-    if k is not None and k < logits.shape[-1]:
-        top, index = logits.topk(k, dim=-1)  # in descending order
-        if has_p:
-            top = _nucleus(top, values[1])
-        return torch.full_like(logits, float("-inf")).scatter(-1, index, top).softmax(-1)
-    if not has_p:
-        return logits.softmax(-1)
-    sorted_logits, order = logits.sort(dim=-1, descending=True, stable=True)
-    sorted_logits = _nucleus(sorted_logits, values[1])
-    return torch.full_like(logits, float("-inf")).scatter(-1, order, sorted_logits).softmax(-1)
-
-
-def sampling_probs(
-    logits: torch.Tensor, temperature: float, top_k: int | None, top_p: float | None
-) -> torch.Tensor:
-    """The distribution (B, vocab) float32 that sampling draws from: softmax(logits /
-    temperature) restricted to the top-k and to the nucleus of mass top_p (temperature > 0)."""
-    sampling = Sampling(temperature, top_k, top_p)
-    return probs_from(logits, sampling.mode, sampling.values(logits.device))
-
-
 def decode_logits(model: nn.Module, layers, tok: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
     """Feed ``tok`` (B,) at positions ``pos`` (B,) through ``model`` on the buffers ``layers``
     (updated in place, ``pos`` incremented); return the next logits (B, vocab) in float32."""
     x = model.embed(tok)
-    for block, state in zip(model.blocks, layers):
-        x = x + block.mixer.step(block.mixer_norm(x), state, pos)
-        x = x + block.mlp(block.mlp_norm(x))
+    for block, buffers in zip(model.blocks, layers):
+        x = block.step(x, buffers, pos)
     logits = model.logits(model.norm(x)).float()
     pos.add_(1)
     return logits
@@ -453,6 +394,94 @@ def step_runner(
     while len(cache) > MAX_STEPS:
         cache.popitem(last=False)
     return runner
+
+
+COMPILE_MIN_TOKENS = 1024
+"""With ``compile=None``, the decode step is compiled for a generation of at least this many new
+tokens (rows x max_new_tokens), or when this configuration was compiled earlier in the process;
+shorter one-off generations decode eagerly, as compiling costs seconds (inductor, on the CPU and
+before the CUDA graph capture alike; docs/generation.md)."""
+
+
+def choose_step(
+    model: nn.Module,
+    static: StaticState,
+    tok: torch.Tensor,
+    sampling: Sampling,
+    values: torch.Tensor,
+    compile: bool | None,
+    tokens: int,
+) -> StepRunner | EagerStep:
+    """The step a generation of ``tokens`` new tokens (rows x steps) runs, the one place that
+    decides whether to compile: ``compile`` False, the eager step; True, the compiled step of
+    this configuration (compiled now if need be); None (automatic), the compiled step when this
+    configuration was compiled earlier in the process or ``tokens`` >= COMPILE_MIN_TOKENS, else
+    the eager one. A configuration whose compile failed runs eagerly (:func:`step_runner`)."""
+    if compile is not False:
+        compile_new = bool(compile) if compile is not None else tokens >= COMPILE_MIN_TOKENS
+        runner = step_runner(model, static, tok, sampling.mode, values, compile_new)
+        if runner is not None:
+            return runner
+    return EagerStep(model, sampling.mode)
+
+
+class Decoder:
+    """The decode of one batch after its prefill: the states as fixed-shape buffers, the step
+    that advances them (:func:`choose_step`: compiled or eager) and the sampling of each next
+    token. Made by :meth:`start`; ``first`` is the batch's first ids (padded rows included),
+    ``advance(ids)`` the ids after them, :meth:`swax_state` the state as a SwaxState."""
+
+    def __init__(self, runner, static: StaticState, first, sampling: Sampling, values, generator):
+        self.runner, self.static, self.first = runner, static, first
+        self.sampling, self.values, self.generator = sampling, values, generator
+
+    @classmethod
+    def start(
+        cls,
+        model: nn.Module,
+        parts: Sequence[tuple[SwaxState, Sequence[int]]],
+        first: torch.Tensor,
+        sampling: Sampling,
+        compile: bool | None,
+        steps: int,
+        generator: torch.Generator | None = None,
+        pad_to: int | None = None,
+    ) -> Decoder:
+        """Decode ``steps`` more ids after ``first`` (B,) for the rows of the prefilled states
+        ``parts`` ((state, rows), as :meth:`StaticState.from_parts`). ``pad_to``: rows a
+        compiled step runs (copies of row 0 beyond B, so that few batch sizes compile); an eager
+        step runs the B rows alone."""
+        B = len(first)
+        rows = B if pad_to is None or compile is False else max(pad_to, B)
+        capacity = capacity_for(max(st.pos for st, _ in parts) + steps)
+        values = sampling.values(first.device)
+        static, nxt = _padded(model, parts, first, rows, capacity)
+        runner = choose_step(model, static, nxt, sampling, values, compile, rows * steps)
+        if isinstance(runner, EagerStep) and rows > B:
+            static, nxt = _padded(model, parts, first, B, capacity)
+        return cls(runner, static, nxt, sampling, values, generator)
+
+    def advance(self, ids: torch.Tensor) -> torch.Tensor:
+        """Feed ``ids`` (B,) and return the next ones: the argmax, or a draw from the step's
+        distribution with the generator."""
+        out = self.runner.run(self.static, ids, self.values)
+        if self.sampling.mode is None:
+            return out
+        return torch.multinomial(out, 1, generator=self.generator)[:, 0]
+
+    def swax_state(self, model: nn.Module) -> SwaxState:
+        return self.static.to_swax_state(model)
+
+
+def _padded(model, parts, first: torch.Tensor, rows: int, capacity: int):
+    """(StaticState of ``rows`` rows, their first ids): ``parts``' rows, then copies of row 0."""
+    B = len(first)
+    extra = []
+    if rows > B:
+        index = torch.zeros(rows - B, dtype=torch.long)
+        extra = [(parts[0][0].select_rows(index), range(B, rows))]
+    static = StaticState.from_parts(model, list(parts) + extra, capacity)
+    return static, torch.cat([first, first[:1].expand(rows - B)])
 
 
 def compile_seconds(model: nn.Module) -> float:

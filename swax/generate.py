@@ -11,7 +11,6 @@ method calls this module, so this module does not import it back (no import circ
 
 from __future__ import annotations
 
-import math
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -20,7 +19,8 @@ import torch
 from torch import nn
 
 from swax.core.errors import InputError
-from swax.decode import EagerStep, Sampling, StaticState, capacity_for, sampling_probs, step_runner
+from swax.decode import Decoder
+from swax.sampling import Sampling, check_sampling, sample_next
 from swax.state import DEFAULT_WINDOW, SwaxState
 
 PREFILL_CHUNK = 2048
@@ -63,41 +63,12 @@ def prefill(
     return logits[:, -1].float(), state
 
 
-def sample_next(
-    logits: torch.Tensor,
-    temperature: float = 0.0,
-    top_k: int | None = None,
-    top_p: float | None = None,
-    generator: torch.Generator | None = None,
-) -> torch.Tensor:
-    """Next token ids (B,) from logits (B, vocab): greedy when temperature == 0, else sampling
-    from softmax(logits / temperature) restricted to the top-k and to the nucleus of mass top_p."""
-    if temperature == 0:
-        return logits.argmax(-1)
-    probs = sampling_probs(logits, temperature, top_k, top_p)
-    return torch.multinomial(probs, 1, generator=generator)[:, 0]
-
-
 def check_generation_options(max_new_tokens, temperature, top_k, top_p) -> None:
-    """Raise ValueError naming the first invalid sampling option."""
+    """Raise ValueError naming the first invalid generation option."""
     n = max_new_tokens
     if isinstance(n, bool) or not isinstance(n, int) or n < 0:
         raise ValueError(f"max_new_tokens must be an integer >= 0, got {max_new_tokens!r}")
-    if not math.isfinite(temperature) or temperature < 0:
-        raise ValueError(
-            f"temperature must be a finite number >= 0 (0 = greedy), got {temperature}"
-        )
-    if top_k is not None and top_k < 1:
-        raise ValueError(f"top_k must be >= 1, got {top_k}")
-    if top_p is not None and not 0 < top_p <= 1:
-        raise ValueError(f"top_p must be in (0, 1], got {top_p}")
-
-
-COMPILE_MIN_TOKENS = 1024
-"""With ``compile=None``, the decode step is compiled for a generation of at least this many new
-tokens (rows x max_new_tokens), or when this configuration was compiled earlier in the process;
-shorter one-off generations decode eagerly, as compiling costs seconds (inductor, on the CPU and
-before the CUDA graph capture alike; docs/generation.md)."""
+    check_sampling(temperature, top_k, top_p)
 
 
 @dataclass
@@ -246,31 +217,6 @@ def _decode_loop(nxt, advance, max_new_tokens, stopping, on_token, done, every=1
     return out, {b: e for b, e in enumerate(rows.end.tolist()) if e < NEVER}
 
 
-def _advance(runner, static, sampling: Sampling, values, gen):
-    """``advance`` through ``runner`` (compiled or eager) on ``static``."""
-    if sampling.mode is None:
-        return lambda tok: runner.run(static, tok, values)
-    return lambda tok: torch.multinomial(runner.run(static, tok, values), 1, generator=gen)[:, 0]
-
-
-def _runner(model, static, nxt, sampling: Sampling, values, compile, tokens: int):
-    """The compiled step for this configuration (compiled now if :func:`_wants_compile`),
-    else the eager one."""
-    if compile is not False:
-        force = _wants_compile(compile, model, tokens)
-        runner = step_runner(model, static, nxt, sampling.mode, values, compile_new=force)
-        if runner is not None:
-            return runner
-    return EagerStep(model, sampling.mode)
-
-
-def _wants_compile(compile, model, tokens: int) -> bool:
-    """Whether a configuration not compiled yet should be compiled (see COMPILE_MIN_TOKENS)."""
-    if compile is not None:
-        return bool(compile)
-    return tokens >= COMPILE_MIN_TOKENS
-
-
 @torch.no_grad()
 def generate(
     model: nn.Module,
@@ -306,8 +252,9 @@ def generate(
 
     ``compile``: decode through the compiled fixed-shape step of :mod:`swax.decode` (True),
     the eager step (False, the reference), or automatically (None, the default: for at least
-    :data:`COMPILE_MIN_TOKENS` new tokens or a configuration compiled before). The prefill is
-    eager and chunked either way; the tokens are the same (up to float32 rounding at near-ties).
+    :data:`swax.decode.COMPILE_MIN_TOKENS` new tokens or a configuration compiled before;
+    :func:`swax.decode.choose_step` decides). The prefill is eager and chunked either way; the
+    tokens are the same (up to float32 rounding at near-ties).
 
     Returns the prompt followed by the generated ids, (B, T + n) with n <= max_new_tokens
     [and the SwaxState when ``return_state``]. As with Hugging Face's cache, that state has
@@ -327,21 +274,18 @@ def generate(
     B = input_ids.shape[0]
     nxt = sample_next(logits, temperature, top_k, top_p, gen)
     done = torch.zeros(B, dtype=torch.bool, device=device)
-    static, advance = None, None
+    decoder, advance = None, None
     if max_new_tokens > 1:  # else no step: the one id comes from the prefill's logits
-        capacity = capacity_for(state.pos + max_new_tokens)
-        static = StaticState.from_parts(model, [(state, range(B))], capacity)
-        state = None  # the buffers hold it now (a full-attention cache need not be kept twice)
         sampling = Sampling(temperature, top_k, top_p)
-        values = sampling.values(device)
-        runner = _runner(model, static, nxt, sampling, values, compile, B * max_new_tokens)
-        advance = _advance(runner, static, sampling, values, gen)
+        decoder = Decoder.start(model, [(state, range(B))], nxt, sampling, compile,
+                                max_new_tokens, gen)  # fmt: skip
+        state, advance = None, decoder.advance  # the buffers hold the state now
     every = _check_every(device, return_state)
     out, _ = _decode_loop(nxt, advance, max_new_tokens, stopping, on_token, done, every)
     ids = torch.cat([input_ids, torch.stack(out, 1)], 1) if out else input_ids
     if not return_state:
         return ids
-    return ids, (state if static is None else static.to_swax_state(model))
+    return ids, (state if decoder is None else decoder.swax_state(model))
 
 
 def _check_compile(compile) -> None:
@@ -486,20 +430,8 @@ def _batch_rows(model, prompts, pad_to, stopping, o: _BatchOptions) -> list[list
     if o.max_new <= 1:  # the one id of each row comes from its prefill
         return [[t] for t in first.tolist()] if o.max_new == 1 else [[] for _ in range(B)]
     sampling = Sampling(o.temperature, o.top_k, o.top_p)
-    values = sampling.values(first.device)
-    cap = capacity_for(max(st.pos for st, _ in parts) + o.max_new)
-
-    def batch(rows: int):
-        index = torch.zeros(rows - B, dtype=torch.long)
-        extra = [(parts[0][0].select_rows(index), range(B, rows))] if rows > B else []
-        nxt = torch.cat([first, first[:1].expand(rows - B)])
-        return StaticState.from_parts(model, parts + extra, cap), nxt
-
-    static, nxt = batch(B if o.compile is False else pad_to)
-    runner = _runner(model, static, nxt, sampling, values, o.compile, pad_to * o.max_new)
-    if isinstance(runner, EagerStep) and len(nxt) > B:
-        static, nxt = batch(B)
-    advance = _advance(runner, static, sampling, values, o.gen)
+    decoder = Decoder.start(model, parts, first, sampling, o.compile, o.max_new, o.gen, pad_to)
+    nxt, advance = decoder.first, decoder.advance
     done = torch.arange(len(nxt), device=nxt.device) >= B
     every = _check_every(nxt.device, False)
     out, ended = _decode_loop(nxt, advance, o.max_new, stopping, None, done, every)

@@ -8,10 +8,9 @@ generation.
 
 from __future__ import annotations
 
-import math
+import importlib
 import os
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -24,20 +23,15 @@ from swax.core.errors import CheckpointError, ConfigError, InputError
 from swax.core.integrity import (
     CHECKSUMS_NAME,
     match_umask,
+    state_dict_mismatch,
     verify_checksum_file,
     write_checksum_file,
 )
 from swax.core.paths import writing
 from swax.generate import generate
-from swax.layers import (
-    FullAttention,
-    GatedDeltaNetLayer,
-    MLSTMLayer,
-    RMSNorm,
-    SlidingWindowAttention,
-    SwiGLU,
-    swiglu_hidden_dim,
-)
+from swax.init import init_parts
+from swax.layers import RMSNorm, SwiGLU, swiglu_hidden_dim
+from swax.layers.base import TokenMixer
 from swax.ops.checks import check_window
 from swax.ops.packing import check_doc_ids
 from swax.ops.registry import BackendUnavailableError
@@ -47,119 +41,33 @@ WEIGHTS_NAME = "model.safetensors"
 CONFIG_NAME = "config.json"
 
 
-def state_dict_mismatch(expected: dict, found: dict) -> str | None:
-    """How the tensors ``found`` (name -> tensor) differ from the state dict ``expected``, in
-    one line (missing and unexpected names, the first shape that differs); None when they
-    match in names and shapes."""
-    missing = [k for k in expected if k not in found]
-    unexpected = [k for k in found if k not in expected]
-    parts = []
-    if missing:
-        parts.append(
-            f"{len(missing)} missing ({', '.join(missing[:3])}{' …' if len(missing) > 3 else ''})"
-        )
-    if unexpected:
-        more = " …" if len(unexpected) > 3 else ""
-        parts.append(f"{len(unexpected)} unexpected ({', '.join(unexpected[:3])}{more})")
-    for k, v in expected.items():
-        if k in found and tuple(found[k].shape) != tuple(v.shape):
-            parts.append(
-                f"{k} has shape {tuple(found[k].shape)} where the model expects {tuple(v.shape)}"
-            )
-            break
-    return "; ".join(parts) or None
-
-
-def _attention_args(cfg: SwaxConfig, rope: bool) -> dict:
-    return dict(
-        d_model=cfg.d_model,
-        n_heads=cfg.n_heads,
-        n_kv_heads=cfg.n_kv_heads,
-        head_dim=cfg.head_dim,
-        rope=rope,
-        rope_base=cfg.rope_base,
-        qk_norm=cfg.qk_norm,
-        norm_eps=cfg.norm_eps,
-        backend=None if cfg.attn_backend == "auto" else cfg.attn_backend,
-    )
-
-
-def _swa_args(cfg: SwaxConfig) -> dict:
-    return _attention_args(cfg, rope=True)
-
-
-def _full_attention_args(cfg: SwaxConfig) -> dict:
-    return _attention_args(cfg, rope=cfg.full_attn_rope)
-
-
-def _recurrent_args(cfg: SwaxConfig) -> dict:
-    """What the mLSTM and Gated DeltaNet layers take alike."""
-    return dict(
-        d_model=cfg.d_model,
-        n_heads=cfg.recurrent_heads or cfg.n_heads,
-        qk_dim_factor=cfg.qk_dim_factor,
-        v_dim_factor=cfg.v_dim_factor,
-        chunk_size=cfg.chunk_size,
-        norm_eps=cfg.norm_eps,
-    )
-
-
-def _mlstm_args(cfg: SwaxConfig) -> dict:
-    return _recurrent_args(cfg) | dict(
-        gate_soft_cap=cfg.gate_soft_cap,
-        igate_bias_init=cfg.mlstm_igate_bias_init,
-        fgate_bias_init=tuple(cfg.mlstm_fgate_bias_init),
-        conv_size=cfg.mlstm_conv_size,
-    )
-
-
-def _gated_delta_args(cfg: SwaxConfig) -> dict:
-    return _recurrent_args(cfg) | dict(conv_size=cfg.conv_size)
-
-
-@dataclass(frozen=True)
-class Mixer:
-    """One kind of token mixer: what it is called, its layer class, and the constructor
-    arguments a SwaxConfig gives it."""
-
-    name: str
-    cls: type[nn.Module]
-    args: Callable[[SwaxConfig], dict]
-    attention: bool
-    """Softmax attention over keys (FLOPs grow with the keys seen), else a recurrent state."""
-
-
-MIXERS: dict[str, Mixer] = {
-    "S": Mixer(LAYER_KINDS["S"].name, SlidingWindowAttention, _swa_args, True),
-    "X": Mixer(LAYER_KINDS["X"].name, MLSTMLayer, _mlstm_args, False),
-    "D": Mixer(LAYER_KINDS["D"].name, GatedDeltaNetLayer, _gated_delta_args, False),
-    "A": Mixer(LAYER_KINDS["A"].name, FullAttention, _full_attention_args, True),
-}
-"""The layer letters of ``layer_pattern``: letter -> mixer. A new mixer is one entry here and
-one in :data:`swax.config.LAYER_KINDS` (the letters a config accepts)."""
-
-if set(MIXERS) != set(LAYER_KINDS):  # a letter the config accepts but cannot build, or back
-    raise ImportError(
-        f"swax.model.MIXERS has letters {sorted(MIXERS)} but swax.config.LAYER_KINDS has "
-        f"{sorted(LAYER_KINDS)}"
-    )
+def mixer_class(letter: str) -> type[TokenMixer]:
+    """The mixer class of a layer letter (:data:`swax.config.LAYER_KINDS`): the class itself,
+    or imported from its ``"module:Class"`` name."""
+    if letter not in LAYER_KINDS:  # validated by SwaxConfig
+        raise ConfigError(f"unknown layer letter {letter!r}")
+    mixer = LAYER_KINDS[letter].mixer
+    if isinstance(mixer, str):
+        module, _, name = mixer.partition(":")
+        mixer = getattr(importlib.import_module(module), name)
+    return mixer
 
 
 class Block(nn.Module):
-    """x + mixer(norm(x)), then + mlp(norm(x))."""
+    """x + mixer(norm(x)), then + mlp(norm(x)): the residual wiring, in :meth:`_mlp` and the two
+    paths through the mixer, :meth:`forward` (a sequence) and :meth:`step` (one token per row on
+    decode buffers, what :mod:`swax.decode` runs)."""
 
     def __init__(self, cfg: SwaxConfig, kind: str):
         super().__init__()
-        if kind not in MIXERS:  # validated by SwaxConfig
-            raise ConfigError(f"unknown layer letter {kind!r}")
         self.kind = kind
         self.mixer_norm = RMSNorm(cfg.d_model, cfg.norm_eps)
-        mixer = MIXERS[kind]
-        self.mixer = mixer.cls(**mixer.args(cfg))
+        self.mixer = mixer_class(kind)(**LAYER_KINDS[kind].args(cfg))
         self.mlp_norm = RMSNorm(cfg.d_model, cfg.norm_eps)
-        self.mlp = SwiGLU(
-            cfg.d_model, swiglu_hidden_dim(cfg.d_model, cfg.mlp_ratio, cfg.mlp_multiple_of)
+        hidden = swiglu_hidden_dim(
+            cfg.d_model, cfg.mlp_ratio, cfg.mlp_multiple_of, cfg.mlp_rounding
         )
+        self.mlp = SwiGLU(cfg.d_model, hidden)
 
     def init_parts(self, std: float, out_std: float) -> list[tuple[str, Callable]]:
         """The norms at 1, the mixer's and the MLP's own initialisation, in this order (see
@@ -177,6 +85,7 @@ class Block(nn.Module):
             init(self.get_submodule(name))
 
     def forward(self, x, window, state=None, return_state=False, doc_ids=None):
+        """x (B, T, d) -> (x after the block, the mixer's new state or None)."""
         extra = {} if doc_ids is None else {"doc_ids": doc_ids}
         try:
             if return_state:
@@ -190,9 +99,15 @@ class Block(nn.Module):
                 f"model.attn_backend {e.name!r} is not available: {e.reason}; set "
                 "model.attn_backend=auto to fall back"
             ) from None
-        x = x + h
-        x = x + self.mlp(self.mlp_norm(x))
-        return x, new_state
+        return self._mlp(x + h), new_state
+
+    def step(self, x: torch.Tensor, buffers: tuple, pos: torch.Tensor) -> torch.Tensor:
+        """One token per row: x (B, d) at positions ``pos`` (B,) through the block on the
+        mixer's decode buffers (updated in place, :meth:`TokenMixer.step`) -> (B, d)."""
+        return self._mlp(x + self.mixer.step(self.mixer_norm(x), buffers, pos))
+
+    def _mlp(self, x: torch.Tensor) -> torch.Tensor:
+        return x + self.mlp(self.mlp_norm(x))
 
 
 def resolve_model_dir(path: str | os.PathLike) -> Path:
@@ -248,25 +163,11 @@ class SwaxLM(nn.Module):
     # ------------------------------------------------------------------ init
     def init_parts(self) -> list[tuple[str, Callable[[nn.Module], None]]]:
         """The initialisation, part by part, in the order it draws random numbers: (submodule
-        name, what initialises that submodule). Normal(0, init_std) embedding (and untied head);
-        each block's norms, mixer and MLP by their own ``reset_parameters``, the projections
-        that write to the residual stream at out_std = init_std / sqrt(2·n_layers) (GPT-2's
-        scaling); norms at 1; the mixers' own gate and decay initialisations. A sharded build
+        name, what initialises that submodule), under the config's scheme (``init``: swax's,
+        or transformers' xLSTM's; :mod:`swax.init` says what each does). A sharded build
         (swax.train.distributed) runs the same parts one at a time, so its weights equal an
         unsharded build's of the same seed."""
-        std = self.config.init_std
-        out_std = std / math.sqrt(2 * self.config.n_layers)
-
-        def normal(m: nn.Module) -> None:
-            nn.init.normal_(m.weight, std=std)
-
-        parts: list[tuple[str, Callable[[nn.Module], None]]] = [("embed", normal)]
-        for i, block in enumerate(self.blocks):
-            parts += [(f"blocks.{i}.{n}", init) for n, init in block.init_parts(std, out_std)]
-        parts.append(("norm", lambda m: m.reset_parameters()))
-        if self.head is not None:
-            parts.append(("head", normal))
-        return parts
+        return init_parts(self)
 
     @torch.no_grad()
     def reset_parameters(self) -> None:
@@ -423,10 +324,10 @@ class SwaxLM(nn.Module):
         """Estimated FLOPs per token for sequences of ``seq_len`` tokens.
 
         Counts 2 FLOPs per multiply-add of every weight matrix (the output head included, input
-        embedding excluded), plus the token mixing: QKᵀ and PV of attention over the average
-        number of visible keys, and for the recurrent layers the state update and readout
-        (4·Dqk·Dv per head) plus the intra-chunk quadratic part (about 2·(Dqk + Dv)·chunk per
-        head). ``training=True`` returns 3× the forward cost (forward + backward).
+        embedding excluded), plus the token mixing each mixer reports
+        (:meth:`swax.layers.base.TokenMixer.mixing_flops`: QKᵀ and PV of attention over the
+        average number of visible keys; the recurrent layers' state update, readout and
+        intra-chunk part). ``training=True`` returns 3× the forward cost (forward + backward).
         """
         cfg = self.config
         window = self._check_window(window)
@@ -435,19 +336,8 @@ class SwaxLM(nn.Module):
             self.num_parameters(exclude_embeddings=True)
             + cfg.vocab_size * cfg.d_model * (1 if self.head is None else 0)
         )
-        # norms and gates are negligible; count the mixing
-        rh = cfg.recurrent_heads or cfg.n_heads
-        dqk = cfg.d_model * cfg.qk_dim_factor / rh
-        dv = cfg.d_model * cfg.v_dim_factor / rh
-        L = min(cfg.chunk_size, T)
-        for i, kind in enumerate(cfg.layer_types):
-            if MIXERS[kind].attention:
-                w = window[i] if isinstance(window, tuple) else window
-                W = T if (kind == "A" or w is None) else min(w, T)
-                avg_keys = (W * (W + 1) / 2 + (T - W) * W) / T
-                flops += 4.0 * cfg.n_heads * cfg.attn_head_dim * avg_keys
-            else:
-                flops += rh * (4.0 * dqk * dv + 2.0 * (dqk + dv) * L)
+        for i, block in enumerate(self.blocks):  # norms and gates are negligible
+            flops += block.mixer.mixing_flops(T, window[i] if isinstance(window, tuple) else window)
         return 3.0 * flops if training else flops
 
     # ------------------------------------------------------------------ checkpoints

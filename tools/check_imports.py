@@ -34,6 +34,7 @@ BELOW_TRAIN_AND_EVAL = (
     "config",
     "state",
     "model",
+    "init",
     "generate",
     "decode",
     "data",
@@ -46,7 +47,18 @@ FORBIDDEN: list[tuple[str, tuple[str, ...], str]] = [
     # (importer prefix, prefixes it must not import, what the rule says)
     (
         "data",
-        ("model", "decode", "generate", "probes", "export", "train", "eval", "sweep", "cli"),
+        (
+            "model",
+            "init",
+            "decode",
+            "generate",
+            "probes",
+            "export",
+            "train",
+            "eval",
+            "sweep",
+            "cli",
+        ),
         "data never imports model, generation, probes, train or eval",
     ),
     *(

@@ -8,34 +8,36 @@
 Two settings, each a sweep whose every run leaves ``results/<archive>/NAME/seedS.json``
 (committed): ``claims.yaml`` (1 % of the training answers beyond W_long, with controls) and
 ``claims_rho0.yaml`` (no answer beyond W_long, where the long window is lazy). The report is
-built from those files alone. Per family (SX: mLSTM, SD: Gated DeltaNet), with W_short = T/32
-and W_long = T/8, each claim is judged in parts, each part **held**, **did not hold** or
-**cannot be shown at this scale** (the reason and, for a difference, the smallest one the design
-detects), and every verdict names the far share, tokens and seeds it was made at:
+built from those files alone, one setting per table (a setting that mixes episode id ranges is
+refused, provenance.py). Per family (SX: mLSTM, SD: Gated DeltaNet), with W_short = T/32 and
+W_long = T/8, each claim is judged in parts by the one verdict rule of verdicts.py (held / did
+not hold / cannot be shown at this scale, from the 95 % interval of the part's quantity against
+its threshold), and every verdict names the far share, tokens and seeds it was made at:
 
 1. a short training window makes the recurrent layers learn recall beyond the window:
-   (a) beyond W_long: held when most short-window seeds recall >= 50 % in (W_long, T];
-   (b) beyond T: held when the short window keeps at least half of that beyond T (cannot be
-   shown when (a) did not hold);
-2. with a long window the model relies on attention: held when most long-window seeds are lazy
-   (>= 90 % inside W_long, within 10 points of chance beyond it);
-3. stochastic training gets both: (a) recall: at least 3/4 of the short window's beyond W_long
-   and 10 points above the long window's (cannot be shown when the long window already recalls
-   >= 90 % there); (b) quality: the short window's text-loss cost over the long window, paired
-   by seed, must be measurable (its 95 % interval excludes 0 and it is positive) and the
-   stochastic runs within half of it of the long window; otherwise cannot be shown.
+   (a) beyond W_long: the share of short-window seeds that recall >= 50 % in (W_long, T],
+   against one half (exact interval);
+   (b) beyond T: per seed, recall beyond T minus half the recall in (W_long, T], against 0
+   (t interval; cannot be shown when (a) did not hold);
+2. with a long window the model relies on attention: the share of long-window seeds that end
+   lazy (>= 90 % inside W_long, within 10 points of chance beyond it), against one half;
+3. stochastic training gets both: (a) recall in (W_long, T], per seed: stochastic minus 3/4 of
+   short against 0 and stochastic minus long against 10 points, both must hold (cannot be shown
+   when the long window already recalls >= 90 % there); (b) quality: the short window's
+   text-loss cost over the long window, paired by seed, must be measurably positive (else
+   cannot be shown), and then, per seed, half the cost minus the stochastic runs' gap to the
+   long window, against 0.
 
-Seed shares carry exact (Clopper-Pearson) intervals, recall Wilson intervals, paired
-differences a t interval and an exact sign-flip p-value (stats.py). The controls (long window,
-every answer inside it / uniform distances) say whether a setting can show laziness at all.
-When the memory emerged, paired by seed, is the delay section: tokens until recall beyond
-W_long reaches 50 % (with the window-cut probe agreeing where the run has it).
+The controls (long window, every answer inside it / uniform distances) say whether a setting
+can show laziness at all. When the memory emerged is a censored time (emergence.py): the delay
+section pairs short and long by seed, counts the pairs whose order the censoring does not hide,
+and gives a factor only where both emerged.
 """
 
 from __future__ import annotations
 
+import json
 import math
-import statistics
 import sys
 from pathlib import Path
 
@@ -44,11 +46,14 @@ ROOT = HERE.parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(HERE))
 
+import emergence as E  # noqa: E402
+import provenance as P  # noqa: E402
 import stats as S  # noqa: E402
+import verdicts as V  # noqa: E402
 from laziness import fmt, record  # noqa: E402
-from studycli import load_archived, prepare, run  # noqa: E402
+from studycli import prepare, run  # noqa: E402
 
-from swax.sweep import load_sweep  # noqa: E402
+from swax.sweep import archive_path, load_sweep  # noqa: E402
 
 REPORT = "CLAIMS.md"
 SETTINGS = ("claims.yaml", "claims_rho0.yaml")
@@ -58,14 +63,31 @@ CONTROLS = (
     ("long-near", "positive control: every training answer inside W_long"),
     ("long-uniform", "negative control: uniform distances"),
 )
-HELD, NOT, CANNOT = "held", "did not hold", "cannot be shown at this scale"
+HELD, NOT, CANNOT = V.HELD, V.NOT, V.CANNOT
 PARTS = (("beyond W_long", "beyond T"), ("lazy",), ("recall", "quality"))
 """The parts of claims 1, 2 and 3."""
 
 
 def load_runs(cfg) -> dict[str, list[dict]]:
-    """{run name: [record per archived seed]} (see laziness.record)."""
-    return load_archived(cfg, record)
+    """{run name: [record per archived seed]} (see laziness.record), each with its episode ids
+    ("ids", provenance.run_ids); a SwaxError when the setting mixes id ranges."""
+    out = {}
+    for name in cfg.runs:
+        recs = []
+        for seed in cfg.seeds:
+            path = archive_path(cfg, name, seed)
+            if path is not None and path.is_file():
+                ev = json.loads(path.read_text())
+                recs.append({**record(ev, seed), "ids": P.run_ids(ev, cfg, name, seed)})
+        out[name] = recs
+    where = Path(cfg.archive).name if cfg.archive else cfg.name
+    P.one_range([(n, r["seed"], r["ids"]) for n, rs in out.items() for r in rs], where)
+    return out
+
+
+def ids_of(runs: dict[str, list[dict]]) -> dict | None:
+    """The episode ids of a setting's runs (one range: load_runs checked it)."""
+    return next((r["ids"] for rs in runs.values() for r in rs if r.get("ids")), None)
 
 
 def load_settings(names=SETTINGS) -> list[tuple]:
@@ -80,11 +102,6 @@ def load_settings(names=SETTINGS) -> list[tuple]:
 def _mean(recs, key) -> float:
     xs = [r[key] for r in recs if r[key] == r[key]]
     return sum(xs) / len(xs) if xs else math.nan
-
-
-def _se(recs, key) -> float:
-    xs = [r[key] for r in recs if r[key] == r[key]]
-    return statistics.stdev(xs) / math.sqrt(len(xs)) if len(xs) > 1 else math.nan
 
 
 def _share(recs, kind) -> str:
@@ -116,33 +133,44 @@ def wilson_text(k: int, n: int) -> str:
     return f"{100 * k / n:.0f} [{lo:.0f}–{hi:.0f}]"
 
 
-def _paired_by_seed(a: list[dict], b: list[dict], key: str) -> dict:
-    by_b = {r["seed"]: r[key] for r in b}
-    pairs = [(r[key], by_b[r["seed"]]) for r in a if r["seed"] in by_b]
-    return S.paired([x for x, _ in pairs], [y for _, y in pairs])
+def by_seed(*roles: list[dict]) -> list[tuple]:
+    """Records of the same seed in every one of ``roles``, in seed order."""
+    maps = [{r["seed"]: r for r in recs} for recs in roles]
+    seeds = sorted(set.intersection(*(set(m) for m in maps)))
+    return [tuple(m[x] for m in maps) for x in seeds]
 
 
-def _combine(parts: list[dict]) -> str:
-    v = [p["verdict"] for p in parts]
-    if all(x == HELD for x in v):
-        return HELD
-    if NOT in v:
-        return "held in part" if HELD in v else NOT
-    return "held in part" if HELD in v else CANNOT
+def per_seed(recs: list[dict], key: str) -> str:
+    return ", ".join(fmt(r[key]) for r in recs)
 
 
-def judge(family: str, roles: dict[str, str], runs: dict[str, list[dict]], cfg=None) -> list:
-    """The three claims of one family in one setting: [{"claim", "verdict", "parts": [{"part",
-    "verdict", "evidence"}], "at"}]. A family whose runs are not all there is "not yet run"."""
-    s, lg, st = (runs.get(roles[r], []) for r in ("short", "long", "stochastic"))
+def _describe(res: dict, digits: int = 1, unit: str = "") -> str:
+    """'m unit (95 % t interval lo to hi, exact sign-flip p = P)' of a difference that is
+    shown but not judged."""
+    lo, hi = res["ci"]
+    return (
+        f"{fmt(res['mean'], digits)}{unit} (95 % t interval {fmt(lo, digits)} to "
+        f"{fmt(hi, digits)}, exact sign-flip p = {fmt(res['p'], 2)})"
+    )
+
+
+def claim_names(family: str) -> list[str]:
     mem = MEMORY.get(family, "recurrent")
-    names = [
+    return [
         f"1 ({family}). A short training window makes the {mem} layers learn recall that "
         "reaches beyond the long window and the training length.",
         f"2 ({family}). With a long window the model relies on attention (it is lazy).",
         f"3 ({family}). Stochastic window training gets the short-context quality of the long "
         "window and the long-range recall of the short window.",
     ]
+
+
+def judge(family: str, roles: dict[str, str], runs: dict[str, list[dict]], cfg=None) -> list:
+    """The three claims of one family in one setting, each part by the verdict rule
+    (verdicts.py): [{"claim", "verdict", "parts": [{"part", "verdict", "evidence"}], "at"}]. A
+    family whose runs are not all there is "not yet run"."""
+    s, lg, st = (runs.get(roles[r], []) for r in ("short", "long", "stochastic"))
+    names = claim_names(family)
     if not (s and lg and st):
         return [
             {"claim": n, "verdict": "not yet run", "at": "",
@@ -151,113 +179,128 @@ def judge(family: str, roles: dict[str, str], runs: dict[str, list[dict]], cfg=N
         ]  # fmt: skip
     n_seeds = min(len(s), len(lg), len(st))
     at = setting_text(cfg, n_seeds) if cfg is not None else f"{n_seeds} seeds"
-    sb, lb, stb = (_mean(x, "beyond") for x in (s, lg, st))
+    parts = [claim_1(s), claim_2(s, lg, roles), claim_3(s, lg, st, roles)]
+    return [
+        {"claim": n, "verdict": V.combine([p["verdict"] for p in ps]), "parts": ps, "at": at}
+        for n, ps in zip(names, parts)
+    ]
 
-    # claim 1
+
+def claim_1(s: list[dict]) -> list[dict]:
+    """(a) most short-window seeds recall >= 50 % in (W_long, T]: a seed share against one
+    half; (b) recall beyond T keeps at least half of that: per seed, recall beyond T minus half
+    the recall in (W_long, T], against 0 (cannot be shown when (a) did not hold)."""
     k_mem = sum(r["beyond"] >= 50 for r in s)
-    a = HELD if k_mem > len(s) / 2 else NOT
+    sh = V.share(k_mem, len(s))
     ev_a = (
-        f"short-window seeds with ≥ 50 % in (W_long, T]: {S.share_text(k_mem, len(s))}; "
-        f"recall there per seed {', '.join(fmt(r['beyond']) for r in s)} (mean {fmt(sb, 1)})."
+        V.share_text(sh, "short-window seeds with ≥ 50 % in (W_long, T]")
+        + f". Recall there per seed {per_seed(s, 'beyond')} (mean {fmt(_mean(s, 'beyond'), 1)})."
     )
-    s_far = _mean(s, "beyond_T")
-    if a == NOT:
-        b, ev_b = CANNOT, "the short window learned no recall beyond W_long to extend."
-    elif s_far != s_far:
-        b, ev_b = CANNOT, "recall beyond T was not evaluated."
+    if sh["verdict"] == V.NOT:
+        b, ev_b = V.CANNOT, "the short window learned no recall beyond W_long to extend."
+    elif any(r["beyond_T"] != r["beyond_T"] for r in s):
+        b, ev_b = V.CANNOT, "recall beyond T was not evaluated."
     else:
-        b = HELD if s_far >= sb / 2 else NOT
+        res = V.paired([r["beyond_T"] - r["beyond"] / 2 for r in s])
+        b = res["verdict"]
         ev_b = (
-            f"recall beyond T per seed {', '.join(fmt(r['beyond_T']) for r in s)} (mean "
-            f"{fmt(s_far, 1)}, against {fmt(sb, 1)} in (W_long, T]; held means at least half "
-            "of it)."
+            f"recall beyond T per seed {per_seed(s, 'beyond_T')} against half the recall in "
+            f"(W_long, T] ({', '.join(fmt(r['beyond'] / 2, 1) for r in s)}). "
+            + V.paired_text(res, "Beyond T minus that half", 1, "0")
+            + "."
         )
-    c1 = [{"part": "beyond W_long", "verdict": a, "evidence": ev_a},
-          {"part": "beyond T", "verdict": b, "evidence": ev_b}]  # fmt: skip
+    return [{"part": "beyond W_long", "verdict": sh["verdict"], "evidence": ev_a},
+            {"part": "beyond T", "verdict": b, "evidence": ev_b}]  # fmt: skip
 
-    # claim 2
-    lazy = sum(r["kind"] == "lazy" for r in lg)
-    d = _paired_by_seed(s, lg, "beyond")
-    v2 = HELD if lazy > len(lg) / 2 else NOT
-    lo, hi = S.clopper_pearson(lazy, len(lg))
-    ev2 = (
-        f"{roles['long']}: lazy in {S.share_text(lazy, len(lg))} seeds (verdicts "
-        f"{', '.join(r['kind'] for r in lg)}; inside W_long "
-        f"{', '.join(fmt(r['inside']) for r in lg)}, beyond it "
-        f"{', '.join(fmt(r['beyond']) for r in lg)}). Short minus long beyond W_long, paired by "
-        f"seed: {fmt(d['mean'], 1)} points (95 % interval {fmt(d['ci'][0], 1)} to "
-        f"{fmt(d['ci'][1], 1)}, sign-flip p = {fmt(d['p'], 2)})."
-        + (
-            f" The share's interval ({lo:.0f}–{hi:.0f} %) includes one half: {len(lg)} seeds do "
-            'not settle "most".'
-            if lo <= 50 <= hi
-            else ""
-        )
+
+def claim_2(s: list[dict], lg: list[dict], roles: dict) -> list[dict]:
+    """Most long-window seeds end lazy: a seed share against one half."""
+    sh = V.share(sum(r["kind"] == "lazy" for r in lg), len(lg))
+    pairs = by_seed(s, lg)
+    d = V.paired([a["beyond"] - b["beyond"] for a, b in pairs])
+    ev = (
+        V.share_text(sh, f"{roles['long']} seeds that end lazy")
+        + f" (verdicts {', '.join(r['kind'] for r in lg)}; inside W_long "
+        f"{per_seed(lg, 'inside')}, beyond it {per_seed(lg, 'beyond')}). Short minus long "
+        f"beyond W_long, paired by seed: {_describe(d, 1, ' points')}."
     )
-    c2 = [{"part": "lazy", "verdict": v2, "evidence": ev2}]
+    return [{"part": "lazy", "verdict": sh["verdict"], "evidence": ev}]
 
-    # claim 3: recall
-    if stb < 0.75 * sb:
-        r3 = NOT
-    elif lb >= 90:
-        r3 = CANNOT
+
+def claim_3(s: list[dict], lg: list[dict], st: list[dict], roles: dict) -> list[dict]:
+    """(a) recall in (W_long, T]: the stochastic runs reach at least 3/4 of the short window's
+    and 10 points above the long window's, both per seed (cannot be shown when the long window
+    already recalls >= 90 % there); (b) quality: the short window's text-loss cost over the long
+    window must be measurably positive, and the stochastic runs within half of it of the long
+    window (per seed: half the cost minus the stochastic runs' gap, against 0)."""
+    trio = by_seed(s, lg, st)
+    lb = _mean(lg, "beyond")
+    if lb >= 90:
+        r3 = V.CANNOT
+        ev_r = (
+            f"recall in (W_long, T]: {roles['stochastic']} {fmt(_mean(st, 'beyond'), 1)}, short "
+            f"{fmt(_mean(s, 'beyond'), 1)}, long {fmt(lb, 1)}: the long window already recalls "
+            "≥ 90 % there, so the schedule has nothing to add."
+        )
     else:
-        r3 = HELD if stb >= lb + 10 else NOT
-    ev_r = (
-        f"recall in (W_long, T]: {roles['stochastic']} {fmt(stb, 1)} vs short {fmt(sb, 1)} and "
-        f"long {fmt(lb, 1)} (held means ≥ 3/4 of the short's and ≥ long + 10"
-        + (
-            "; the long window already recalls ≥ 90 % there, so the schedule has nothing to add"
-            if r3 == CANNOT
-            else ""
+        r1 = V.paired([c["beyond"] - 0.75 * a["beyond"] for a, _, c in trio])
+        r2 = V.paired([c["beyond"] - b["beyond"] for _, b, c in trio], threshold=10.0)
+        r3 = V.all_of([r1["verdict"], r2["verdict"]])
+        ev_r = (
+            f"recall in (W_long, T] per seed: {roles['stochastic']} "
+            f"{', '.join(fmt(c['beyond']) for *_, c in trio)}, short "
+            f"{', '.join(fmt(a['beyond']) for a, *_ in trio)}, long "
+            f"{', '.join(fmt(b['beyond']) for _, b, _ in trio)}; held means both of: "
+            + V.paired_text(r1, "stochastic minus 3/4 of short", 1, "0")
+            + "; "
+            + V.paired_text(r2, "stochastic minus long", 1, "10 points")
+            + "."
+        )
+    q, ev_q = quality(trio)
+    return [{"part": "recall", "verdict": r3, "evidence": ev_r},
+            {"part": "quality", "verdict": q, "evidence": ev_q}]  # fmt: skip
+
+
+def quality(trio: list[tuple]) -> tuple[str, str]:
+    """Claim 3's quality part from (short, long, stochastic) records of the same seed."""
+    cost = V.paired([a["text"] - b["text"] for a, b, _ in trio])
+    head = (
+        "held-out text loss at T (nats/byte): short "
+        f"{fmt(_mean([a for a, *_ in trio], 'text'), 4)}, long "
+        f"{fmt(_mean([b for _, b, _ in trio], 'text'), 4)}, stochastic "
+        f"{fmt(_mean([c for *_, c in trio], 'text'), 4)}. "
+        + V.paired_text(
+            cost, "The short window's cost (short minus long, paired by seed)", 4, "0"
         )  # fmt: skip
-        + ")."
+        + ". "
     )
-    # claim 3: quality (held-out text loss at each run's own window, paired by seed)
-    cost = _paired_by_seed(s, lg, "text")
-    gap = _paired_by_seed(st, lg, "text")
-    read = [x - r["text"] for r in st if (x := r.get("text_short_read", math.nan)) == x]
-    same_model = (
-        f" The same stochastic models read at W_short instead of W_long lose "
-        f"{min(read):.4f} to {max(read):.4f} nats/byte."
+    read = [x - c["text"] for *_, c in trio if (x := c.get("text_short_read", math.nan)) == x]
+    same = (
+        f" The same stochastic models read at W_short instead of W_long lose {min(read):.4f} to "
+        f"{max(read):.4f} nats/byte."
         if read
         else ""
     )
-    lo_c, hi_c = cost["ci"]
     if cost["n"] < 2:
-        q, why = CANNOT, "fewer than two paired seeds."
-    elif lo_c > 0:
-        q = HELD if gap["mean"] <= cost["mean"] / 2 else NOT
-        why = (
-            f"the stochastic runs are {fmt(gap['mean'], 4)} ± {fmt(gap['se'], 4)} from the long "
-            "window (held means within half the short window's cost)."
+        return V.CANNOT, head + "Fewer than two paired seeds." + same
+    if cost["verdict"] == V.NOT:
+        return V.CANNOT, (
+            head + "There is no cost to recover: the short window's text loss is *lower* "
+            "than the long window's." + same
         )
-    elif hi_c < 0:
-        q = CANNOT
-        why = (
-            "there is no cost to recover: the short window's text loss is *lower* than the "
-            "long window's."
+    if cost["verdict"] == V.CANNOT:
+        return V.CANNOT, (
+            head + "The cost is not shown to be there, so there is nothing to recover." + same
         )
-    else:
-        q = CANNOT
-        why = (
-            "the short window's cost is within the noise: its 95 % interval includes 0, and "
-            f"the smallest cost this design detects (95 %, 80 % power) is {fmt(cost['mde'], 4)} "
-            "nats/byte."
-        )
-    ev_q = (
-        f"held-out text loss at T (nats/byte): short {fmt(_mean(s, 'text'), 4)}, long "
-        f"{fmt(_mean(lg, 'text'), 4)}, stochastic {fmt(_mean(st, 'text'), 4)}; short minus "
-        f"long, paired by seed: {fmt(cost['mean'], 4)} ± {fmt(cost['se'], 4)} (95 % interval "
-        f"{fmt(lo_c, 4)} to {fmt(hi_c, 4)}): " + why + same_model
+    gap = V.paired([c["text"] - b["text"] for _, b, c in trio])
+    e = V.paired([(a["text"] + b["text"]) / 2 - c["text"] for a, b, c in trio])
+    return e["verdict"], (
+        head + f"The stochastic runs minus the long window: {_describe(gap, 4)}, against half "
+        f"the cost ({fmt(cost['mean'] / 2, 4)}). "
+        + V.paired_text(e, "Per seed, half the cost minus the stochastic runs' gap", 4, "0")
+        + "."
+        + same
     )
-    c3 = [{"part": "recall", "verdict": r3, "evidence": ev_r},
-          {"part": "quality", "verdict": q, "evidence": ev_q}]  # fmt: skip
-    return [
-        {"claim": names[0], "verdict": _combine(c1), "parts": c1, "at": at},
-        {"claim": names[1], "verdict": _combine(c2), "parts": c2, "at": at},
-        {"claim": names[2], "verdict": _combine(c3), "parts": c3, "at": at},
-    ]
 
 
 def families_of(cfg) -> dict[str, dict]:
@@ -267,139 +310,59 @@ def families_of(cfg) -> dict[str, dict]:
 # ------------------------------------------------------------------------------ the delay
 
 
-def emergence_m(r: dict) -> tuple[float, str]:
-    """(tokens in millions until the memory carried recall beyond W_long, how it was read):
-    from the emergence curve (recall in (W_long, T] ≥ 50 % with the window-cut probe ≥ 50 %
-    too) where the run has it, else from the learning curve (recall at 1× T over uniform
-    distances ≥ 50 %, most answers beyond W_long). NaN: not within the run."""
-    if r.get("emergence"):
-        return S.first_crossing(r["emergence"], "acc", 50.0, also="cut"), "emergence"
-    pts = [{"tokens": p["tokens"], "acc": max(p["acc"].values())} for p in r.get("curve", [])]
-    return S.first_crossing(pts, "acc", 50.0), "curve"
-
-
-def spacing_m(r: dict) -> float:
-    """Tokens (millions) between the run's curve points (the resolution of its emergence)."""
-    pts = r.get("emergence") or r.get("curve") or []
-    toks = sorted(p["tokens"] for p in pts)
-    gaps = [b - a for a, b in zip(toks, toks[1:])]
-    return max(gaps) / 1e6 if gaps else math.nan
-
-
-def delay(cfg, runs, family: str, roles: dict) -> dict | None:
-    """Per seed: tokens until emergence for short, long and stochastic; the paired factor
-    long / short (a run that never emerged counts as its whole budget: a lower bound) with a
-    bootstrap interval over seeds of the geometric mean, and how many pairs emerged later with
-    the long window."""
-    s, lg, st = (runs.get(roles[r], []) for r in ("short", "long", "stochastic"))
-    if not (s and lg):
-        return None
-    budget = tokens_m(cfg)
-    seeds = sorted({r["seed"] for r in s} & {r["seed"] for r in lg})
-    by = {role: {r["seed"]: emergence_m(r)[0] for r in recs}
-          for role, recs in (("short", s), ("long", lg), ("stochastic", st))}  # fmt: skip
-    how = {emergence_m(r)[1] for r in s + lg + st}
-    spacing = max(spacing_m(r) for r in s + lg + st)
-    points = [p for r in s for p in (r.get("emergence") or r.get("curve") or [])]
-    first = min((p["tokens"] / 1e6 for p in points), default=math.nan)
-    logs, censored, later = [], 0, 0
-    for seed in seeds:
-        a, b = by["short"][seed], by["long"][seed]
-        if a != a:  # the short window never emerged: no factor for this seed
+def delays(cfg, runs) -> dict[str, dict]:
+    """Per family of one setting: {"head", "pairs" (emergence.pairs) or "left_out" (why the
+    runs cannot be read with the censored definition)}; families without short and long runs
+    are left out."""
+    out = {}
+    ids = ids_of(runs)
+    for family, roles in families_of(cfg).items():
+        s, lg, st = (runs.get(roles[r], []) for r in ("short", "long", "stochastic"))
+        if not (s and lg):
             continue
-        if b != b or a <= first:  # long never emerged, or short at the first point: a bound
-            censored += 1
-        b = budget if b != b else b
-        logs.append(math.log(b / a))
-        later += b > a
-    gm = math.exp(sum(logs) / len(logs)) if logs else math.nan
-    lo, hi = S.bootstrap(logs, lambda x: sum(x) / len(x)) if len(logs) > 1 else (math.nan,) * 2
-    return {
-        "seeds": seeds,
-        "tokens": by,
-        "factor": gm,
-        "ci": (math.exp(lo), math.exp(hi)) if lo == lo else (math.nan, math.nan),
-        "censored": censored,
-        "pairs": len(logs),
-        "later": later,
-        "p": S.one_sided_sign_flip_p(logs),
-        "how": how,
-        "spacing": spacing,
-        "budget": budget,
-        "first": first,
-    }
-
-
-def _cell(d: dict, x: float) -> str:
-    if x != x:
-        return f"> {d['budget']:.1f}"
-    return f"≤ {x:.1f}" if x <= d["first"] else f"{x:.1f}"
-
-
-def pooled_log_delays(delays: list[dict]) -> list[float]:
-    """log(long / short) of every pair of ``delays`` where the short run emerged (a long run
-    that never did counts as its budget)."""
-    logs = []
-    for d in delays:
-        for x in d["seeds"]:
-            a, b = d["tokens"]["short"].get(x, math.nan), d["tokens"]["long"].get(x, math.nan)
-            if a == a:
-                logs.append(math.log((b if b == b else d["budget"]) / a))
-    return logs
+        head = f"{family}, {setting_text(cfg, min(len(s), len(lg)))}"
+        why = sorted({E.unreadable(r) for r in s + lg + st} - {""})
+        if why:
+            old = f"; and they were trained on {P.label(ids)}" if ids and ids["old"] else ""
+            out[family] = {"head": head, "left_out": f"the runs have {'; '.join(why)}{old}"}
+        else:
+            out[family] = {"head": head, "pairs": E.pairs(s, lg, st)}
+    return out
 
 
 def delay_lines(cfg, runs) -> list[str]:
-    """The paired emergence table and the delay factor per family of one setting."""
+    """The paired emergence table and the sign test per family of one setting (emergence.py),
+    or why the setting's runs are left out of the delay reading."""
     out = []
-    for family, roles in families_of(cfg).items():
-        d = delay(cfg, runs, family, roles)
-        if d is None:
+    for d in delays(cfg, runs).values():
+        if "left_out" in d:
+            out += [f"**{d['head']}**: left out of the delay reading: {d['left_out']}.", ""]
             continue
-        how = (
-            "recall in (W_long, T] ≥ 50 % with the window cut agreeing"
-            if d["how"] == {"emergence"}
-            else "recall at 1× T over uniform distances ≥ 50 % (no cut probe in these runs)"
-        )
+        p = d["pairs"]
         out += [
-            f"**{family}, {setting_text(cfg, len(d['seeds']))}**: tokens (M) until {how}; "
-            f"curve points every {fmt(d['spacing'], 2)}M tokens at most; '>' = not within the "
-            f"run's {d['budget']:.1f}M.",
+            f"**{d['head']}**: tokens (M) until the memory emerged (recall in (W_long, T] ≥ 50 % "
+            f"on ≥ {E.MIN_EPISODES} episodes at a checkpoint and at the next; checkpoints every "
+            f"{fmt(p['spacing'], 2)}M tokens at most). '≤ x': at the first checkpoint "
+            "(left-censored); 'a–b': between two checkpoints; '> x (never)': not within the run "
+            "(right-censored). long / short: the range the two intervals allow, only where both "
+            "emerged and the order is known.",
             "",
-            "| seed | short | long | stochastic | long / short |",
-            "|---|---|---|---|---|",
-        ]
-
-        for seed in d["seeds"]:
-            a, b, c = (d["tokens"][k].get(seed, math.nan) for k in ("short", "long", "stochastic"))
-            if a != a:
-                ratio = "–"
-            else:
-                bound = "≥ " if (b != b or a <= d["first"]) else ""
-                ratio = f"{bound}{(d['budget'] if b != b else b) / a:.1f}"
-            out.append(f"| {seed} | {_cell(d, a)} | {_cell(d, b)} | {_cell(d, c)} | {ratio} |")
-        bound = (
-            f" (a lower bound: in {d['censored']} pair(s) the long run never emerged or the "
-            "short one had already at the first curve point)"
-            if d["censored"]
-            else ""
-        )
-        out += [
+            *_table(
+                ["seed", "short", "long", "stochastic", "order", "long / short"],
+                [
+                    [
+                        str(r["seed"]),
+                        E.cell(r["short"]),
+                        E.cell(r["long"]),
+                        E.cell(r["stochastic"]),
+                        r["order"],
+                        E.factor_text(r["factor"]),
+                    ]
+                    for r in p["rows"]
+                ],
+            ),  # fmt: skip
             "",
-            f"The long window emerged later in {d['later']} of {d['pairs']} pairs; geometric "
-            f"mean factor {fmt(d['factor'], 1)}{bound}, 95 % bootstrap interval over seeds "
-            f"{fmt(d['ci'][0], 1)}–{fmt(d['ci'][1], 1)}; one-sided sign-flip p = "
-            f"{fmt(d['p'], 3)}.",
-            "",
-        ]
-    both = [delay(cfg, runs, f, r) for f, r in families_of(cfg).items()]
-    both = [d for d in both if d is not None]
-    if len(both) > 1:
-        later = sum(d["later"] for d in both)
-        pairs = sum(d["pairs"] for d in both)
-        logs = pooled_log_delays(both)
-        out += [
-            f"Both families together: the long window emerged later in {later} of {pairs} "
-            f"pairs (one-sided sign-flip p = {fmt(S.one_sided_sign_flip_p(logs), 3)}).",
+            E.summary(p, tokens_m(cfg)),
             "",
         ]
     return out
@@ -455,7 +418,8 @@ def run_rows(runs) -> list[list[str]]:
 
     return [
         [name, str(r["seed"]), w(r, "inside"), w(r, "beyond"), w(r, "beyond_T"),
-         fmt(r["cut_inner"]), fmt(r["reset_beyond"]), r["kind"], fmt(emergence_m(r)[0], 1),
+         fmt(r["cut_inner"]), fmt(r["reset_beyond"]), r["kind"],
+         "–" if E.unreadable(r) else E.cell(E.censored(r)),
          fmt(r["text"], 4), fmt(r["minutes"], 1)]
         for name, recs in runs.items()
         for r in recs
@@ -471,9 +435,18 @@ def write_report(settings, out: Path, command: str) -> Path:
         "by hand. Design and attempts: [NOTES.md](NOTES.md); the far share comes from the "
         "laziness map ([LAZINESS.md](LAZINESS.md)).",
         "",
-        "Each claim is judged in parts; a part **held**, **did not hold**, or **cannot be shown "
-        "at this scale** (with the reason). Seed shares carry a 95 % exact interval, recall a "
-        "95 % Wilson interval [lo–hi], paired differences over seeds a 95 % t interval.",
+        "Each claim is judged in parts, each part by one rule (verdicts.py): **held** when the "
+        "95 % interval of its quantity lies on the claim's side of its threshold, **did not "
+        "hold** when it lies on the other side, **cannot be shown at this scale** when it "
+        "contains the threshold, with how many seeds would settle it at the observed value and "
+        'spread. A seed share ("most seeds") is judged by its exact (Clopper-Pearson) interval '
+        "against one half: no share of 4 seeds can settle that (even 4 of 4 is 40–100 %). A "
+        "paired difference over seeds is judged by its 95 % t interval, with the exact "
+        "two-sided sign-flip p beside it (with 4 seeds it cannot go below 0.125), and, where it "
+        "cannot be shown, the smallest true difference the design detects at 80 % power (exact "
+        "noncentral t); a difference that is the same on every seed has a t interval of no "
+        "width, and the sign-flip test decides it. Recall carries a 95 % Wilson interval "
+        "[lo–hi].",
         "",
     ]
     for cfg, runs in settings:
@@ -489,6 +462,13 @@ def write_report(settings, out: Path, command: str) -> Path:
             f"- T = {b['seq_len']}, W_short = {b['window']['short']}, W_long = "
             f"{b['window']['long']}; {b['steps']} steps × {b['batch_size']} sequences "
             f"({tokens_m(cfg):.1f}M tokens);",
+            f"- {P.label(ids_of(runs))}"
+            + (
+                " — read from the archive's history (NOTES.md sections 8 and 9): these results "
+                "predate the field that records them;"
+                if ids_of(runs) and not ids_of(runs)["recorded"]
+                else ";"
+            ),
             "- recall (%) by distance bucket at the run's own window (the long one after a "
             f"stochastic schedule), {cfg.eval.bucket_samples} episodes per bucket; the text loss "
             f"on {cfg.eval.text_samples} held-out sequences of length T, also at the run's own "
@@ -503,7 +483,7 @@ def write_report(settings, out: Path, command: str) -> Path:
             lines += ["### Controls", "", *ctrl, ""]
         lines += ["### When the memory emerged, paired by seed", "", *delay_lines(cfg, runs)]
         head = ["run", "seed", "inside W_long", "beyond W_long", "beyond T", "cut", "reset",
-                "verdict", "memory at (M)", "text loss", "train min"]  # fmt: skip
+                "verdict", "memory emerged (M)", "text loss", "train min"]  # fmt: skip
         lines += ["### Every run", "", *_table(head, run_rows(runs)), ""]
     path = out / REPORT
     path.write_text("\n".join(lines))

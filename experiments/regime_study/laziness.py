@@ -1,24 +1,31 @@
 """The laziness map: train the missing cells, then write LAZINESS.md from the committed results.
 
-    python experiments/regime_study/laziness.py             # the report from results/laziness
-    python experiments/regime_study/laziness.py --run       # train/evaluate missing runs first
+    python experiments/regime_study/laziness.py             # the report from the archives
+    python experiments/regime_study/laziness.py --config laziness_clean.yaml --run --jobs 2
+                                                            # the rerun on clean episode ids
     python experiments/regime_study/laziness.py --quick --run --report-dir DIR   # CI smoke test
 
 Each cell of ``laziness.yaml`` is SWAX trained with a fixed window W (the row) on episodes of
 which a share rho has its answer beyond W (every other answer inside W, "inside" as the
-attention mask defines it). Every finished run leaves ``results/laziness/NAME/seedS.json``
+attention mask defines it). Every finished run leaves ``results/<archive>/NAME/seedS.json``
 (committed); this script reads them and nothing else, so the report is rebuilt from committed
 files, and a cell with fewer seeds than the config asks is reported with the seeds it has.
+``laziness.yaml``'s runs used episode ids that the text also holds (128-175);
+``laziness_clean.yaml`` is the same map on ids after the tokenizer's vocabulary, with 5 seeds in
+the 0 % cells. LAZINESS.md shows the clean map once all its runs are archived, the old one
+(saying so) until then; a map whose runs mix id ranges is refused (provenance.py).
 
 A run is read by distance bucket (swax.probes.buckets): recall inside W, beyond W within the
 training length T, beyond T, with the window cut to W_short and the recurrent state reset. It is
-**lazy** when it recalls >= 90 % inside W and within 10 points of chance beyond it. rho*(W/T) is
-the far share at which half the seeds stay lazy (linear between the two measured shares that
-straddle one half).
+**lazy** when it recalls >= 90 % inside W and within 10 points of chance beyond it. Each cell's
+lazy share carries its Jeffreys interval; rho*(W/T) is the far share at which half the seeds
+stay lazy (linear between the two measured shares that straddle one half), with an interval
+from the cells' Jeffreys posteriors (RHO_METHOD).
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import os
@@ -34,7 +41,7 @@ sys.path.insert(0, str(HERE))
 from studycli import prepare, run, update_readme  # noqa: E402
 
 from swax.core.plotting import pyplot  # noqa: E402
-from swax.sweep import archive_path, grid_seeds  # noqa: E402
+from swax.sweep import archive_path, grid_seeds, load_sweep  # noqa: E402
 
 WINDOW_AXIS = "window.fixed+window.long"
 SHARE_AXIS = "data.synthetic.far_share"
@@ -59,18 +66,44 @@ def columns(cfg) -> list[str]:
     return sorted(out, key=lambda c: (not c.endswith("%"), float(c[:-1]) if c[-1] == "%" else 0))
 
 
+def point_seeds(cfg, name: str) -> list[int]:
+    """The seeds of grid point ``name``: the grid's, and the sweep's too when the point is a run
+    of the sweep (laziness_clean.yaml's 0 % cells have seeds 0-4)."""
+    seeds = set(grid_seeds(cfg))
+    if name in cfg.aliases:
+        seeds |= set(cfg.seeds)
+    return sorted(seeds)
+
+
+def planned(cfg) -> int:
+    return sum(len(point_seeds(cfg, name)) for name in cfg.grid_points)
+
+
 def load_cells(cfg) -> dict[tuple[int, str], list[dict]]:
     """{(W, column): [one record per archived seed]}: the seed, the verdict's numbers, the
-    probes beyond W within T, the text loss and the run's training time."""
+    probes beyond W within T, the text loss, the run's training time and its episode ids
+    ("ids"); a SwaxError when the archive mixes id ranges (provenance.one_range)."""
+    import provenance as P
+
     cells: dict[tuple[int, str], list[dict]] = {}
+    seen = []
     for name, point in cfg.grid_points.items():
         key = (point[WINDOW_AXIS], column(point))
-        for seed in grid_seeds(cfg):
+        for seed in point_seeds(cfg, name):
             path = archive_path(cfg, name, seed)
             if path is None or not path.is_file():
                 continue
-            cells.setdefault(key, []).append(record(json.loads(path.read_text()), seed))
+            ev = json.loads(path.read_text())
+            ids = P.run_ids(ev, cfg, cfg.aliases.get(name, name), seed)
+            cells.setdefault(key, []).append({**record(ev, seed), "ids": ids})
+            seen.append((cfg.aliases.get(name, name), seed, ids))
+    P.one_range(seen, os.path.relpath(cfg.archive, HERE) if cfg.archive else cfg.name)
     return cells
+
+
+def ids_of(cells) -> dict | None:
+    """The one episode id range of a map's runs (load_cells checked that there is one)."""
+    return next((r["ids"] for recs in cells.values() for r in recs if r.get("ids")), None)
 
 
 def record(ev: dict, seed: int) -> dict:
@@ -160,29 +193,52 @@ def rho_star_value(shares: list[tuple[float, float]]) -> float:
     return math.inf
 
 
-def rho_star_interval(cells, w: int, cols: list[str], samples: int = 2000, seed: int = 0):
-    """95 % bootstrap interval of rho* for row ``w``: each cell's seeds resampled with
-    replacement (independently per cell), rho* recomputed."""
+POSTERIOR_DRAWS = 20_000
+"""Joint draws of the cells' Jeffreys posteriors behind rho*'s interval."""
+RHO_METHOD = (
+    "ρ*'s 95 % interval: each cell's lazy share drawn from its Jeffreys posterior "
+    "Beta(k + ½, n − k + ½), independently per cell, and ρ* recomputed from the drawn shares by "
+    f"the same crossing rule, {POSTERIOR_DRAWS:,} times; the interval is the 2.5 and 97.5 "
+    "percentiles. Why this and not a bootstrap over seeds: resampling 3 seeds leaves every 3/3 "
+    "and 0/3 cell as it is, so the bootstrap interval can only move where a cell is split and "
+    "comes out as narrow as the handful of values it can produce; a posterior per cell keeps "
+    "what 3 seeds cannot exclude (3 of 3 lazy is compatible with a lazy share of 46 %). A "
+    "monotone logistic fit over ρ would impose a shape on six unevenly spaced shares; the "
+    "per-cell posterior needs none"
+)
+
+
+def rho_star_interval(cells, w: int, cols: list[str], seed: int = 0) -> tuple[float, float]:
+    """95 % interval of rho* for row ``w`` (RHO_METHOD): the cells' Jeffreys posteriors
+    drawn jointly, rho* recomputed from each draw; +inf where it lies beyond the largest
+    share."""
+    data = tuple(
+        (float(c[:-1]) / 100, sum(r["kind"] == "lazy" for r in cells[(w, c)]), len(cells[(w, c)]))
+        for c in cols
+        if c.endswith("%") and (w, c) in cells
+    )
+    return rho_star_posterior(data, POSTERIOR_DRAWS, seed)
+
+
+@functools.lru_cache(maxsize=64)
+def rho_star_posterior(data: tuple, draws: int, seed: int = 0, qs=(0.025, 0.975)) -> tuple:
+    """The ``qs`` quantiles (default: the 2.5 and 97.5 percentiles) of rho* over ``draws``
+    joint draws of the shares Beta(k + 1/2, n - k + 1/2) of ``data`` ((far share, lazy seeds
+    k, seeds n) in increasing far share)."""
+    if not data:
+        return tuple(math.nan for _ in qs)
     rng = random.Random(seed)
-    numeric = [c for c in cols if c.endswith("%") and (w, c) in cells]
-    out = []
-    for _ in range(samples):
-        shares = []
-        for c in numeric:
-            recs = cells[(w, c)]
-            draw = [rng.choice(recs) for _ in recs]
-            shares.append((float(c[:-1]) / 100, lazy_share(draw)))
-        out.append(rho_star_value(shares))
-    out.sort()
-    if not out:
-        return math.nan, math.nan
-    return out[int(0.025 * (len(out) - 1))], out[int(0.975 * (len(out) - 1))]
+    out = sorted(
+        rho_star_value([(rho, rng.betavariate(k + 0.5, n - k + 0.5)) for rho, k, n in data])
+        for _ in range(draws)
+    )
+    return tuple(out[int(q * (draws - 1))] for q in qs)
 
 
-def _cp(k: int, n: int) -> str:
-    from stats import clopper_pearson
+def _jeffreys(k: int, n: int) -> str:
+    from stats import jeffreys
 
-    lo, hi = clopper_pearson(k, n)
+    lo, hi = jeffreys(k, n)
     return f"{lo:.0f}–{hi:.0f}"
 
 
@@ -243,7 +299,7 @@ def share_table(cfg, cells) -> list[str]:
     head = (
         ["long window W"]
         + cols
-        + ["ρ* (half the seeds lazy)", "ρ* 95 % interval (bootstrap over seeds)"]
+        + ["ρ* (half the seeds lazy)", "ρ* 95 % interval (Jeffreys posterior per cell)"]
     )
     body = []
     for w in sorted(cfg.grid.axes[WINDOW_AXIS]):
@@ -251,7 +307,7 @@ def share_table(cfg, cells) -> list[str]:
         for c in cols:
             recs = cells.get((w, c), [])
             k = sum(r["kind"] == "lazy" for r in recs)
-            row.append(f"{k}/{len(recs)} [{_cp(k, len(recs))}]" if recs else "–")
+            row.append(f"{k}/{len(recs)} [{_jeffreys(k, len(recs))}]" if recs else "–")
         numeric = [
             (float(c[:-1]) / 100, lazy_share(cells[(w, c)]))
             for c in cols
@@ -269,36 +325,72 @@ README_BEGIN = "<!-- laziness-map:begin (written by experiments/regime_study/laz
 README_END = "<!-- laziness-map:end -->"
 
 
-def readme_block(cfg, cells) -> str:
+OLD_MAP, CLEAN_MAP = "laziness.yaml", "laziness_clean.yaml"
+"""The map made on old episode ids (72 runs, archived) and its rerun on clean ids."""
+
+
+def map_of_record(old=None, clean=None) -> tuple:
+    """(config name, config, cells, pending): the clean-id map once every one of its runs is
+    archived; until then the old-id map, with the clean one as ``pending`` (config, cells).
+    ``old`` and ``clean``: the two sweeps (default: OLD_MAP and CLEAN_MAP here)."""
+    clean = clean or load_sweep(HERE / CLEAN_MAP)
+    clean_cells = load_cells(clean)
+    if sum(len(v) for v in clean_cells.values()) >= planned(clean):
+        return CLEAN_MAP, clean, clean_cells, None
+    old = old or load_sweep(HERE / OLD_MAP)
+    return OLD_MAP, old, load_cells(old), (clean, clean_cells)
+
+
+def ids_line(cells, pending) -> str:
+    """What episode ids the map's runs used, and the rerun's state while it is pending."""
+    import provenance as P
+
+    ids = ids_of(cells)
+    line = f"The map's runs used {P.label(ids)}"
+    if ids and not ids["recorded"]:
+        line += "; these results predate the field that records the ids (NOTES.md section 8)"
+    if pending is None:
+        return line + "."
+    pcfg, pcells = pending
+    return (
+        line + f". The rerun on clean ids ({CLEAN_MAP}: the same cells, 3 seeds, the 0 % "
+        f"cells with 5) is pending: {sum(len(v) for v in pcells.values())} of "
+        f"{planned(pcfg)} runs archived. Until it is complete this map is the old-id one."
+    )
+
+
+def readme_block(cfg, cells, pending=None, name: str = OLD_MAP) -> str:
     done = sum(len(v) for v in cells.values())
-    planned = len(cfg.grid_points) * len(grid_seeds(cfg))
     lines = [
-        f"Laziness map, {done} of the {planned} runs laziness.yaml lists"
-        + (" (a cell marked – is not run yet)" if done < planned else "")
-        + ": seeds that end lazy / seeds run, per long window (row) and share of training "
-        "answers beyond it (column).",
+        f"Laziness map, {done} of the {planned(cfg)} runs {name} lists"
+        + (" (a cell marked – is not run yet)" if done < planned(cfg) else "")
+        + ": seeds that end lazy / seeds run [95 % Jeffreys interval], per long window (row) "
+        "and share of training answers beyond it (column). " + ids_line(cells, pending),
         "",
         *share_table(cfg, cells),
     ]
     return "\n".join(lines)
 
 
-def write_report(cfg, cells, out: Path, command: str) -> Path:
+def write_report(cfg, cells, out: Path, command: str, pending=None, name: str = OLD_MAP) -> Path:
     any_rec = next(iter(cells.values()))[0] if cells else None
     seq_len = cfg.base["seq_len"]
     cols = columns(cfg)
     rows_w = sorted(cfg.grid.axes[WINDOW_AXIS])
     done = sum(len(v) for v in cells.values())
-    planned = len(cfg.grid_points) * len(grid_seeds(cfg))
     lines = [
         "# The laziness map",
         "",
         f"Generated by `{command}` from the committed per-run results in "
-        f"`{os.path.relpath(cfg.archive, HERE)}`; nothing below is "
+        f"`{os.path.relpath(cfg.archive, HERE) if cfg.archive else '–'}`; nothing below is "
         "typed by hand. The design and every attempt are in [NOTES.md](NOTES.md).",
         "",
-        f"- runs: {done} of {planned} planned ({len(cfg.grid_points)} cells × seeds "
-        f"{grid_seeds(cfg)}); cells with fewer seeds show the seeds they have;",
+        ids_line(cells, pending),
+        "",
+        f"- runs: {done} of {planned(cfg)} planned ({len(cfg.grid_points)} cells × seeds "
+        f"{grid_seeds(cfg)}"
+        + (f", seeds {cfg.seeds} where a cell is a run of the sweep" if cfg.aliases else "")
+        + "); cells with fewer seeds show the seeds they have;",
         f"- model: SWAX (SX, 2 layers, d_model {cfg.base['model']['d_model']}), training "
         f"length T = {seq_len}, {cfg.base['steps']} steps × {cfg.base['batch_size']} sequences "
         f"({cfg.base['steps'] * cfg.base['batch_size'] * seq_len / 1e6:.1f}M tokens), "
@@ -320,12 +412,15 @@ def write_report(cfg, cells, out: Path, command: str) -> Path:
         "",
         "## Share of seeds that end lazy",
         "",
-        "Lazy seeds / seeds run, with the share's 95 % exact (Clopper-Pearson) interval in "
-        "brackets; ρ* with a 95 % bootstrap interval (each cell's seeds resampled). Recall in "
-        "the table of every run carries its 95 % Wilson interval.",
+        "Lazy seeds / seeds run, with the share's 95 % Jeffreys interval in brackets (the "
+        "equal-tailed interval of the Beta(k + ½, n − k + ½) posterior). ρ* is the far share at "
+        "which the lazy share crosses one half, linear between the two measured shares around "
+        f"it. {RHO_METHOD}. Recall in the table of every run carries its 95 % Wilson interval.",
         "",
     ]
     lines += share_table(cfg, cells) + [""]
+    if pending is not None and pending[1]:
+        lines += ["### The rerun on clean ids so far", "", *share_table(*pending), ""]
     if cells:
         lines += [f"![share of lazy seeds]({figure(cfg, cells, out, seq_len)})", ""]
     found = [r["emerged"] for recs in cells.values() for r in recs if r["emerged"] == r["emerged"]]
@@ -335,8 +430,9 @@ def write_report(cfg, cells, out: Path, command: str) -> Path:
         "",
         "Recall (%) per seed. `n beyond` is the number of answers in (W, T]. `memory at`: the "
         "training tokens at the first checkpoint (every 2M) where recall at 1× T over uniform "
-        "distances (most answers beyond W) reached 50 %: when the memory emerged. The latest "
-        f"emergence among these runs came at {fmt(latest, 1)}M of "
+        "distances (most answers beyond W) reached 50 %, a first crossing on 32 episodes (not "
+        "the censored emergence time of CLAIMS.md, which these runs' curves cannot give). The "
+        f"latest such crossing among these runs came at {fmt(latest, 1)}M of "
         f"{cfg.base['steps'] * cfg.base['batch_size'] * seq_len / 1e6:.1f}M tokens, so a lazy "
         "verdict here means lazy *within this budget*; the claims study trains 3× longer.",
         "",
@@ -356,18 +452,23 @@ def write_report(cfg, cells, out: Path, command: str) -> Path:
     lines += _table(head, body) + [""]
     if any_rec is None:
         lines += ["No run has finished yet.", ""]
-    lines += ["## Config", "", "```yaml", (HERE / "laziness.yaml").read_text().rstrip(), "```", ""]
+    lines += ["## Config", "", "```yaml", (HERE / name).read_text().rstrip(), "```", ""]
     path = out / REPORT
     path.write_text("\n".join(lines))
     return path
 
 
 def main(argv=None) -> int:
-    cfg, args, out, command = prepare(Path(__file__).name, __doc__, "laziness.yaml", REPORT, argv)
-    cells = load_cells(cfg)
-    print(f"report: {write_report(cfg, cells, out, command)}")
-    if not args.quick and args.report_dir is None:
-        if update_readme(STUDIES_PAGE, README_BEGIN, README_END, readme_block(cfg, cells)):
+    cfg, args, out, command = prepare(Path(__file__).name, __doc__, OLD_MAP, REPORT, argv)
+    if args.quick:  # the smoke test reports its own runs
+        print(f"report: {write_report(cfg, load_cells(cfg), out, command, name=args.config)}")
+        return 0
+    name, cfg, cells, pending = map_of_record()
+    command = f"python experiments/regime_study/{Path(__file__).name}"
+    print(f"report: {write_report(cfg, cells, out, command, pending, name)}")
+    if args.report_dir is None:
+        block = readme_block(cfg, cells, pending, name)
+        if update_readme(STUDIES_PAGE, README_BEGIN, README_END, block):
             print(f"{STUDIES_PAGE.relative_to(ROOT)}: laziness map updated")
     return 0
 

@@ -6,8 +6,8 @@ the natural far share of text, and laziness on text alone, read together.
 Built from the same committed per-run files as LAZINESS.md (laziness.py), CLAIMS.md (claims.py)
 and TEXT_ONLY.md (textonly.py), and from the far-share tool's results (results/far_share/, made
 by far_share.sh), with their functions, so its numbers are theirs; every sentence that states a
-result is made from those numbers here. The first study of this regime, whose reading did not
-hold, is FIRST_STUDY.md (run.py).
+result is made from those numbers here (the map, claims and delay sections in sections.py). The
+first study of this regime, whose reading did not hold, is FIRST_STUDY.md (run.py).
 """
 
 from __future__ import annotations
@@ -24,8 +24,21 @@ sys.path.insert(0, str(HERE))
 
 import claims as C  # noqa: E402
 import laziness as L  # noqa: E402
-import stats as S  # noqa: E402
+import provenance as P  # noqa: E402
 import textonly as X  # noqa: E402
+import textstudy as TS  # noqa: E402
+from sections import (  # noqa: E402
+    _exact,
+    _numeric_columns,
+    claims_section,
+    delay_reading,
+    delay_section,
+    delay_sentence,
+    ids_paragraph,
+    map_section,
+    rho_by_row,
+    rho_intervals,
+)
 from studycli import run, update_readme  # noqa: E402
 
 from swax.sweep import load_sweep  # noqa: E402
@@ -36,154 +49,12 @@ CORPORA = (("kjv", "KJV (prose)"), ("pystdlib", "Python standard library (code)"
 TOKENIZERS = (("byte", "bytes"), ("gpt2", "GPT-2 BPE"))
 
 
-def _count(recs: list[dict], kind: str) -> str:
-    return f"{sum(r['kind'] == kind for r in recs)} of {len(recs)}"
-
-
-def _exact(recs: list[dict], kind: str) -> str:
-    return S.share_text(sum(r["kind"] == kind for r in recs), len(recs))
-
-
-def _numeric_columns(cells, w: int) -> list[str]:
-    """The far-share columns ("0%", "0.5%", ...) that row ``w`` has, in increasing share."""
-    cols = [c for ww, c in cells if ww == w and c.endswith("%")]
-    return sorted(cols, key=lambda c: float(c[:-1]))
-
-
-def rho_by_row(cells) -> dict[int, str]:
-    """rho* per long window W of the map: the far share at which half the seeds stay lazy."""
-    return {
-        w: L.rho_star(
-            [(float(c[:-1]) / 100, L.lazy_share(cells[(w, c)]))
-             for c in _numeric_columns(cells, w)]
-        )
-        for w in sorted({w for w, _ in cells})
-    }  # fmt: skip
-
-
-def rho_intervals(cells) -> dict[int, tuple[float, float]]:
-    return {w: L.rho_star_interval(cells, w, _numeric_columns(cells, w))
-            for w in sorted({w for w, _ in cells})}  # fmt: skip
-
-
 def answers_of_targets(cfg) -> float:
     """The share of all training targets that are episode answers (one answer per episode)."""
     b = cfg.base
     syn = b["data"]["synthetic"]
     f, T, q = syn.get("fraction", 0.0), b["seq_len"], syn.get("num_queries", 1)
     return f * q / (f * q + (1 - f) * T)
-
-
-def map_section(lcfg, cells) -> list[str]:
-    seq_len = lcfg.base["seq_len"]
-    done = sum(len(v) for v in cells.values())
-    planned = len(lcfg.grid_points) * len(L.grid_seeds(lcfg))
-    lines = [
-        "## 1. The laziness map: how much far supervision a long window needs",
-        "",
-        f"SWAX (SX, 2 layers, d_model {lcfg.base['model']['d_model']}) trained with a fixed "
-        f"window W at T = {seq_len} on 10 % text and 90 % one-pair recall episodes, "
-        f"{C.tokens_m(lcfg):.1f}M tokens per run; the column is the share ρ of training answers "
-        "that lie beyond W (every other answer lies inside it under the attention mask). Seeds "
-        f"that end lazy / seeds run, [95 % exact interval] ({done} of {planned} planned runs"
-        + ("; a cell marked – is not run yet" if done < planned else "")
-        + "):",
-        "",
-        *L.share_table(lcfg, cells),
-        "",
-    ]
-    for w in sorted(lcfg.grid.axes[L.WINDOW_AXIS]):
-        zero = cells.get((w, "0%"), [])
-        if zero:
-            lines.append(
-                f"- W = {w} (T/{seq_len // w}): with no answer beyond W, lazy in "
-                f"{_exact(zero, 'lazy')} seeds and carried by the memory in "
-                f"{_count(zero, 'memory')}."
-            )
-    iv = rho_intervals(cells)
-    if len(iv) > 1:
-        ws = sorted(iv)
-        overlap = all(iv[a][1] >= iv[b][0] and iv[b][1] >= iv[a][0]
-                      for a in ws for b in ws if a < b)  # fmt: skip
-        lines.append(
-            "- ρ* by row, with its bootstrap interval: "
-            + "; ".join(
-                f"W = {w}: {rho_by_row(cells)[w].split(' (')[0]} {L.interval_text(*iv[w])}"
-                for w in ws
-            )  # fmt: skip
-            + (
-                ". The intervals overlap, so the map does not order the rows: with "
-                f"{min(len(v) for v in cells.values())} seeds per cell it cannot say whether a "
-                "wider window relative to T needs more or less far supervision."
-                if overlap
-                else "."
-            )
-        )
-    lines += ["", "Per seed, with the probes and Wilson intervals: [LAZINESS.md](LAZINESS.md).", ""]
-    return lines
-
-
-def claims_section(settings) -> list[str]:
-    lines = [
-        "## 2. The three claims, part by part",
-        "",
-        "T = 256, W_short = 8 (T/32), W_long = 32 (T/8), 30.7M tokens per run. Each part "
-        "**held**, **did not hold**, or **cannot be shown at this scale**; the evidence, with "
-        "its intervals, is in [CLAIMS.md](CLAIMS.md).",
-        "",
-    ]
-    head = ["claim", "part"] + [
-        "ρ = 0" if C.far_share(cfg) == 0 else f"ρ = {100 * C.far_share(cfg):g} %"
-        for cfg, _ in settings
-    ]
-    table = {}
-    order = []
-    for cfg, runs in settings:
-        for family, roles in C.families_of(cfg).items():
-            for c in C.judge(family, roles, runs, cfg):
-                parts = c["parts"] or [{"part": "–", "verdict": c["verdict"]}]
-                for p in parts:
-                    key = (c["claim"].split(". ", 1)[0], p["part"])
-                    if key not in table:
-                        table[key] = {}
-                        order.append(key)
-                    seeds = c["at"].rsplit(", ", 1)[-1] if c["at"] else ""
-                    table[key][id(cfg)] = p["verdict"] + (f" ({seeds})" if seeds else "")
-    rows = [[k[0], k[1]] + [table[k].get(id(cfg), "not run") for cfg, _ in settings]
-            for k in order]  # fmt: skip
-    lines += C._table(head, rows) + [""]
-    lines += ["Controls (a long window: the positive one should be lazy, the negative not):", ""]
-    for cfg, runs in settings:
-        lines += C.control_lines(cfg, runs)
-    lines.append("")
-    return lines
-
-
-def delay_section(settings) -> list[str]:
-    lines = [
-        "## 3. The delay: when the memory emerged, paired by seed",
-        "",
-        "Short and long runs with the same seed share their initialisation and data, so they "
-        "pair. Tokens until the memory carried recall beyond W_long (50 %):",
-        "",
-    ]
-    for cfg, runs in settings:
-        for family, roles in C.families_of(cfg).items():
-            d = C.delay(cfg, runs, family, roles)
-            if d is None:
-                continue
-            fmt = L.fmt
-            bound = " (a lower bound)" if d["censored"] else ""
-            res = "1M" if d["how"] == {"emergence"} else f"{d['spacing']:.1f}M"
-            lines.append(
-                f"- **{family}, {C.setting_text(cfg, len(d['seeds']))}** (curve points every "
-                f"{res} tokens): the long window emerged later in {d['later']} of {d['pairs']} "
-                f"pairs; delay factor long / short {fmt(d['factor'], 1)}{bound}, 95 % bootstrap "
-                f"interval {fmt(d['ci'][0], 1)}–{fmt(d['ci'][1], 1)}, one-sided sign-flip p = "
-                f"{fmt(d['p'], 3)}."
-            )
-    lines += ["", "Per seed: [CLAIMS.md](CLAIMS.md).", ""]
-    return lines
 
 
 def load_far_shares() -> dict[tuple[str, str], dict]:
@@ -245,6 +116,8 @@ def far_share_section(lcfg, ccfg, cells, shares) -> list[str]:
     rho_star = L.rho_star_value(
         [(float(c[:-1]) / 100, L.lazy_share(cells[(W, c)])) for c in _numeric_columns(cells, W)]
     ) if (W, "0%") in cells else math.nan  # fmt: skip
+    lo, hi = L.rho_star_interval(cells, W, _numeric_columns(cells, W))
+    old = " on old episode ids" if (L.ids_of(cells) or {}).get("old") else ""
     if study is not None:
         lines.append(
             f"- **The study's setting** (T = {T}, W_long = {W}, KJV bytes): text alone puts "
@@ -252,11 +125,13 @@ def far_share_section(lcfg, ccfg, cells, shares) -> list[str]:
             f"{100 * study['ci'][0]:.2f}–{100 * study['ci'][1]:.2f} %). The episodes of the "
             f"claims at ρ = {100 * rho_claims:g} % supervise {100 * rho_claims * per:.3f} % of "
             f"all targets beyond W_long (answers are {100 * per:.1f} % of the targets), and the "
-            f"map's ρ*(T/8) = {100 * rho_star:.3g} % is {100 * rho_star * per:.3f} % of the "
-            f"targets. On that scale the text's own far share is "
-            f"{study['share'] / (rho_star * per):.0f}× ρ*: the study's text rows carry far more "
-            "far supervision than its episodes, of another kind (copying a span of text, not "
-            "recalling one value)."
+            f"map's ρ*(T/8) = {100 * rho_star:.3g} % (95 % interval {L.interval_text(lo, hi)}"
+            f"{old}) is {100 * rho_star * per:.3f} % of the targets (interval "
+            f"{100 * lo * per:.3f}–{100 * hi * per:.3f} %). On that scale the text's own far "
+            f"share is {study['share'] / (rho_star * per):.0f}× ρ* "
+            f"({_ratio(study['share'], lo, hi, per)}): the study's text rows carry more far "
+            "supervision than its episodes, of another "
+            "kind (copying a span of text, not recalling one value)."
         )
     paper = [(k, _far(shares[k], 16384, 128), _far(shares[k], 16384, 2048)) for k in keys]
     paper = [(k, a, b) for k, a, b in paper if a and b]
@@ -270,18 +145,30 @@ def far_share_section(lcfg, ccfg, cells, shares) -> list[str]:
             )
             + ". On the map's scale (ρ × the answers' share of the targets) every one of these "
             f"lies above ρ*(T/8) = {100 * rho_star * per:.3f} % of the targets, the smallest "
-            f"{min(b['share'] for _, _, b in paper) / (rho_star * per):.0f}× over: if far "
-            "supervision in text counted as the map's does, the paper's long window would not "
-            "be lazy. Section 5 reads whether it counts."
+            f"{min(b['share'] for _, _, b in paper) / (rho_star * per):.0f}× over; "
+            f"{sum(b['share'] > hi * per for _, _, b in paper)} of {len(paper)} lie above the "
+            f"upper end of ρ*'s interval ({100 * hi * per:.3f} %), the smallest "
+            f"{min(b['share'] for _, _, b in paper) / (hi * per):.2g}× over it. If far supervision "
+            "in text counted as the map's does, the paper's long window would not be lazy. "
+            "Section 5 reads whether it counts."
         )
     lines.append("")
     return lines
 
 
+def _ratio(share: float, lo: float, hi: float, per: float) -> str:
+    """How far ``share`` lies above rho*'s interval [lo, hi] (far shares of the answers; per:
+    the answers' share of the targets)."""
+    top = f"{share / (hi * per):.2g}×" if hi < math.inf else "no multiple"
+    if lo > 0:
+        return f"{top} to {share / (lo * per):.2g}× over ρ*'s interval"
+    return f"{top} the upper end of ρ*'s interval; its lower end is 0, which bounds no ratio"
+
+
 def text_only_section(tcfg, truns) -> list[str]:
     done = sum(len(v) for v in truns.values())
     lines = [
-        "## 5. Laziness on text alone",
+        "## 5. Laziness on text alone: the first probe",
         "",
         f"The study's SX model trained on KJV text only (no episodes), windows 8, 32 and "
         f"stochastic, {C.tokens_m(tcfg):.1f}M tokens per run, {done} of "
@@ -354,14 +241,30 @@ def _rerun_counts(settings) -> str:
         got = [(f, sruns.get(f"{f.lower()}-long", [])) for f in C.families_of(cfg)]
         got = [(f, recs) for f, recs in got if recs]
         if cfg.name.endswith("rho0") and got:
-            counts = " and ".join(f"{_count(recs, 'lazy')} {f}" for f, recs in got)
+            counts = " and ".join(f"{_exact(recs, 'lazy')} {f}" for f, recs in got)
             return f", and in {counts} seeds rerun with ids no text emits"
     return ""
 
 
+def text_study_section() -> list[str]:
+    """The text-only study decided by a rule fixed in advance (textstudy.py, TEXT_RULE.md)."""
+    return [
+        "## 6. Laziness on text alone, by a rule fixed before the runs",
+        "",
+        "The study's 2-layer models trained on text only (no episodes), read by the recurrent "
+        "memory's copy gain beyond W_long with 8-byte contexts and intervals from a bootstrap "
+        "over held-out documents. The decision rule, windows, seeds and budget were committed "
+        "before the first main run ([TEXT_RULE.md](TEXT_RULE.md)); per run and per seed: "
+        "[TEXT_STUDY.md](TEXT_STUDY.md).",
+        "",
+        *TS.summary_lines(TS.verdicts()),
+        "",
+    ]
+
+
 def reading(ccfg, runs, cells, settings, tcfg, truns) -> list[str]:
     """What the numbers say, sentence by sentence from the numbers."""
-    out = ["## 6. Reading", ""]
+    out = ["## 7. Reading", ""]
     sx_near, sd_near = runs.get("sx-long-near", []), runs.get("sd-long-near", [])
     if sx_near:
         out.append(
@@ -390,24 +293,7 @@ def reading(ccfg, runs, cells, settings, tcfg, truns) -> list[str]:
                 for c in js
             )
             out.append(f"- **{family}, {js[0]['at']}:** {verdicts}.")
-    for cfg, sruns in settings:
-        both = [C.delay(cfg, sruns, f, r) for f, r in C.families_of(cfg).items()]
-        both = [d for d in both if d is not None and d["pairs"]]
-        if both and C.far_share(cfg):
-            later = sum(d["later"] for d in both)
-            pairs = sum(d["pairs"] for d in both)
-            out.append(
-                f"- **At ρ = {100 * C.far_share(cfg):g} % a long window delays the memory "
-                f"rather than preventing it:** it emerged later than the short window's in "
-                f"{later} of {pairs} seed pairs, by a factor of "
-                + " and ".join(
-                    f"{L.fmt(d['factor'], 1)} ({f})" for d, f in zip(both, C.families_of(cfg))
-                )  # fmt: skip
-                + " (95 % intervals "
-                + " and ".join(f"{L.fmt(d['ci'][0], 1)}–{L.fmt(d['ci'][1], 1)}" for d in both)
-                + f"; pooled one-sided sign-flip p = {L.fmt(_pooled_p(both), 3)}); a lazy long "
-                "window at a fixed budget may be a late one."
-            )
+    out += delay_reading(settings)
     out += [
         "- **The task is the simplest that learns on this machine.** One key-value pair, where "
         "the answer is the only value-range token in the context: it measures which memory "
@@ -418,16 +304,11 @@ def reading(ccfg, runs, cells, settings, tcfg, truns) -> list[str]:
     return out
 
 
-def _pooled_p(delays: list[dict]) -> float:
-    """One-sided sign-flip p of the log delay factors of every pair of ``delays``."""
-    return S.one_sided_sign_flip_p(C.pooled_log_delays(delays))
-
-
 README_BEGIN = "<!-- regime-reading:begin (written by experiments/regime_study/report.py) -->"
 README_END = "<!-- regime-reading:end -->"
 
 
-def readme_block(settings, cells, shares=None) -> str:
+def readme_block(settings, cells, shares=None, pending=None) -> str:
     """The README's paragraph on the study: its findings, each number computed here."""
     out = ["Reading, from the committed runs (REPORT.md has the tables and intervals):"]
     ccfg, runs = settings[0]
@@ -437,13 +318,14 @@ def readme_block(settings, cells, shares=None) -> str:
         out.append(
             "with no answer beyond the window in training, the long window (T/8, "
             f"{C.tokens_m(ccfg):.1f}M tokens) ended lazy in "
-            + " and ".join(f"{_count(recs, 'lazy')} {f} seeds" for f, recs in near)
+            + " and ".join(f"{_exact(recs, 'lazy')} {f} seeds" for f, recs in near)
             + " with the old episode ids (which also occur in the text)"
             + _rerun_counts(settings)
             + "."
         )
     iv = rho_intervals(cells) if cells else {}
     if iv:
+        ids = L.ids_of(cells)
         out.append(
             "The far share at which half the seeds stay lazy, ρ*, is "
             + ", ".join(
@@ -451,7 +333,10 @@ def readme_block(settings, cells, shares=None) -> str:
                 f"W = T/{ccfg.base['seq_len'] // w}"
                 for w in sorted(iv)
             )  # fmt: skip
-            + " (95 % bootstrap intervals over seeds)."
+            + " (95 % intervals from the cells' Jeffreys posteriors"
+            + (f"; a map on {P.label(ids).split(' (')[0]}" if ids else "")
+            + ("; its rerun on clean ids is pending" if pending is not None else "")
+            + ")."
         )
     for cfg, sruns in settings:
         for family, roles in C.families_of(cfg).items():
@@ -463,6 +348,10 @@ def readme_block(settings, cells, shares=None) -> str:
                 + ", ".join(f"claim {c['claim'].split(' ', 1)[0]} {c['verdict']}" for c in js)
                 + "."
             )
+    for cfg, sruns in settings:
+        text = delay_sentence(cfg, sruns)
+        if text and not text.startswith("not read"):
+            out.append(f"When the memory emerged {text}")
     if shares:
         kjv = shares.get(("kjv", "byte"))
         w = _far(kjv, ccfg.base["seq_len"], ccfg.base["window"]["long"]) if kjv else None
@@ -473,17 +362,22 @@ def readme_block(settings, cells, shares=None) -> str:
                 f"{100 * (C.far_share(ccfg) or 0) * answers_of_targets(ccfg):.3f} % that the "
                 "claims' episodes supervise there."
             )
+    out.append(TS.readme_sentence(TS.verdicts()))
     return " ".join(out)
 
 
-def write_report(out: Path, lcfg=None, settings=None, tcfg=None, shares=None) -> Path:
-    """REPORT.md in ``out`` from the archived results (default: the committed ones of
-    laziness.yaml, the claims settings, textonly.yaml and results/far_share)."""
-    lcfg = lcfg or load_sweep(HERE / "laziness.yaml")
+def write_report(out: Path, lcfg=None, settings=None, tcfg=None, shares=None,
+                 pending=None) -> Path:  # fmt: skip
+    """REPORT.md in ``out`` from the archived results (default: the committed ones of the map
+    of record (laziness.map_of_record), the claims settings, textonly.yaml and
+    results/far_share)."""
+    if lcfg is None:
+        _, lcfg, cells, pending = L.map_of_record()
+    else:
+        cells = L.load_cells(lcfg)
     settings = settings or C.load_settings()
     tcfg = tcfg or load_sweep(HERE / "textonly.yaml")
     shares = load_far_shares() if shares is None else shares
-    cells = L.load_cells(lcfg)
     ccfg, runs = settings[0]
     truns = X.load_runs(tcfg)
     lines = [
@@ -498,16 +392,16 @@ def write_report(out: Path, lcfg=None, settings=None, tcfg=None, shares=None) ->
         "An answer lies **inside** window W when the position that predicts it attends to the "
         "value under the attention op's own mask. Recall is read by distance bucket; a run is "
         "**lazy** when it recalls ≥ 90 % inside the long window and at most 10 points above "
-        "chance (6.25 %) beyond it, **memory** when it recalls ≥ 50 % beyond it. The runs of "
-        "section 1 and of the ρ = 1 % claims used episode ids that the KJV text also holds "
-        "(NOTES.md section 8); the ρ = 0 claims and the text-only runs use ids no text emits.",
+        "chance (6.25 %) beyond it, **memory** when it recalls ≥ 50 % beyond it. "
+        + ids_paragraph(cells, settings),
         "",
-        *map_section(lcfg, cells),
+        *map_section(lcfg, cells, pending),
         *claims_section(settings),
         *delay_section(settings),
         *far_share_section(lcfg, ccfg, cells, shares),
         *text_only_section(tcfg, truns),
         *sxsx_section(),
+        *text_study_section(),
         *reading(ccfg, runs, cells, settings, tcfg, truns),
     ]
     path = out / REPORT
@@ -517,9 +411,8 @@ def write_report(out: Path, lcfg=None, settings=None, tcfg=None, shares=None) ->
 
 def main(argv=None) -> int:
     print(f"report: {write_report(HERE)}")
-    block = readme_block(
-        C.load_settings(), L.load_cells(load_sweep(HERE / "laziness.yaml")), load_far_shares()
-    )
+    _, _, cells, pending = L.map_of_record()
+    block = readme_block(C.load_settings(), cells, load_far_shares(), pending)
     if update_readme(ROOT / "README.md", README_BEGIN, README_END, block):
         print("README.md: the study's reading updated")
     return 0

@@ -1,12 +1,15 @@
-"""The statistics the regime study's reports print: exact intervals for seed shares, paired
-comparisons over seeds (mean, standard error, smallest detectable difference, an exact sign-flip
-test), bootstrap intervals over seeds, and when a curve first crosses a level.
+"""The statistics the regime study's reports print: exact intervals for seed shares (Clopper-
+Pearson, Jeffreys), paired comparisons over seeds (mean, standard error, an exact sign-flip
+test), bootstrap intervals, and the exact distributions the verdict rule needs (Student t, Beta,
+the noncentral t behind the smallest detectable difference; verdicts.py).
 
-Plain Python (no scipy): the seed counts are small (3 or 4), so exact enumeration is cheap.
+Plain Python (no scipy): the seed counts are small (3 to 6), so exact enumeration is cheap.
+When the memory emerged is emergence.py's (a censored time).
 """
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 import random
@@ -57,7 +60,8 @@ def share_text(k: int, n: int) -> str:
 
 def paired(a: list[float], b: list[float]) -> dict:
     """a − b over pairs with both values finite: mean, standard error, 95 % t interval, the
-    smallest difference the design detects (95 % two-sided, 80 % power: (t.975 + t.80) × SE),
+    smallest difference the design detects (95 % two-sided, 80 % power: (t.975 + t.80) × SE,
+    the approximation the text study's fixed rule uses; the claims' verdicts use mde_se),
     the exact two-sided sign-flip p-value, and n."""
     d = [x - y for x, y in zip(a, b) if x == x and y == y]
     n = len(d)
@@ -130,11 +134,141 @@ def bootstrap(values: list, stat, samples: int = 2000, seed: int = 0) -> tuple[f
     return out[int(0.025 * (len(out) - 1))], out[int(0.975 * (len(out) - 1))]
 
 
-def first_crossing(points: list[dict], key: str = "acc", level: float = 50.0,
-                   also: str | None = None) -> float:  # fmt: skip
-    """Tokens (millions) at the first point of ``points`` (each with "tokens") where ``key``
-    (and ``also``, when given) is at least ``level``; NaN when the curve never gets there."""
-    for p in sorted(points, key=lambda q: q["tokens"]):
-        if p[key] >= level and (also is None or p[also] >= level):
-            return p["tokens"] / 1e6
-    return math.nan
+# ------------------------------------------------------------------------------ distributions
+# Exact where the verdicts need them (the verdict rule, verdicts.py; rho*'s interval): the
+# regularized incomplete beta function (the binomial, Beta and Student t distributions) and the
+# noncentral t (the power of a paired t test). Plain Python: the package needs no scipy.
+
+
+def betainc(a: float, b: float, x: float) -> float:
+    """The regularized incomplete beta function I_x(a, b) (Lentz's continued fraction)."""
+    if x <= 0.0:
+        return 0.0
+    if x >= 1.0:
+        return 1.0
+    if x > (a + 1) / (a + b + 2):  # the fraction converges fast on this side only
+        return 1.0 - betainc(b, a, 1.0 - x)
+    log_front = a * math.log(x) + b * math.log1p(-x) - math.log(a) - _log_beta(a, b)
+    tiny = 1e-300
+    c, d = 1.0, 1.0 - (a + b) * x / (a + 1)
+    d = 1.0 / (d if abs(d) > tiny else tiny)
+    f = d
+    for m in range(1, 1000):
+        for num in (
+            m * (b - m) * x / ((a + 2 * m - 1) * (a + 2 * m)),
+            -(a + m) * (a + b + m) * x / ((a + 2 * m) * (a + 2 * m + 1)),
+        ):
+            d = 1.0 + num * d
+            d = 1.0 / (d if abs(d) > tiny else tiny)
+            c = 1.0 + num / c
+            c = c if abs(c) > tiny else tiny
+            f *= c * d
+        if abs(c * d - 1.0) < 1e-15:
+            break
+    return math.exp(log_front) * f
+
+
+def _log_beta(a: float, b: float) -> float:
+    return math.lgamma(a) + math.lgamma(b) - math.lgamma(a + b)
+
+
+def _solve(f, lo: float, hi: float, iters: int = 100) -> float:
+    """The root of an increasing ``f`` in [lo, hi], by bisection."""
+    for _ in range(iters):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if f(mid) < 0 else (lo, mid)
+    return (lo + hi) / 2
+
+
+def beta_quantile(q: float, a: float, b: float) -> float:
+    """The q quantile of Beta(a, b)."""
+    return _solve(lambda x: betainc(a, b, x) - q, 0.0, 1.0)
+
+
+def jeffreys(k: int, n: int, level: float = 0.95) -> tuple[float, float]:
+    """Jeffreys interval of a binomial share k / n, in %: the equal-tailed interval of the
+    Beta(k + 1/2, n - k + 1/2) posterior, with the lower end 0 at k = 0 and the upper end 100
+    at k = n (Brown, Cai and DasGupta 2001)."""
+    if n == 0:
+        return math.nan, math.nan
+    a = (1 - level) / 2
+    lo = 0.0 if k == 0 else beta_quantile(a, k + 0.5, n - k + 0.5)
+    hi = 1.0 if k == n else beta_quantile(1 - a, k + 0.5, n - k + 0.5)
+    return 100 * lo, 100 * hi
+
+
+def t_cdf(x: float, df: float) -> float:
+    """P(T <= x) for Student's t with ``df`` degrees of freedom."""
+    tail = 0.5 * betainc(df / 2, 0.5, df / (df + x * x))
+    return 1.0 - tail if x > 0 else tail
+
+
+@functools.lru_cache(maxsize=4096)
+def t_quantile(q: float, df: float) -> float:
+    """The q quantile of Student's t with ``df`` degrees of freedom."""
+    if q == 0.5:
+        return 0.0
+    if q < 0.5:
+        return -t_quantile(1 - q, df)
+    hi = 1.0
+    while t_cdf(hi, df) < q:
+        hi *= 2
+    return _solve(lambda x: t_cdf(x, df) - q, 0.0, hi)
+
+
+def _phi(x: float) -> float:
+    return 0.5 * math.erfc(-x / math.sqrt(2))
+
+
+def nct_cdf(x: float, df: float, nc: float, steps: int = 2000) -> float:
+    """P(T <= x) for the noncentral t with ``df`` degrees of freedom and noncentrality ``nc``,
+    T = (Z + nc) / S with S = sqrt(chi2_df / df): the integral of Phi(x s - nc) over the density
+    of S (Simpson's rule on [0, s_max], where the density has fallen below 1e-30)."""
+    log_c = (df / 2) * math.log(df / 2) + math.log(2) - math.lgamma(df / 2)
+    s_max = 1 + 16 / math.sqrt(df)
+
+    def g(s: float) -> float:
+        if s == 0.0:
+            dens = math.exp(log_c) if df == 1 else 0.0
+        else:
+            dens = math.exp(log_c + (df - 1) * math.log(s) - df * s * s / 2)
+        return _phi(x * s - nc) * dens
+
+    h = s_max / steps
+    total = g(0.0) + g(s_max)
+    for i in range(1, steps):
+        total += (4 if i % 2 else 2) * g(i * h)
+    return total * h / 3
+
+
+def t_power(nc: float, df: float, level: float = 0.95) -> float:
+    """Power of the two-sided t test at ``level`` when the true effect is ``nc`` standard
+    errors."""
+    tc = t_quantile(1 - (1 - level) / 2, df)
+    return 1.0 - nct_cdf(tc, df, nc) + nct_cdf(-tc, df, nc)
+
+
+@functools.lru_cache(maxsize=256)
+def mde_se(n: int, power: float = 0.8, level: float = 0.95) -> float:
+    """The smallest true mean difference, in standard errors, that a paired t test on ``n``
+    pairs detects with ``power`` (two-sided, ``level``): the exact noncentral t value
+    (the approximation t_.975 + t_.80 is about 2 % smaller at n = 4)."""
+    if n < 2:
+        return math.nan
+    df = n - 1
+    hi = 1.0
+    while t_power(hi, df, level) < power:
+        hi *= 2
+    return _solve(lambda nc: t_power(nc, df, level) - power, 0.0, hi, iters=40)
+
+
+def sign_test_p(k: int, m: int) -> tuple[float, float]:
+    """Exact sign test of k pairs one way and m the other (ties left out): (one-sided p of
+    "k or more of k + m", two-sided p)."""
+    n = k + m
+    if n == 0:
+        return math.nan, math.nan
+    one = sum(math.comb(n, i) for i in range(k, n + 1)) / 2**n
+    far = max(k, m)
+    two = min(1.0, 2 * sum(math.comb(n, i) for i in range(far, n + 1)) / 2**n)
+    return one, two

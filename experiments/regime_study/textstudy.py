@@ -347,6 +347,69 @@ def curve_lines(runs, names: list[str], key_of) -> list[str]:
     return out
 
 
+def verdicts(ccfg=None, mains=None) -> list[dict]:
+    """One record per (corpus, family): the verdict by TEXT_RULE.md or why there is none, the
+    claim-3 halves, the map's prediction, and what they were read at."""
+    ccfg = ccfg or load_sweep(HERE / CONTROLS)
+    mains = mains if mains is not None else [(c, load_sweep(HERE / f)) for c, f in MAIN]
+    _, controls = control_table(ccfg, load_runs(ccfg))
+    out = []
+    for corpus, cfg in mains:
+        runs = load_runs(cfg)
+        b = cfg.base
+        tokens = b["steps"] * b["batch_size"] * b["seq_len"] / 1e6
+        for fam, roles in families(cfg).items():
+            rec = {"corpus": corpus, "family": fam, "tokens": tokens, "planned": len(cfg.seeds)}
+            c = controls.get((corpus, fam))
+            if c is None:
+                out.append({**rec, "verdict": "control not run yet"})
+            elif not c["passes"]:
+                out.append({**rec, "verdict": "cannot decide at this scale", "why": c["why"]})
+            elif not any(runs.get(n) for n in roles.values()):
+                out.append({**rec, "verdict": "not yet run"})
+            else:
+                res = family_result(cfg, runs, roles)
+                out.append({**rec, **res, "map": map_prediction(res["verdict"])})
+    return out
+
+
+def summary_lines(records: list[dict]) -> list[str]:
+    """REPORT.md's sentences on the text study, one per (corpus, family)."""
+    out = []
+    for r in records:
+        head = f"- **{r['family']} on {r['corpus']}** ({r['tokens']:.1f}M tokens, T = 256): "
+        if "seeds" not in r:
+            why = f" (its control: {r['why']})" if r.get("why") else ""
+            out.append(head + f"**{r['verdict']}**{why}.")
+            continue
+        n = len(r["seeds"])
+        counts = ", ".join(
+            f"{sum(p['reading'] == k for p in r['seeds'])} {k}"
+            for k in ("lazy", "between", "not lazy", "no reference")
+        )
+        q = r.get("quality", {}).get("verdict", "not yet read")
+        out.append(
+            head + f"W_long = 64 against W_short = 8, **{r['verdict']}** by the rule ({n} of "
+            f"{r['planned']} seeds: {counts}); claim 3's memory half {r['memory_half']}, its "
+            f"quality half {q}; the laziness map's prediction: {r['map']}."
+        )
+    return out
+
+
+def readme_sentence(records: list[dict]) -> str:
+    """The README's sentence on the text study."""
+    parts = []
+    for r in records:
+        what = r["verdict"]
+        if "seeds" in r and not what.startswith("incomplete"):
+            what += f" in {len(r['seeds'])} paired seeds"
+        parts.append(f"{r['family']} on {r['corpus']} {what}")
+    return (
+        "On text alone, by a rule fixed before the runs (TEXT_RULE.md; the recurrent memory's "
+        "copy gain beyond W_long = 64 against W_short = 8, T = 256): " + "; ".join(parts) + "."
+    )
+
+
 def write_report(out: Path, command: str, ccfg=None, mains=None) -> Path:
     """TEXT_STUDY.md in ``out`` from the archives of the controls and the main sweeps
     (defaults: the committed ones)."""

@@ -12,9 +12,9 @@ import yaml
 
 from swax.cli import options as C
 from swax.cli.common import load_for, preset_name
-from swax.core.configs import resolve_window
 from swax.core.errors import SwaxError
 from swax.core.paths import check_output_dir, check_writable_dir
+from swax.core.settings import resolve_window
 from swax.core.threads import threads_note
 from swax.data import (
     DataConfig,

@@ -10,13 +10,18 @@ import torch
 
 from swax.cli import options as C
 from swax.cli.common import load_for, preset_name
-from swax.core.configs import resolve_window
 from swax.core.errors import SwaxError
+from swax.core.progress import fmt_seconds
+from swax.core.settings import resolve_window
 from swax.core.threads import threads_note
 from swax.decode import compile_seconds
-from swax.generate import generate, truncate_at_stop
+from swax.generate import generate
 from swax.ops import cpu_flex
 from swax.quant import decode_weights
+
+LONG_GENERATION = 100_000
+"""New tokens from which `swax generate` says up front, and again once it knows its rate, how
+long the whole generation would take."""
 
 
 class _Streamer:
@@ -30,8 +35,22 @@ class _Streamer:
         self.ids: list = []  # ints when streaming, else the step's tensors (no sync per token)
         self.mark = 0  # ids before it are printed
         self.t0 = self.last = time.perf_counter()
+        self.estimated = total < LONG_GENERATION  # a long one says once how long it will take
+
+    def _estimate(self) -> None:
+        """Once, after ``every`` seconds of a long generation: how long all of it would take."""
+        elapsed = time.perf_counter() - self.t0
+        if elapsed < self.every or not self.ids:
+            return
+        self.estimated = True
+        rate = len(self.ids) / elapsed
+        print(f"[{rate:,.1f} tok/s: {self.total:,} new tokens would take about "
+              f"{fmt_seconds(self.total / rate)}; Ctrl-C stops and keeps the text]",
+              file=sys.stderr, flush=True)  # fmt: skip
 
     def __call__(self, t) -> None:
+        if not self.estimated:
+            self._estimate()
         if not self.enabled:
             self.ids.append(t[0])
             now = time.perf_counter()
@@ -57,7 +76,7 @@ class _Streamer:
 
 
 @contextlib.contextmanager
-def _interrupted(streamer: _Streamer, tok, stream: bool, stop):
+def _interrupted(streamer: _Streamer, tok, stream: bool):
     """Ctrl-C during a generation: what was generated is printed (the rest of it, when
     streaming), with a line saying so, and the command exits with 130."""
     try:
@@ -66,7 +85,7 @@ def _interrupted(streamer: _Streamer, tok, stream: bool, stop):
         if stream:
             streamer.finish()
         else:
-            print(truncate_at_stop(tok.decode(streamer.generated()), stop))
+            print(tok.decode(streamer.generated()))
         print(f"[interrupted after {len(streamer.ids):,} new tokens]", file=sys.stderr)
         raise Interrupted from None
 
@@ -107,12 +126,16 @@ def cmd_generate(cfg: C.GenerateConfig) -> int:
     window = resolve_window(cfg.window, model.config.window)
     stream = cfg.stream and not cfg.stop
     on_token = _Streamer(tok, stream, cfg.max_new_tokens)
+    if cfg.max_new_tokens >= LONG_GENERATION:
+        print(f"note: up to {cfg.max_new_tokens:,} new tokens; an estimate of how long that "
+              "takes follows once the rate is known (Ctrl-C stops and keeps the text)",
+              file=sys.stderr, flush=True)  # fmt: skip
     t0 = time.perf_counter()
     prefill_done = []  # seconds at the end of the prefill
     compiled_before = compile_seconds(model)
 
     # one prompt: a flex compile on the CPU (3-9 s) would cost more than it saves
-    with cpu_flex(False), _interrupted(on_token, tok, stream, cfg.stop):
+    with cpu_flex(False), _interrupted(on_token, tok, stream):
         out = generate(
             model,
             ids,
@@ -135,7 +158,7 @@ def cmd_generate(cfg: C.GenerateConfig) -> int:
     if stream:
         on_token.finish()
     else:
-        print(truncate_at_stop(tok.decode(new), cfg.stop))
+        print(tok.decode(new))  # a stop string is kept, as an eos is
     pre = prefill_done[-1] if prefill_done else elapsed
     compiled = compile_seconds(model) - compiled_before  # inside the decode, not of it
     dec = max(elapsed - pre - compiled, 1e-9)
@@ -143,8 +166,9 @@ def cmd_generate(cfg: C.GenerateConfig) -> int:
     if cfg.weights != "float32":
         note += f", {cfg.weights} weights"
     print(
-        f"[{ids.shape[1]} prompt tokens in {pre:.2f}s, {len(new)} new tokens at "
-        f"{len(new) / dec:.1f} tok/s{note}, window {window}, {threads_note()}]",
+        f"[{ids.shape[1]} prompt tokens read in {pre:.2f}s (with the one-off set-up of the first "
+        f"forward), {len(new)} new tokens at {len(new) / dec:.1f} tok/s{note}, window {window}, "
+        f"{threads_note()}]",
         file=sys.stderr,
     )
     return 0

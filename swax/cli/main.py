@@ -23,6 +23,7 @@ from swax.cli.evaluate import (
 )
 from swax.cli.export import EXPORT_COMMANDS
 from swax.cli.generate import cmd_generate
+from swax.cli.importing import IMPORT_COMMANDS
 from swax.cli.info import cmd_info
 from swax.cli.sweep import cmd_sweep
 from swax.cli.train import cmd_plot_run, cmd_train
@@ -76,6 +77,7 @@ COMMANDS: dict = {
         "recall": (C.RecallConfig, cmd_eval_recall, "key-value recall against length and window"),
     },
     "export": EXPORT_COMMANDS,
+    "import": IMPORT_COMMANDS,
     "sweep": (C.SweepArgs, cmd_sweep, "train and evaluate a family of runs (resumable)"),
     "demo": (
         C.DemoConfig,
@@ -148,6 +150,7 @@ def build_parser() -> argparse.ArgumentParser:
     for name, entry in COMMANDS.items():
         if isinstance(entry, dict):
             what = {"eval": "evaluate", "export": "export for other tools"}.get(name, name)
+            what = {"import": "import from other tools"}.get(name, what)
             group = sub.add_parser(name, help=f"{what}: {', '.join(entry)}")
             esub = group.add_subparsers(dest=f"{name}_command", metavar=name.upper())
             for sub_name, sub_entry in entry.items():

@@ -19,7 +19,8 @@ from typing import Literal
 
 from swax.cli.args import option
 from swax.config import PRESETS
-from swax.core.configs import WindowSetting, bounded, check_fields, parse_window
+from swax.core.configs import bounded, check_fields
+from swax.core.settings import WindowSetting, parse_window
 from swax.eval.tasks import TaskEvalSettings
 from swax.generate import PREFILL_CHUNK
 
@@ -86,15 +87,18 @@ class GenerateConfig(LoadConfig):
     top_p: float | None = bounded(None, "(0, 1]")
     """Sample among the most likely tokens of total probability p only (nucleus)."""
     stop: list[str] = option(default_factory=list, repeat=True, metavar="TEXT")
-    """Stop at this string (may be given several times)."""
+    """Stop after this string (may be given several times); like the end-of-text token, it is
+    kept in the output and counted in its new tokens, as Python's generate(stop_strings=...)
+    keeps it (swax.generate.truncate_at_stop cuts it off)."""
     prefill_chunk: int = option(PREFILL_CHUNK, bounds="[1, inf)")
     """Prompt tokens per forward pass of the prefill."""
     stream: bool = True
     """Print the text token by token (--no-stream: at the end)."""
     compile: bool | None = None
     """Decode through the compiled step (torch.compile on the CPU, a CUDA graph on a GPU):
-    --compile always, --no-compile never (the eager step); default: on a GPU, and on the CPU
-    from 1024 new tokens (a CPU compile costs seconds)."""
+    --compile always, --no-compile never (the eager step); default: from 1024 new tokens, on a
+    CPU and a GPU alike, or when the same configuration was compiled before in this process
+    (a compile costs seconds)."""
     weights: Literal["float32", "bf16", "int8"] = "float32"
     """Weight matrices for the generation: as loaded (float32), or bf16 or int8 (weight-only,
     per output channel) with activations as loaded: fewer bytes read per token, a faster
@@ -318,6 +322,8 @@ class ExportHFConfig(Command):
     """The swax checkpoint folder (save_pretrained or swax train), with its tokenizer."""
     out_dir: str = option(positional=True, metavar="OUT_DIR")
     """The folder to write; must not exist or be empty."""
+    overwrite: bool = False
+    """Replace an earlier export in OUT_DIR (a folder holding other files is refused even so)."""
 
 
 @dataclass
@@ -335,6 +341,48 @@ class ExportOnnxConfig(Command):
     """Sequences per call (fixed in the graph)."""
     window: int | None = option(None, bounds="[1, inf)")
     """Attention window of the S layers (default: the model's config.window)."""
+    overwrite: bool = False
+    """Replace OUT.onnx if it exists (once the new graph is complete)."""
+
+
+@dataclass
+class ExportXLSTMConfig(Command):
+    """Write a pure-mLSTM swax model (pattern X, logit and gate caps, no mLSTM convolution) as a
+    transformers xLSTM folder: AutoModelForCausalLM.from_pretrained(OUT) loads it without
+    remote code (and without swax)."""
+
+    model_dir: str = option(positional=True, metavar="MODEL")
+    """The swax model folder (save_pretrained, swax train or swax import), with its tokenizer."""
+    out: str = option(positional=True, metavar="OUT")
+    """The folder to write; must not exist or be empty."""
+
+
+@dataclass
+class ImportXLSTMConfig(Command):
+    """Write a swax model folder computing what a transformers xLSTM folder (xLSTMForCausalLM:
+    config.json + safetensors, single or fused weights, sharded or not) computes, its
+    tokenizer files carried along; tensors are converted one at a time. --add-swa inserts a
+    sliding-window attention block after each mLSTM block, its output projection and MLP down
+    projection zero, so the model starts as the source's function (train it on with
+    swax train init_from=OUT)."""
+
+    src: str = option(positional=True, metavar="SRC")
+    """The transformers xLSTM folder."""
+    out: str = option(positional=True, metavar="OUT")
+    """The swax model folder to write; must not exist or be empty."""
+    add_swa: bool = False
+    """Insert a sliding-window attention block after each mLSTM block (pattern XS)."""
+    window: int | None = option(None, bounds="[1, inf)")
+    """The model's default attention window (config.window; default 2048)."""
+    heads: int | None = option(None, bounds="[1, inf)")
+    """Attention heads of the inserted blocks (default d_model / 128)."""
+    dtype: Literal["keep", "float32", "bfloat16", "float16"] = "keep"
+    """Dtype of the written weights: keep each tensor's own, or one for all."""
+    seed: int = bounded(0, "(-inf, inf)")
+    """Seed of the inserted blocks' initial weights (block j draws from seed + j)."""
+    ignore_field: list[str] = option(default_factory=list, repeat=True, metavar="KEY")
+    """A config.json key swax does not know and you know does not change the computation (may
+    be given several times)."""
 
 
 # ---- swax data prepare (pre-tokenized shards; see swax.data.shards) ----

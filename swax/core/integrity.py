@@ -1,4 +1,5 @@
-"""File integrity: SHA-256 checksums of saved weights, verified on load, and file modes.
+"""File integrity: SHA-256 checksums of saved weights, verified on load, file modes, and
+whether a set of tensors fits a model's state dict.
 
 Exported models carry ``checksums.sha256`` beside their files, in the format of ``sha256sum``
 (``sha256sum -c checksums.sha256`` checks it by hand); training checkpoints keep theirs in
@@ -24,6 +25,7 @@ __all__ = [
     "write_checksum_file",
     "verify_checksum_file",
     "match_umask",
+    "state_dict_mismatch",
 ]
 
 
@@ -112,3 +114,26 @@ def match_umask(path: str | Path) -> None:
         os.chmod(path, 0o666 & ~_UMASK)
     except OSError:
         pass
+
+
+def state_dict_mismatch(expected: dict, found: dict) -> str | None:
+    """How the tensors ``found`` (name -> tensor) differ from the state dict ``expected``, in
+    one line (missing and unexpected names, the first shape that differs); None when they
+    match in names and shapes."""
+    missing = [k for k in expected if k not in found]
+    unexpected = [k for k in found if k not in expected]
+    parts = []
+    if missing:
+        parts.append(
+            f"{len(missing)} missing ({', '.join(missing[:3])}{' …' if len(missing) > 3 else ''})"
+        )
+    if unexpected:
+        more = " …" if len(unexpected) > 3 else ""
+        parts.append(f"{len(unexpected)} unexpected ({', '.join(unexpected[:3])}{more})")
+    for k, v in expected.items():
+        if k in found and tuple(found[k].shape) != tuple(v.shape):
+            parts.append(
+                f"{k} has shape {tuple(found[k].shape)} where the model expects {tuple(v.shape)}"
+            )
+            break
+    return "; ".join(parts) or None

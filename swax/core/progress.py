@@ -38,13 +38,27 @@ def is_terminal(stream: TextIO) -> bool:
 
 
 def fmt_seconds(seconds: float) -> str:
-    """``1h02m`` / ``3m07s`` / ``12s``."""
+    """``12 years`` / ``3d04h`` / ``1h02m`` / ``3m07s`` / ``12s``."""
     s = int(round(max(0.0, seconds)))
+    if s >= 2 * 31_557_600:
+        return f"{s / 31_557_600:,.0f} years"
+    if s >= 2 * 86_400:
+        return f"{s // 86_400}d{s % 86_400 // 3600:02d}h"
     if s >= 3600:
         return f"{s // 3600}h{s % 3600 // 60:02d}m"
     if s >= 60:
         return f"{s // 60}m{s % 60:02d}s"
     return f"{s}s"
+
+
+def fmt_count(n: float) -> str:
+    """A count with the unit that keeps three digits: ``950``, ``41.0k``, ``3.28M``, ``1.20B``."""
+    n = float(n)
+    for size, unit in ((1e9, "B"), (1e6, "M"), (1e3, "k")):
+        if abs(n) >= size:
+            v = n / size
+            return f"{v:.{2 if v < 10 else 1 if v < 100 else 0}f}{unit}"
+    return f"{n:g}"
 
 
 class LineProgress:

@@ -107,13 +107,13 @@ def other_load(seconds: float = SAMPLE_SECONDS) -> tuple[float, str] | None:
         second = _cpu_times(ids)
         if second is not None and second[1] > first[1]:
             share = (second[0] - first[0]) / (second[1] - first[1])
-            return max(0.0, share) * (len(ids) if ids else usable_cpus()), "busy now"
+            return max(0.0, share) * (len(ids) if ids else usable_cpus()), "measured now"
     try:
         load = os.getloadavg()[0]
     except (AttributeError, OSError):
         return None
     total = os.cpu_count() or 1
-    return load * min(1.0, usable_cpus() / total), "1-min load"
+    return load * min(1.0, usable_cpus() / total), "1-min load average"
 
 
 def auto_threads(share: int = 1) -> tuple[int, str]:
@@ -149,7 +149,7 @@ def applied_threads() -> int:
 
 def threads_note() -> str:
     """One line on the thread count in use and where it came from, for a command's header:
-    ``threads 1 (auto: 2 usable CPU(s), 1.9 in use by others (busy now); --threads N to
+    ``threads 1 (auto: 2 usable CPU(s), 1.9 in use by others (measured now); --threads N to
     override)``."""
     import torch
 

@@ -26,6 +26,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import math
+from pathlib import Path
 
 import numpy as np
 
@@ -64,6 +65,49 @@ class NgramBaseline:
             h = context_hashes(tokens, k)[:-1]
             keep = np.arange(len(h)) >= k - 1
             self.tables.append(_argmax_table(h[keep], nxt[keep]))
+
+    def save(self, path) -> None:
+        """Write the tables to ``path`` (.npz, arrays only), atomically."""
+        path = Path(path)
+        arrays = {"context": np.asarray(self.context)}
+        for k, (keys, vals) in enumerate(self.tables, 1):
+            arrays[f"keys{k}"], arrays[f"vals{k}"] = keys, vals
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.tmp")
+        with open(tmp, "wb") as fh:
+            np.savez(fh, **arrays)
+        tmp.replace(path)
+
+    @classmethod
+    def load(cls, path) -> NgramBaseline:
+        """The baseline :meth:`save` wrote (no pickle); OSError or ValueError if it is not one."""
+        with np.load(Path(path), allow_pickle=False) as z:
+            out = cls.__new__(cls)
+            out.context = int(z["context"])
+            out.tables = [(z[f"keys{k}"], z[f"vals{k}"]) for k in range(1, out.context + 1)]
+        return out
+
+    @classmethod
+    def cached(cls, tokens: np.ndarray, context: int, folder) -> NgramBaseline:
+        """The baseline of ``tokens``, read from ``folder`` when an earlier fit of the same
+        tokens and context is there (keyed by their SHA-256), else fitted and saved there: the
+        same tables either way, without the minutes a fit of a large text takes."""
+        tokens = np.ascontiguousarray(tokens)
+        digest = hashlib.sha256(tokens.tobytes() + str(tokens.dtype).encode()).hexdigest()[:24]
+        path = Path(folder) / f"ngram-{digest}-k{context}.npz"
+        if path.is_file():
+            try:
+                found = cls.load(path)
+                if found.context == context:
+                    return found
+            except (OSError, ValueError, KeyError):
+                pass  # a partial or foreign file: fitted again and replaced
+        fitted = cls(tokens, context)
+        try:
+            fitted.save(path)
+        except OSError:
+            pass  # a read-only cache costs the next run a fit, nothing else
+        return fitted
 
     def predict(self, hashes_by_order: list[np.ndarray]) -> np.ndarray:
         """The guess for each position given its context hash at every order (1 … context),

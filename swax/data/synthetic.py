@@ -280,13 +280,7 @@ def make_episode(
     hay = _haystack(rng, hay_src, room[0] + room[1], tokenizer.eot_id, _newline_id(tokenizer))
     before, starts_b = _fill(rng, hay[: room[0]], [needles[j] for j in where[0]])
     after, starts_a = _fill(rng, hay[room[0] :], [needles[j] for j in where[1]])
-    tokens = before + needles[0] + after
-    answer_spans, question_spans = [], []
-    for q, a in qa:
-        question_spans.append((len(tokens), len(tokens) + len(q)))
-        tokens += q
-        answer_spans.append((len(tokens), len(tokens) + len(a)))
-        tokens += a
+    tokens, question_spans, answer_spans = _ask(before + needles[0] + after, qa)
     assert len(before) == needle_start and len(tokens) == length, (len(tokens), length)
     positions = [0] * cfg.num_needles
     positions[0] = needle_start
@@ -309,6 +303,18 @@ def make_episode(
             for j, (a0, _) in enumerate(answer_spans)
         ],
     )
+
+
+def _ask(tokens: list[int], qa: list[tuple[list[int], list[int]]]):
+    """``tokens`` followed by each (question, answer) of ``qa``, and the spans of the questions
+    and of the answers."""
+    question_spans, answer_spans = [], []
+    for q, a in qa:
+        question_spans.append((len(tokens), len(tokens) + len(q)))
+        tokens = tokens + q
+        answer_spans.append((len(tokens), len(tokens) + len(a)))
+        tokens = tokens + a
+    return tokens, question_spans, answer_spans
 
 
 def _value_lead(tokenizer, key: str, value: str, compact: bool) -> int:

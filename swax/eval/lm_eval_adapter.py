@@ -48,8 +48,8 @@ from collections.abc import Sequence
 
 import torch
 
-from swax.core.configs import resolve_device, resolve_window
 from swax.core.errors import ConfigError, SwaxError
+from swax.core.settings import resolve_device, resolve_window
 from swax.data import ByteTokenizer
 
 try:

@@ -24,7 +24,8 @@ from pathlib import Path
 import torch
 
 from swax.core.errors import SwaxError
-from swax.core.integrity import write_checksum_file
+from swax.core.integrity import CHECKSUMS_NAME, write_checksum_file
+from swax.core.paths import check_writable_dir
 from swax.data.tokenizer import CONFIG_FILE, ByteTokenizer, HFTokenizer, load_model_tokenizer
 from swax.model import CONFIG_NAME, WEIGHTS_NAME, SwaxLM
 from swax.ops.gated_delta import plain_solve
@@ -48,11 +49,29 @@ BYTE_EOT_TOKEN = "<|endoftext|>"
 """The special token of id 256 in the exported byte-level tokenizer."""
 
 
-def _check_out_dir(out: Path, what: str) -> None:
+HF_OUTPUTS = (CONFIG_NAME, WEIGHTS_NAME, CHECKSUMS_NAME, *REMOTE_FILES, "tokenizer.json",
+              "tokenizer_config.json", "special_tokens_map.json")  # fmt: skip
+"""The files ``swax export hf`` writes (what ``--overwrite`` may replace)."""
+
+
+def _check_out_dir(out: Path, what: str, overwrite: bool = False) -> None:
+    """A new or empty folder that files can be written in, or with ``overwrite`` one holding
+    only an earlier export's files (checked before any work; nothing is removed here)."""
     if out.exists() and not out.is_dir():
         raise SwaxError(f"{what} {out} exists and is not a folder")
-    if out.is_dir() and any(out.iterdir()):
-        raise SwaxError(f"{what} {out} exists and is not empty (nothing was overwritten)")
+    held = sorted(q.name for q in out.iterdir()) if out.is_dir() else []
+    if held and not overwrite:
+        raise SwaxError(
+            f"{what} {out} exists and is not empty (nothing was overwritten; --overwrite "
+            "replaces an earlier export there)"
+        )
+    foreign = [name for name in held if name not in HF_OUTPUTS]
+    if foreign:
+        raise SwaxError(
+            f"{what} {out} holds files swax export hf does not write (e.g. {foreign[0]}); "
+            "choose an empty or new folder (nothing was overwritten)"
+        )
+    check_writable_dir(out, what)
 
 
 def byte_level_hf_tokenizer():
@@ -121,13 +140,16 @@ def _weights_dtype(path: Path) -> str:
     return {"F32": "float32", "BF16": "bfloat16", "F16": "float16"}.get(code, "float32")
 
 
-def export_hf(model_dir: str | os.PathLike, out_dir: str | os.PathLike) -> Path:
+def export_hf(
+    model_dir: str | os.PathLike, out_dir: str | os.PathLike, overwrite: bool = False
+) -> Path:
     """Write the Hugging Face folder of the swax checkpoint ``model_dir`` to ``out_dir`` (which
-    must not exist or be empty). The folder is built under a temporary name and renamed, so a
+    must not exist or be empty; with ``overwrite`` it may hold an earlier export, replaced once
+    the new one is complete). The folder is built under a temporary name and renamed, so a
     failure leaves nothing behind. Returns ``out_dir``."""
 
     model_dir, out = Path(model_dir), Path(out_dir)
-    _check_out_dir(out, "OUT_DIR")
+    _check_out_dir(out, "OUT_DIR", overwrite)
     model = SwaxLM.from_pretrained(model_dir)  # checks the folder, checksum and weights
     tok = load_model_tokenizer(model_dir)
     if tok.vocab_size > model.config.vocab_size:
@@ -156,9 +178,13 @@ def export_hf(model_dir: str | os.PathLike, out_dir: str | os.PathLike) -> Path:
             (tmp / name).write_text(text)
         _write_tokenizer(tok, tmp)
         os.chmod(tmp, 0o777 & ~_umask())
-        if out.is_dir():
-            out.rmdir()  # empty (checked above)
-        os.replace(tmp, out)
+        if out.is_dir():  # empty, or an earlier export (checked above): swapped out, then gone
+            old = Path(tempfile.mkdtemp(prefix=f".{out.name}.old.", dir=out.parent))
+            os.replace(out, old / "x")
+            os.replace(tmp, out)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.replace(tmp, out)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
@@ -217,15 +243,22 @@ def export_onnx(
     seq_len: int = 128,
     window: int | None = None,
     batch_size: int = 1,
+    overwrite: bool = False,
 ) -> Path:
     """Write the forward of the checkpoint ``model_dir`` as an ONNX graph: input ``input_ids``
     int64 (batch_size, seq_len), output ``logits`` float32 (batch_size, seq_len, vocab), at the
     attention window ``window`` (default: the model's). Shapes are fixed. The file is written
-    under a temporary name and renamed; an existing ``out_path`` is an error. Returns it."""
+    under a temporary name and renamed; an existing ``out_path`` is an error unless
+    ``overwrite`` (then it is replaced once the new graph is complete). Returns it."""
 
     out = Path(out_path)
-    if out.exists():
-        raise SwaxError(f"OUT {out} already exists (nothing was overwritten)")
+    if out.is_dir():
+        raise SwaxError(f"OUT {out} is a folder; give the path of the .onnx file to write")
+    if out.exists() and not overwrite:
+        raise SwaxError(
+            f"OUT {out} already exists (nothing was overwritten; --overwrite replaces it)"
+        )
+    check_writable_dir(out.parent, f"OUT {out}: its folder")
     for name, v in (("--seq-len", seq_len), ("--batch-size", batch_size)):
         if isinstance(v, bool) or not isinstance(v, int) or v < 1:
             raise SwaxError(f"{name} must be a positive integer, got {v!r}")

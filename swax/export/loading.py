@@ -11,7 +11,7 @@ from pathlib import Path
 import torch
 
 from swax.config import SwaxConfig
-from swax.core.configs import resolve_device
+from swax.core.settings import resolve_device
 from swax.data import ByteTokenizer, load_model_tokenizer
 from swax.model import SwaxLM, resolve_model_dir
 

@@ -111,39 +111,36 @@ class _Attention(TokenMixer):
     def _norm(self, x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
         return F.rms_norm(x.float(), (x.shape[-1],), w.float(), self.norm_eps).to(x.dtype)
 
-    def forward(
-        self,
-        x: torch.Tensor,
-        window: int | None = None,
-        state: AttentionState | None = None,
-        return_state: bool = False,
-        doc_ids: torch.Tensor | None = None,
-    ):
-        """x: (B, T, d_model) -> (B, T, d_model) [, new AttentionState].
-
-        ``window`` is ignored by full attention; for sliding-window attention it must match the
-        window the state was built with. ``doc_ids`` (B, T): packed documents (see
-        :mod:`swax.ops.packing`), not with a state.
-        """
-        B, T, _ = x.shape
+    def check_state(self, state, window, doc_ids, T: int) -> None:
+        """The window must be the one the state was built for; a state after tokens takes no
+        packed documents, and a state after a packed prefill continues one token at a time."""
         w = window if self.sliding else None
-        if state is not None and state.window != w:
+        if state is None:
+            return
+        if state.window != w:
             raise ValueError(
                 f"decode state was built for window {state.window}, but window {w} was given"
             )
-        if doc_ids is not None and state is not None and state.pos > 0:
+        if doc_ids is not None and state.pos > 0:
             raise ValueError("doc_ids cannot be combined with a decode state")
-        if state is not None and state.doc_start is not None and T != 1:
+        if state.doc_start is not None and T != 1:
             raise ValueError(
                 "a state after a packed prefill (doc_ids) continues one token at a time, "
                 f"got {T} tokens"
             )
-        pos = 0 if state is None else state.pos
-        if state is not None and pos > 0 and T == 1:  # one decode token: the decode step
-            y, new_state = self.forward_one(x, state, pos, w)
-            return (y, new_state) if return_state else y
+
+    def state_pos(self, state: AttentionState) -> int:
+        return state.pos
+
+    def sequence(self, x: torch.Tensor, window, state, return_state: bool, doc_ids):
+        """x: (B, T, d_model) -> (y (B, T, d_model), new AttentionState or None). ``window`` is
+        ignored by full attention; ``doc_ids`` (B, T): packed documents (see
+        :mod:`swax.ops.packing`)."""
+        B, T, _ = x.shape
+        w = window if self.sliding else None
         if doc_ids is not None:
             return self._forward_docs(x, w, return_state, doc_ids)
+        pos = 0 if state is None else state.pos
         q, k, v = self._qkv(x, offset=pos)
         new_state = None
         if state is not None and pos > 0:
@@ -155,8 +152,15 @@ class _Attention(TokenMixer):
                 new_state = AttentionState(k, v, pos + T, None)
             else:
                 new_state = AttentionState(*_to_ring(k, v, pos + T, w), pos + T, w)
-        y = self.o_proj(o.transpose(1, 2).reshape(B, T, self.n_heads * self.head_dim))
-        return (y, new_state) if return_state else y
+        return self._out(o), new_state
+
+    def mixing_flops(self, seq_len: int, window) -> float:
+        """QKᵀ and PV (4·heads·head_dim per visible key) over the average number of keys a query
+        sees in a sequence of ``seq_len`` (the window, or every earlier token)."""
+        T = seq_len
+        W = T if (not self.sliding or window is None) else min(window, T)
+        avg_keys = (W * (W + 1) / 2 + (T - W) * W) / T
+        return 4.0 * self.n_heads * self.head_dim * avg_keys
 
     # ------------------------------------------------------------------ decode (TokenMixer)
     def decode_buffers(self, state: AttentionState, capacity: int) -> tuple[torch.Tensor, ...]:
@@ -185,20 +189,19 @@ class _Attention(TokenMixer):
         start = buffers[2] if len(buffers) > 2 else None
         return AttentionState(k, v, pos, w, start)
 
-    def step(self, x: torch.Tensor, state: tuple, pos: torch.Tensor) -> torch.Tensor:
+    def step(self, x: torch.Tensor, buffers: tuple, pos: torch.Tensor) -> torch.Tensor:
         """One decode token per row, each at its own position, on fixed-shape buffers.
 
-        x: (B, d_model). ``state`` (k, v [, doc_start]) from :meth:`decode_buffers`: (B, Hkv,
+        x: (B, d_model). ``buffers`` (k, v [, doc_start]) from :meth:`decode_buffers`: (B, Hkv,
         R, D) buffers, the key of absolute position p in slot p % R (R: the window, or for full
         attention a capacity above every position), and after a packed prefill each row's
         document start (B,) (RoPE counts from it, earlier keys are masked). pos: (B,) int64,
         the position of this token in each row. Writes the new key and value into slot pos % R
         (in place) and attends to the slots holding positions max(0, start, pos - R + 1) … pos
-        (a validity mask; no shape depends on pos). Returns (B, d_model). The only
-        single-token path: the forward of one token runs it too (:meth:`forward_one`).
+        (a validity mask; no shape depends on pos). Returns (B, d_model).
         """
-        k_buf, v_buf = state[:2]
-        start = state[2] if len(state) > 2 else None
+        k_buf, v_buf = buffers[:2]
+        start = buffers[2] if len(buffers) > 2 else None
         B, R = x.shape[0], k_buf.shape[2]
         at = pos if start is None else pos - start
         q, k, v = self._qkv(x[:, None], positions=at[:, None], checked=False)
@@ -215,7 +218,7 @@ class _Attention(TokenMixer):
         o = F.scaled_dot_product_attention(
             q, k_buf, v_buf, valid[:, None, None, :], enable_gqa=self.n_heads != self.n_kv_heads
         )  # (B, Hq, 1, Dv)
-        return self.o_proj(o.reshape(B, self.n_heads * v.shape[-1]))
+        return self._out(o)[:, 0]
 
     def _qkv(
         self,
@@ -242,6 +245,11 @@ class _Attention(TokenMixer):
             k = apply_rope(k, offset, self.rope_base, positions=positions)
         return q, k, v
 
+    def _out(self, o: torch.Tensor) -> torch.Tensor:
+        """The output projection of the heads' outputs o (B, Hq, T, D) -> (B, T, d_model)."""
+        B, _, T, _ = o.shape
+        return self.o_proj(o.transpose(1, 2).reshape(B, T, self.n_heads * self.head_dim))
+
     def _forward_docs(self, x, w, return_state, doc_ids):
         """A packed prefill (doc_ids); its state continues each row's last document."""
         B, T, _ = x.shape
@@ -254,8 +262,7 @@ class _Attention(TokenMixer):
             start = torch.where(last, t, torch.full_like(t, T)).min(dim=1).values
             ring = (k, v) if w is None else _to_ring(k, v, T, w)
             new_state = AttentionState(*ring, T, w, start)
-        y = self.o_proj(o.transpose(1, 2).reshape(B, T, self.n_heads * self.head_dim))
-        return (y, new_state) if return_state else y
+        return self._out(o), new_state
 
 
 class SlidingWindowAttention(_Attention):

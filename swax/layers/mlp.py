@@ -9,8 +9,17 @@ import torch.nn.functional as F
 from torch import nn
 
 
-def swiglu_hidden_dim(d_model: int, ratio: float = 8 / 3, multiple_of: int = 64) -> int:
-    """Hidden width ``ratio * d_model`` rounded up to a multiple of ``multiple_of``."""
+def swiglu_hidden_dim(
+    d_model: int, ratio: float = 8 / 3, multiple_of: int = 64, rounding: str = "swax"
+) -> int:
+    """Hidden width ``ratio * d_model`` rounded up to a multiple of ``multiple_of``: after
+    rounding the product to the nearest integer (``rounding="swax"``), or on the product itself
+    as transformers' xLSTM does (``"xlstm"``: ``int(((x + m - 1) // m) * m)``, which for a
+    fractional x rounds x's integer part up)."""
+    if rounding == "xlstm":
+        return int(((d_model * ratio + multiple_of - 1) // multiple_of) * multiple_of)
+    if rounding != "swax":
+        raise ValueError(f"SwiGLU rounding must be 'swax' or 'xlstm', got {rounding!r}")
     h = int(round(ratio * d_model))
     return multiple_of * ((h + multiple_of - 1) // multiple_of)
 

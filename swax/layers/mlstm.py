@@ -25,7 +25,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from swax.layers.base import TokenMixer
+from swax.layers.base import TokenMixer, recurrent_mixing_flops
 from swax.layers.norm import MultiHeadNorm
 from swax.ops.conv import causal_conv1d
 from swax.ops.mlstm import mlstm, mlstm_step
@@ -106,68 +106,72 @@ class MLSTMLayer(TokenMixer):
             bound = 1 / math.sqrt(self.conv_size)
             nn.init.uniform_(self.conv_weight, -bound, bound)
 
-    def step(self, x: torch.Tensor, state: tuple, pos=None) -> torch.Tensor:
-        """One decode token per row on fixed-shape buffers: x (B, d_model) -> (B, d_model);
-        ``state`` (C, n, m) or (C, n, m, conv) as :meth:`forward` returns it, updated in place.
-        ``pos`` is ignored. The only single-token path: the forward of one token on a state runs
-        it too (:meth:`forward_one`)."""
-        B, H = x.shape[0], self.n_heads
-        xqk = x
-        if self.conv_weight is not None:
-            u, conv = causal_conv1d(x[:, :, None], self.conv_weight, state[3])
-            state[3].copy_(conv)
-            xqk = F.silu(u[:, :, 0])
-        q, k = self.q(xqk).view(B, H, -1), self.k(xqk).view(B, H, -1)
-        i = soft_cap(self.igate(x), self.gate_soft_cap)  # (B, H)
-        f = soft_cap(self.fgate(x), self.gate_soft_cap)
-        h, new = mlstm_step(q, k, self.v(x).view(B, H, -1), i, f, state[:3], eps=self.eps)
-        for buf, value in zip(state, new):
-            buf.copy_(value)
-        return self.out_proj(torch.sigmoid(self.ogate(x)) * self.norm(h))
-
-    def forward(
-        self, x: torch.Tensor, window=None, state=None, return_state: bool = False, doc_ids=None
-    ):
-        """x: (B, T, d_model) -> (B, T, d_model) [, (C, n, m) or (C, n, m, conv)]. ``window
-        is ignored. ``doc_ids`` (B, T): packed documents (see :mod:`swax.ops.packing`): state and
-        convolution restart at each document; not with a state."""
+    def _inputs(self, x: torch.Tensor, conv0=None, doc_ids=None):
+        """Everything the cell reads, from x (B, T, d_model): q, k (B, T, H, Dqk), v (B, T, H,
+        Dv), the soft-capped gate pre-activations i, f (B, T, H), the output gate o (B, T, v_dim)
+        and, with the convolution, its new state (else None); ``conv0``: the convolution's
+        state before x. The one place the projections, the convolution and the gates are
+        computed, for :meth:`sequence` and :meth:`step` alike."""
         B, T, _ = x.shape
-        H = self.n_heads
-        if doc_ids is not None and state is not None:
-            raise ValueError("doc_ids cannot be combined with a decode state")
-        if T == 1 and state is not None:  # one decode token: the decode step
-            y, new_state = self.forward_one(x, state, 0, window)
-            return (y, new_state) if return_state else y
         xqk, conv = x, None
         if self.conv_weight is not None:
-            conv0 = None if state is None else state[3]
-            state = None if state is None else state[:3]
             if doc_ids is None:
                 xqk, conv = causal_conv1d(x.transpose(1, 2), self.conv_weight, conv0)
             else:
                 xqk, conv = doc_conv1d(x.transpose(1, 2), self.conv_weight, doc_ids)
             xqk = F.silu(xqk).transpose(1, 2)
+        H = self.n_heads
         q = self.q(xqk).view(B, T, H, -1)
         k = self.k(xqk).view(B, T, H, -1)
         v = self.v(x).view(B, T, H, -1)
-        i = soft_cap(self.igate(x), self.gate_soft_cap)  # (B, T, H)
+        i = soft_cap(self.igate(x), self.gate_soft_cap)
         f = soft_cap(self.fgate(x), self.gate_soft_cap)
+        return q, k, v, i, f, torch.sigmoid(self.ogate(x)), conv
+
+    def _out(self, o: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
+        """y = out_proj(o * head-norm(h))."""
+        return self.out_proj(o * self.norm(h))
+
+    def step(self, x: torch.Tensor, buffers: tuple, pos=None) -> torch.Tensor:
+        """One decode token per row on fixed-shape buffers: x (B, d_model) -> (B, d_model);
+        ``buffers`` (C, n, m) or (C, n, m, conv) as :meth:`sequence` returns the state, updated
+        in place. ``pos`` is ignored."""
+        conv0 = buffers[3] if self.conv_weight is not None else None
+        q, k, v, i, f, o, conv = self._inputs(x[:, None], conv0)
+        if conv is not None:
+            buffers[3].copy_(conv)
+        h, new = mlstm_step(q[:, 0], k[:, 0], v[:, 0], i[:, 0], f[:, 0], buffers[:3], eps=self.eps)
+        for buf, value in zip(buffers, new):
+            buf.copy_(value)
+        return self._out(o[:, 0], h)
+
+    def sequence(self, x: torch.Tensor, window, state, return_state: bool, doc_ids):
+        """x: (B, T, d_model) -> (y (B, T, d_model), (C, n, m) or (C, n, m, conv) or None).
+        ``window`` is ignored; with ``doc_ids`` state and convolution restart at each
+        document."""
+        conv0 = state[3] if state is not None and self.conv_weight is not None else None
+        q, k, v, i, f, o, conv = self._inputs(x, conv0, doc_ids)
         h, new_state = mlstm(
             q.transpose(1, 2),
             k.transpose(1, 2),
             v.transpose(1, 2),
             i.transpose(1, 2),
             f.transpose(1, 2),
-            initial_state=state,
+            initial_state=None if state is None else state[:3],
             output_final_state=return_state,
             mode="chunk",
             chunk_size=self.chunk_size,
             eps=self.eps,
             doc_ids=doc_ids,
         )
-        h = h.transpose(1, 2)  # (B, T, H, Dv)
-        o = torch.sigmoid(self.ogate(x))
-        y = self.out_proj(o * self.norm(h))
+        y = self._out(o, h.transpose(1, 2))  # h: (B, T, H, Dv)
         if return_state and conv is not None:
             new_state = (*new_state, conv)
-        return (y, new_state) if return_state else y
+        return y, new_state
+
+    def mixing_flops(self, seq_len: int, window) -> float:
+        """State update and readout (4·Dqk·Dv per head) and the intra-chunk part (about
+        2·(Dqk + Dv)·chunk per head)."""
+        return recurrent_mixing_flops(
+            self.n_heads, self.qk_dim, self.v_dim, self.chunk_size, seq_len
+        )

@@ -26,19 +26,28 @@ class RMSNorm(nn.Module):
 
 
 class MultiHeadNorm(nn.Module):
-    """Normalise each head of (..., H, D) separately, then scale by a weight over all H·D.
+    """Normalise each head of (..., H, D) separately, then scale by a weight over all H·D, or
+    with ``shared`` by one weight of D that every head uses (Qwen3-Next's gated norm).
 
     ``kind="layer"`` centres and scales (xLSTM-7B's MultiHeadLayerNorm, no bias);
     ``kind="rms"`` only scales (Gated DeltaNet's output norm). Reductions in float32.
     Returns (..., H·D) in the input dtype.
     """
 
-    def __init__(self, n_heads: int, head_dim: int, eps: float = 1e-6, kind: str = "layer"):
+    def __init__(
+        self,
+        n_heads: int,
+        head_dim: int,
+        eps: float = 1e-6,
+        kind: str = "layer",
+        shared: bool = False,
+    ):
         super().__init__()
         if kind not in ("layer", "rms"):
             raise ValueError(f"MultiHeadNorm kind must be 'layer' or 'rms', got {kind!r}")
         self.n_heads, self.head_dim, self.eps, self.kind = n_heads, head_dim, eps, kind
-        self.weight = nn.Parameter(torch.ones(n_heads * head_dim))
+        self.shared = shared
+        self.weight = nn.Parameter(torch.ones(head_dim if shared else n_heads * head_dim))
 
     @torch.no_grad()
     def reset_parameters(self) -> None:
@@ -50,5 +59,7 @@ class MultiHeadNorm(nn.Module):
         if self.kind == "layer":
             xf = xf - xf.mean(-1, keepdim=True)
         y = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)
+        if self.shared:
+            return (y * self.weight.float()).flatten(-2).to(x.dtype)
         y = y.flatten(-2) * self.weight.float()
         return y.to(x.dtype)

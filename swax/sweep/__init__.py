@@ -15,11 +15,12 @@ window and also with its training window where different, and loss by position
 (:mod:`swax.eval.ppl`). ``aggregate`` gathers mean ± spread over seeds.
 
 The package: :mod:`.config` (the sweep YAML: :class:`SweepConfig`, :func:`load_sweep`, each
-run's :func:`train_config`), :mod:`.run` (training and evaluating the runs: :func:`run_sweep`)
-and :mod:`.aggregate` (mean ± spread over seeds: :func:`aggregate`).
-"""
+run's :func:`train_config`), :mod:`.run` (training and evaluating the runs: :func:`run_sweep`),
+:mod:`.archive` (a finished run's committed result, with the episode ids it trained with:
+:func:`episode_ids`) and :mod:`.aggregate` (mean ± spread over seeds: :func:`aggregate`)."""
 
 from swax.sweep.aggregate import EMERGED, aggregate, emergence, mean_spread
+from swax.sweep.archive import episode_ids
 from swax.sweep.config import (
     EvalSpec,
     GridSpec,
@@ -45,6 +46,7 @@ __all__ = [
     "all_jobs",
     "emergence",
     "episode_config",
+    "episode_ids",
     "evaluate_run",
     "grid_seeds",
     "load_sweep",

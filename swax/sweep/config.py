@@ -156,9 +156,10 @@ class SweepConfig:
     """Free text quoted in the report (what else was tried, caveats)."""
     archive: str = ""
     """Folder (relative to the sweep YAML) where each finished and evaluated run leaves
-    ``NAME/seedSEED.json`` (its eval.json and training summary: small, meant to be
-    committed). A run whose archive file exists is neither trained nor evaluated again, so a
-    study resumes from committed results on any machine; "" = no archive."""
+    ``NAME/seedSEED.json`` (its eval.json, training summary and the episode ids it trained
+    with, swax.sweep.archive: small, meant to be committed). A run whose archive file exists is
+    neither trained nor evaluated again, so a study resumes from committed results on any
+    machine; "" = no archive."""
     quick: dict[str, Any] = field(default_factory=dict)
     """Overrides applied with --quick: `base` (merged into base), `seeds`, `runs` (a list of
     variant names to keep), `eval` (merged into eval), `grid` (merged into grid; null drops

@@ -13,19 +13,17 @@ import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 
-import numpy as np
 from safetensors.torch import load_file
 
 from swax.core.errors import ConfigError
 from swax.core.threads import applied_threads, auto_threads, last_setting, set_threads
 from swax.data import DataConfig, build_datasets, load_model_tokenizer
-from swax.data.copies import NgramBaseline
 from swax.eval.ppl import bucketize, position_losses
 from swax.eval.recall import recall_by_window
 from swax.model import SwaxLM
 from swax.probes.buckets import chance_of, distance_buckets, recall_by_bucket, verdict
-from swax.probes.copies import copy_gain, copy_gain_by_bucket, copy_ranges, plan_copy_events
 from swax.probes.episodes import episode_accuracy
+from swax.sweep.archive import archive_result, episode_ids
 from swax.sweep.config import (
     EvalSpec,
     SweepConfig,
@@ -35,6 +33,7 @@ from swax.sweep.config import (
     run_dir,
     train_config,
 )
+from swax.sweep.copystages import CopyStages
 from swax.train import train
 from swax.train.checkpoint import latest_checkpoint, list_checkpoints
 
@@ -150,7 +149,7 @@ def _done(out: dict, stage: str) -> bool:
     return any(k in out for k in keys)
 
 
-class _EvalContext:
+class _EvalContext(CopyStages):
     """The pieces every evaluation stage of one run needs; one method per stage, each
     returning the keys it adds to eval.json."""
 
@@ -299,57 +298,6 @@ class _EvalContext:
             )
         return {"emergence": {"bucket": far[0].label if far else "", "points": points}}
 
-    def _copy_setup(self):
-        w, T, ev = self.tcfg.window, self.tcfg.seq_len, self.ev
-        if ev.copy_edges:
-            buckets = copy_ranges(ev.copy_edges, T, ev.copy_pooled)
-        else:
-            buckets = distance_buckets(w.short, w.long, T, (4,))
-        d = self.tcfg.data
-        key = (d.source, d.format, d.field, d.tokenizer, d.val_source, d.val_fraction,
-               d.split_seed, ev.copy_context, ev.copy_baseline_tokens)  # fmt: skip
-        if key not in _BASELINES:  # one fit per training text and context in this process
-            _BASELINES.clear()
-            fit = np.asarray(self.train_tokens[: ev.copy_baseline_tokens or None])
-            _BASELINES[key] = NgramBaseline(fit, ev.copy_context)
-        return buckets, _BASELINES[key]
-
-    def copies(self) -> dict:
-        """Copy gain by distance bucket on held-out text, with the window cut and the reset."""
-        buckets, baseline = self._copy_setup()
-        rows = copy_gain_by_bucket(
-            self.model, self.val, buckets, baseline, self.ev.copy_events, self.deploy_window,
-            probe_window=self.ev.probe_window or self.tcfg.window.short, seed=self.ev.seed,
-            batch_size=self.ev.batch_size, eot=self.tok.eot_id,
-        )  # fmt: skip
-        return {"copies": {"context": self.ev.copy_context, "buckets": rows,
-                           "interval": "bootstrap over documents"}}  # fmt: skip
-
-    def copy_curve(self) -> dict:
-        """Copy gain per bucket (own window) at every kept checkpoint and the final model."""
-        buckets, baseline = self._copy_setup()
-        per_step = self.tcfg.batch_size * self.tcfg.seq_len
-        plans = plan_copy_events(self.val, buckets, baseline, self.ev.copy_curve_events,
-                                 self.ev.seed, self.tok.eot_id)  # fmt: skip
-        points = []
-        for step, load in self._checkpoints():
-            rows = copy_gain(load(), plans, self.deploy_window, batch_size=self.ev.batch_size,
-                             seed=self.ev.seed)  # fmt: skip
-            points.append(
-                {
-                    "step": step,
-                    "tokens": step * per_step,
-                    "gain": {r["key"]: r["gain"]["mean"] for r in rows},
-                    "ci": {r["key"]: r["gain"]["ci"] for r in rows},
-                    "n": {r["key"]: r["n"] for r in rows},
-                }
-            )
-        return {"copy_curve": points}
-
-
-_BASELINES: dict[tuple, NgramBaseline] = {}
-"""The n-gram baseline of the copy stages, kept for the next run on the same text."""
-
 
 def _checkpoint_model(config, ckpt: Path):
     """The model weights of a training checkpoint (safetensors), in a fresh SwaxLM."""
@@ -396,26 +344,13 @@ def _job(
         summary = _train_one(cfg, name, seed)
         out = evaluate_run(cfg, name, seed)
         if kept is not None:
-            _archive(kept, out, summary)
+            archive_result(kept, out, summary, episode_ids(train_config(cfg, name, seed)))
         return name, seed, out
     except KeyboardInterrupt as e:  # stopped by a signal (its checkpoint saved): a worker
         if not worker:  # process ends here, so that it starts no other run of the sweep
             raise
         print(f"swax sweep: {name} seed {seed}: {e or 'interrupted'}", file=sys.stderr, flush=True)
         os._exit(getattr(e, "exit_code", 130))
-
-
-SUMMARY_KEYS = ("initial_val_loss", "final_val_loss", "tokens", "tok_s", "elapsed", "steps")
-
-
-def _archive(path: Path, out: dict, summary: dict) -> None:
-    """Write a run's committed result: its evaluation and the summary's headline numbers
-    (atomically: a partial file is never taken for a finished run)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    keep = {k: summary[k] for k in SUMMARY_KEYS if k in summary}
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps({**out, "summary": keep}, indent=1, allow_nan=True))
-    tmp.replace(path)
 
 
 def run_sweep(

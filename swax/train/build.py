@@ -19,6 +19,7 @@ import torch
 from swax.config import SwaxConfig
 from swax.core.errors import ConfigError
 from swax.core.memory import map_large_allocations
+from swax.core.progress import fmt_count
 from swax.core.threads import AUTO, AutoThreads, last_setting, set_threads, threads_note
 from swax.data import PackedLoader, build_datasets
 from swax.data.loader import data_tokenizer
@@ -26,14 +27,13 @@ from swax.data.mqar import mqar_vocab_needed
 from swax.model import SwaxLM
 from swax.train import distributed as D
 from swax.train.checkpoint import (
-    PendingSave,
+    Checkpoints,
     latest_checkpoint,
     list_checkpoints,
-    load_latest_checkpoint,
-    save_checkpoint,
+    load_init_weights,
 )
 from swax.train.config import TrainConfig, save_train_config
-from swax.train.guard import StepGuard
+from swax.train.guard import Faults, StepGuard, faults_from_env
 from swax.train.logger import RunLogger
 from swax.train.monitor import LazinessMonitor
 from swax.train.peak import Peak, peak_flops
@@ -44,30 +44,39 @@ log = logging.getLogger("swax")
 
 
 @dataclass
-class RunState:
-    """Everything a training run carries from setup through its steps to the end: built by
-    :func:`setup_run`, advanced by :func:`swax.train.step.train_step`, closed by
-    :func:`swax.train.trainer.finish`."""
+class RunData:
+    """The run's tokens: its tokenizer, the training and validation loaders (the latter None
+    without validation data) and the size of the training text."""
 
-    cfg: TrainConfig
-    info: D.DistInfo
-    run_dir: Path
-    ckpt: Path | None
     tok: Any
-    mcfg: SwaxConfig
-    train_tokens: int
     loader: PackedLoader
     val_loader: PackedLoader | None
+    train_tokens: int
+
+
+@dataclass
+class Net:
+    """The model as the steps train it."""
+
+    mcfg: SwaxConfig
+    """The model's config (its vocab_size may be raised above the run's: _build_data)."""
+    raw: SwaxLM
+    """The bare model (under FSDP, its modules hold the shards)."""
     model: torch.nn.Module
     """The model as trained: wrapped by DDP or FSDP under torchrun."""
-    raw_model: SwaxLM
     fwd: Callable
     """What the forward pass calls: ``model`` or its torch.compile."""
     optimizer: torch.optim.Optimizer
-    sched: Callable
     amp_dtype: torch.dtype | None
-    n_params: int
+
+
+@dataclass
+class Progress:
+    """Where the run stands: with the loader's position and the guard's state, what its
+    checkpoints keep besides weights, optimizer and RNG (trainer.json)."""
+
     start_step: int = 0
+    """The step the loop starts from: 0, or that of the checkpoint resumed or rolled back to."""
     plan_steps: int = 0
     """The steps the learning-rate and window schedules are laid over: the run's first
     ``steps`` (kept in its checkpoints). A resume that asks for more steps extends the run past
@@ -78,94 +87,95 @@ class RunState:
     tokens_seen: int = 0
     batches: int = 0
     """Global batches drawn so far, skipped ones included (the next batch's index)."""
-    guard: StepGuard | None = None
-    """Bad steps: the batches skipped, the rollbacks made (swax.train.guard)."""
-    sharded: bool = False
-    """Checkpoints written shard by shard (checkpoint.format; swax.train.sharded)."""
-    background: bool = False
-    """Sharded checkpoints written in the background (checkpoint.async_save)."""
-    save_group: Any = None
-    """The process group background saves talk on (their own, next to the steps')."""
-    pending: PendingSave | None = None
-    """The background save being written, if any."""
     summary: dict = field(default_factory=dict)
+
+    def state_dict(self, elapsed: float) -> dict:
+        return {"elapsed": elapsed, "plan_steps": self.plan_steps, "tokens": self.tokens_seen,
+                "batches": self.batches, "summary": self.summary}  # fmt: skip
+
+    def load_state_dict(self, state: dict, steps: int) -> None:
+        """A checkpoint's trainer state (``steps``: this run's, the plan of checkpoints written
+        before plans were kept, which re-stretched their schedules)."""
+        self.start_step = state["step"]
+        self.plan_steps = int(state.get("plan_steps") or steps)
+        self.elapsed0 = state.get("elapsed", 0.0)
+        self.tokens_seen = state.get("tokens", 0)
+        self.batches = int(state.get("batches", self.start_step))  # older: one batch per step
+        self.summary.update(state.get("summary", {}))
+
+
+@dataclass
+class Clock:
+    """This process's clocks: when it started its steps (set again by
+    :func:`swax.train.trainer.run_steps`), and the time and tokens of the last throughput line."""
+
+    t_start: float = field(default_factory=time.perf_counter)
+    t_last: float = 0.0
+    tok_last: int = 0
+
+
+@dataclass
+class Reporting:
+    """What the run prints and measures besides its steps: the rank-0 logger, the MFU reference,
+    the automatic thread count (CPU), the laziness monitor (log.laziness_every)."""
+
     logger: RunLogger | None = None
     peak: Peak | None = None
     auto_threads: AutoThreads | None = None
-    t_start: float = field(default_factory=time.perf_counter)
-    """When this process started its steps (set again by :func:`swax.train.trainer.run_steps`)."""
-    t_last: float = 0.0
-    tok_last: int = 0
-    """Time and tokens at the last throughput line."""
+    monitor: LazinessMonitor | None = None
+    """Built at setup when log.laziness_every is set, so a misfit fails before the first step."""
+
+
+@dataclass
+class RunState:
+    """A training run from setup through its steps to the end, by what each part holds: built
+    by :func:`setup_run`, advanced by :func:`swax.train.step.train_step`, closed by
+    :func:`swax.train.trainer.finish`."""
+
+    cfg: TrainConfig
+    info: D.DistInfo
+    run_dir: Path
+    data: RunData
+    net: Net
+    sched: Callable
+    """The window schedule: a pure function of the step."""
+    guard: StepGuard
+    """Bad steps: the policy, the batches skipped, the rollbacks made (swax.train.guard)."""
+    ckpts: Checkpoints
+    """How the run writes its checkpoints, the save in flight, the newest one."""
+    progress: Progress = field(default_factory=Progress)
+    clock: Clock = field(default_factory=Clock)
+    out: Reporting = field(default_factory=Reporting)
     stop: StopSignals | None = None
     """SIGINT / SIGTERM received by this process (set by :func:`swax.train.trainer.train`)."""
-    monitor: LazinessMonitor | None = None
-    """The laziness monitor (log.laziness_every), built at its first use."""
+    faults: Faults | None = None
+    """The guard tests' fault injector ($SWAX_TEST_FAULTS), None in a real run."""
 
     @property
     def tokens_per_step(self) -> int:
         return self.cfg.batch_size * self.cfg.seq_len
 
+    @property
+    def logger(self) -> RunLogger:
+        return self.out.logger
+
     def elapsed(self) -> float:
         """Seconds of training of the whole run so far, over all its processes."""
-        return self.elapsed0 + time.perf_counter() - self.t_start
+        return self.progress.elapsed0 + time.perf_counter() - self.clock.t_start
 
     def trainer_state(self) -> dict:
-        """The non-tensor part of a checkpoint: loader position, clocks, summary, config."""
+        """The non-tensor part of a checkpoint: loader position, clocks, guard, summary, config."""
         return {
-            "loader": self.loader.state_dict(),
-            "elapsed": self.elapsed(),
-            "plan_steps": self.plan_steps,
-            "tokens": self.tokens_seen,
-            "batches": self.batches,
+            "loader": self.data.loader.state_dict(),
+            **self.progress.state_dict(self.elapsed()),
             "guard": self.guard.state_dict(),
-            "summary": self.summary,
             "config": self.cfg.to_dict(),
             "threads": torch.get_num_threads(),  # CPU sums depend on it: reused on resume
         }
 
     def save(self, step: int) -> None:
-        """Checkpoint ``step`` (every rank calls it). A background save returns at once; the
-        one before it is waited for first, so at most one is being written."""
-        self.wait_save()
-        out = save_checkpoint(
-            self.run_dir,
-            step,
-            self.model,
-            self.optimizer,
-            self.trainer_state(),
-            self.cfg.checkpoint.keep,
-            self.info.is_main,
-            sharded=self.sharded,
-            background=self.background,
-            group=self.save_group,
-        )
-        if isinstance(out, PendingSave):
-            self.pending = out
-
-    def poll_save(self) -> None:
-        """Complete a background save whose shards are all written (rank 0 renames it)."""
-        if self.pending is not None and self.pending.done():
-            self.pending.wait()
-            self.pending = None
-
-    def settle_save(self) -> None:
-        """On the way out after an error: complete a background save whose shards get written
-        (no collective, so a dead rank cannot hang it); one that fails stays absent."""
-        pending, self.pending = self.pending, None
-        if pending is not None:
-            try:
-                pending.wait()
-            except Exception as e:  # noqa: BLE001 - the error already leaving wins
-                log.warning("the background checkpoint %s was not completed: %s", pending.final, e)
-
-    def wait_save(self) -> None:
-        """Wait for a background save to be complete on every rank."""
-        if self.pending is not None:
-            self.pending.wait()
-            self.pending = None
-        if self.background and self.info.distributed:
-            torch.distributed.barrier()
+        """Checkpoint ``step`` (every rank calls it; :meth:`Checkpoints.save`)."""
+        self.ckpts.save(step, self.net.model, self.net.optimizer, self.trainer_state())
 
 
 def param_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:
@@ -220,8 +230,8 @@ def _prepare_run_dir(cfg: TrainConfig, info: D.DistInfo) -> tuple[Path, Path | N
     return run_dir, ckpt if resume else None
 
 
-def _build_data(cfg: TrainConfig, info: D.DistInfo):
-    """(tokenizer, model config, training tokens, train loader, validation loader or None)."""
+def _build_data(cfg: TrainConfig, info: D.DistInfo) -> tuple[RunData, SwaxConfig]:
+    """(the run's data, the model config: the run's, its vocabulary raised to the data's ids)."""
     tok = data_tokenizer(cfg.data)  # a shard set's own tokenizer, else data.tokenizer
     mcfg = cfg.model
     if mcfg.vocab_size < tok.vocab_size:  # e.g. a byte-level preset on GPT-2 tokens
@@ -263,11 +273,11 @@ def _build_data(cfg: TrainConfig, info: D.DistInfo):
             val_ds, cfg.seq_len, per_rank, info.rank, info.world_size, cfg.seed,
             doc_mask=cfg.data.doc_mask, vocab_size=mcfg.vocab_size,
         )  # fmt: skip
-    return tok, mcfg, train_ds.num_tokens, loader, val_loader
+    return RunData(tok, loader, val_loader, train_ds.num_tokens), mcfg
 
 
-def _build_model(cfg: TrainConfig, info: D.DistInfo, mcfg: SwaxConfig):
-    """(raw model, wrapped model, forward callable, optimizer) on the run's device."""
+def _build_model(cfg: TrainConfig, info: D.DistInfo, mcfg: SwaxConfig) -> Net:
+    """The model, wrapped, maybe compiled, and its optimizer, on the run's device."""
     torch.manual_seed(cfg.seed)
     if info.distributed and cfg.dist.strategy == "fsdp":  # no rank holds the whole model
         if info.device.type == "cpu":  # FSDP on the CPU is for memory: freed blocks go back
@@ -284,7 +294,8 @@ def _build_model(cfg: TrainConfig, info: D.DistInfo, mcfg: SwaxConfig):
     optimizer = torch.optim.AdamW(
         param_groups(model, o.weight_decay), lr=o.lr, betas=(o.beta1, o.beta2), eps=o.eps
     )
-    return raw_model, model, fwd, optimizer
+    bf16 = cfg.dtype == "bfloat16" or (cfg.dtype == "auto" and info.device.type == "cuda")
+    return Net(mcfg, raw_model, model, fwd, optimizer, torch.bfloat16 if bf16 else None)
 
 
 def setup_run(cfg: TrainConfig, info: D.DistInfo) -> RunState:
@@ -292,128 +303,120 @@ def setup_run(cfg: TrainConfig, info: D.DistInfo) -> RunState:
     open the logger. Nothing is trained yet."""
     if cfg.threads:  # 0: the command's setting (swax.cli applied it)
         set_threads(cfg.threads)
+    faults = faults_from_env()  # a malformed test hook fails before anything is touched
     run_dir, ckpt = _prepare_run_dir(cfg, info)
     if info.distributed:
         torch.distributed.barrier()
-    tok, mcfg, train_tokens, loader, val_loader = _build_data(cfg, info)
-    raw_model, model, fwd, optimizer = _build_model(cfg, info, mcfg)
-    bf16 = cfg.dtype == "bfloat16" or (cfg.dtype == "auto" and info.device.type == "cuda")
+    data, mcfg = _build_data(cfg, info)
+    net = _build_model(cfg, info, mcfg)
     run = RunState(
         cfg=cfg,
         info=info,
         run_dir=run_dir,
-        ckpt=ckpt,
-        tok=tok,
-        mcfg=mcfg,
-        train_tokens=train_tokens,
-        loader=loader,
-        val_loader=val_loader,
-        model=model,
-        raw_model=raw_model,
-        fwd=fwd,
-        optimizer=optimizer,
+        data=data,
+        net=net,
         sched=window_schedule(cfg, mcfg),
-        amp_dtype=torch.bfloat16 if bf16 else None,
-        n_params=raw_model.num_parameters(),
-        summary={"run_dir": str(run_dir), "params": raw_model.num_parameters()},
-        guard=StepGuard(cfg.guard),
+        guard=StepGuard(cfg.guard, cfg.checkpoint.every),
+        ckpts=_checkpoints(cfg, info, run_dir),
+        faults=faults,
     )
-    _checkpoint_mode(run)
+    n_params = net.raw.num_parameters()
+    run.progress.summary.update(run_dir=str(run_dir), params=n_params)
     if cfg.log.laziness_every:  # fails now, not at its first evaluation
-        run.monitor = LazinessMonitor(cfg, loader.tokens, tok)
-        run.monitor.check(mcfg.vocab_size)
+        run.out.monitor = LazinessMonitor(cfg, data.loader.tokens, data.tok)
+        run.out.monitor.check(mcfg.vocab_size)
+    if ckpt is None and cfg.init_from:
+        load_init_weights(cfg.init_from, net.model)
     if ckpt is not None:
         restore(run)
-        if cfg.steps < run.start_step:  # would save a checkpoint of a later step under its name
+        start = run.progress.start_step
+        if cfg.steps < start:  # would save a checkpoint of a later step under its name
             raise ConfigError(
-                f"steps={cfg.steps} is below the step {run.ckpt.name} holds "
-                f"({run.start_step}); resume with steps >= {run.start_step}"
+                f"steps={cfg.steps} is below the step {run.ckpts.newest.name} holds "
+                f"({start}); resume with steps >= {start}"
             )
-    run.plan_steps = run.plan_steps or cfg.steps
-    run.logger = RunLogger(cfg, run_dir, info.is_main, run.start_step)
+    run.progress.plan_steps = run.progress.plan_steps or cfg.steps
+    run.out.logger = RunLogger(cfg, run_dir, info.is_main, run.progress.start_step)
     if info.is_main:
         save_train_config(cfg, run_dir / "config.yaml")
-    run.peak = peak_flops(info.device)
+    run.out.peak = peak_flops(info.device)
     if info.device.type == "cpu":
-        run.auto_threads = AutoThreads()
-    _announce(run)
+        run.out.auto_threads = AutoThreads()
+    _announce(run, n_params, resumed=ckpt is not None)
     return run
 
 
-def _checkpoint_mode(run: RunState) -> None:
-    """Sharded or full checkpoints, in the background or not (checkpoint.format, async_save)."""
-    c, info = run.cfg.checkpoint, run.info
-    fsdp = info.distributed and run.cfg.dist.strategy == "fsdp"
-    run.sharded = fsdp if c.format == "auto" else c.format == "sharded"
+def _checkpoints(cfg: TrainConfig, info: D.DistInfo, run_dir: Path) -> Checkpoints:
+    """How the run writes its checkpoints: sharded or full, in the background or not
+    (checkpoint.format, async_save)."""
+    c = cfg.checkpoint
+    fsdp = info.distributed and cfg.dist.strategy == "fsdp"
+    sharded = fsdp if c.format == "auto" else c.format == "sharded"
     background = info.device.type == "cuda" if c.async_save == "auto" else bool(c.async_save)
-    run.background = background and run.sharded
-    if c.async_save is True and not run.sharded:
+    background = background and sharded
+    if c.async_save is True and not sharded:
         _warn_main(info)(
             "note: checkpoint.async_save=true applies to sharded checkpoints "
             "(checkpoint.format=sharded, or auto under dist.strategy=fsdp); these are written "
             "in the foreground"
         )
-    if run.background and info.distributed:  # every rank makes it, in the same order
-        run.save_group = torch.distributed.new_group(backend="gloo")
+    group = None
+    if background and info.distributed:  # every rank makes it, in the same order
+        group = torch.distributed.new_group(backend="gloo")
+    return Checkpoints(run_dir, c.keep, info.is_main, sharded, background, group)
 
 
 def restore(run: RunState) -> None:
     """Weights, optimizer, RNG, data position, clocks and summary from the run's latest intact
     checkpoint; the schedules laid over the steps the run was planned with."""
-    cfg, info = run.cfg, run.info
-    run.ckpt, state = load_latest_checkpoint(
-        run.run_dir, run.model, run.optimizer, _warn_main(info), info.is_main
-    )
-    run.start_step = state["step"]
-    run.plan_steps = int(state.get("plan_steps") or cfg.steps)  # older: re-stretched
-    if run.plan_steps != cfg.steps:
-        run.sched = window_schedule(cfg, run.mcfg, run.plan_steps)
-    run.loader.load_state_dict(state["loader"])
-    used = state.get("threads")  # auto may pick another count now: keep the run's, pinned
-    if used and last_setting() == AUTO and info.device.type == "cpu":
-        set_threads(int(used), why=f"threads=auto: the run's count at step {run.start_step}")
+    cfg, info, progress = run.cfg, run.info, run.progress
+    state = run.ckpts.restore(run.net.model, run.net.optimizer, _warn_main(info))
+    progress.load_state_dict(state, cfg.steps)
+    if progress.plan_steps != cfg.steps:
+        run.sched = window_schedule(cfg, run.net.mcfg, progress.plan_steps)
+    run.data.loader.load_state_dict(state["loader"])
+    used, at = state.get("threads"), progress.start_step  # auto may pick another count now:
+    if used and last_setting() == AUTO and info.device.type == "cpu":  # keep the run's, pinned
+        set_threads(int(used), why=f"threads=auto: the run's count at step {at}")
         _warn_main(info)(f"note: threads=auto: resuming with the {used} thread(s) the run used "
-                         f"at step {run.start_step}, so that it continues bit-exactly")  # fmt: skip
-    run.elapsed0 = state.get("elapsed", 0.0)
-    run.tokens_seen = state.get("tokens", 0)
-    run.batches = int(state.get("batches", run.start_step))  # older: one batch per step
+                         f"at step {at}, so that it continues bit-exactly")  # fmt: skip
     run.guard.load_state_dict(state.get("guard", {}))
-    run.summary.update(state.get("summary", {}))
 
 
-def _announce(run: RunState) -> None:
+def _announce(run: RunState, n_params: int, resumed: bool) -> None:
     """The run's header lines (model, processes, tokens, window schedule, data, threads; what
     MFU is measured against), and what an extended or too-short run should know."""
-    cfg, info, ckpt = run.cfg, run.info, run.ckpt
+    cfg, info, data, plan = run.cfg, run.info, run.data, run.progress.plan_steps
     run.logger.message(
-        f"swax train: {run.mcfg.layer_types} {run.n_params / 1e6:.2f}M params | "
+        f"swax train: {run.net.mcfg.layer_types} {n_params / 1e6:.2f}M params | "
         f"{info.world_size} process(es) on {info.device} | {cfg.steps} steps × "
-        f"{cfg.batch_size} × {cfg.seq_len} = {cfg.steps * run.tokens_per_step / 1e6:.1f}M "
-        f"tokens | window {run.sched.describe()} | {run.train_tokens / 1e6:.2f}M training "
-        f"tokens ({run.tok.name})"
-        + (f" | resumed from {ckpt.name}" if ckpt else "")
+        f"{cfg.batch_size} × {cfg.seq_len} = {fmt_count(cfg.steps * run.tokens_per_step)} "
+        f"tokens | window {run.sched.describe()} | {fmt_count(data.train_tokens)} training "
+        f"tokens ({data.tok.name})"
+        + (f" | resumed from {run.ckpts.newest.name}" if resumed else "")
+        + (f" | weights from {cfg.init_from}" if cfg.init_from and not resumed else "")
         + (f" | {threads_note()}" if info.device.type == "cpu" else "")
     )
-    run.logger.message(f"MFU: the model's FLOP/s over {run.peak.describe()}")
+    run.logger.message(f"MFU: the model's FLOP/s over {run.out.peak.describe()}")
     o = cfg.optim
-    if cfg.steps > run.plan_steps:
-        final = lr_at(run.plan_steps - 1, run.plan_steps, o.lr, o.warmup_steps, o.schedule,
-                      o.min_lr_ratio, o.decay_frac)  # fmt: skip
+    if cfg.steps > plan:
+        final = lr_at(plan - 1, plan, o.lr, o.warmup_steps, o.schedule, o.min_lr_ratio,
+                      o.decay_frac)  # fmt: skip
         run.logger.message(
-            f"extending the run past its plan of {run.plan_steps} steps: steps "
-            f"{run.plan_steps + 1}-{cfg.steps} keep its last learning rate ({final:.3g}) and "
-            "long window; the schedules are not re-stretched"
+            f"extending the run past its plan of {plan} steps: steps {plan + 1}-{cfg.steps} "
+            f"keep its last learning rate ({final:.3g}) and long window; the schedules are not "
+            "re-stretched"
         )
-    if cfg.steps < run.plan_steps:
-        at = lr_at(cfg.steps - 1, run.plan_steps, o.lr, o.warmup_steps, o.schedule,
-                   o.min_lr_ratio, o.decay_frac)  # fmt: skip
+    if cfg.steps < plan:
+        at = lr_at(cfg.steps - 1, plan, o.lr, o.warmup_steps, o.schedule, o.min_lr_ratio,
+                   o.decay_frac)  # fmt: skip
         _warn_main(info)(
-            f"warning: steps={cfg.steps} is shorter than the run's plan of {run.plan_steps} "
-            f"steps: it stops at step {cfg.steps} with the plan's learning rate there "
-            f"({at:.3g}), before its decay (and the long-window phase) ends; the schedules are "
-            f"not re-planned (resume with steps={run.plan_steps} to finish the plan)"
+            f"warning: steps={cfg.steps} is shorter than the run's plan of {plan} steps: it "
+            f"stops at step {cfg.steps} with the plan's learning rate there ({at:.3g}), before "
+            "its decay (and the long-window phase) ends; the schedules are not re-planned "
+            f"(resume with steps={plan} to finish the plan)"
         )
-    if o.warmup_steps >= cfg.steps and ckpt is None:
+    if o.warmup_steps >= cfg.steps and not resumed:
         _warn_main(info)(
             f"warning: optim.warmup_steps={o.warmup_steps} >= steps={cfg.steps}: the learning "
             f"rate only rises, to {o.lr * cfg.steps / o.warmup_steps:.3g} (optim.lr={o.lr:g}), "

@@ -86,12 +86,13 @@ class CheckpointConfig:
 
 @dataclass
 class GuardConfig:
-    """What a bad step does (swax.train.guard). A step is bad when its gradient norm is not
-    finite, or (spike_z > 0) its loss lies more than spike_z standard deviations above the mean
-    of the last spike_window good steps: it is skipped (weights and optimizer state untouched)
-    and the same step is tried again on the next batch. After max_bad_in_row bad steps in a row,
-    or at once on a non-finite loss, the run rolls back to its last checkpoint and skips the
-    batches that caused it; after max_rollbacks rollbacks it stops."""
+    """What a bad step does (the policy: swax.train.guard.StepGuard). A step is bad when its
+    gradient norm is not finite, or (spike_z > 0) its loss lies more than spike_z standard
+    deviations above the mean of the last spike_window good steps: it is skipped (weights and
+    optimizer state untouched) and the same step is tried again on the next batch. After
+    max_bad_in_row bad steps in a row, or at once on a non-finite loss, the run rolls back to its
+    last checkpoint and skips the batches that caused it; after max_rollbacks rollbacks it
+    stops."""
 
     max_bad_in_row: int = bounded(3, "[1, inf)")
     """Bad steps in a row that make the run roll back (K)."""
@@ -107,10 +108,6 @@ class GuardConfig:
     """Global batch indices (0-based: the n-th batch the run draws) that are drawn and not
     trained on. A rollback adds the batches it skips to the run's own list (kept in its
     checkpoints); set here, it reproduces a run that never saw them."""
-    inject_nan_grad: list[int] = bounded(bounds="[0, inf)", default_factory=list)
-    """Fault injector, for tests: the batches (global indices) whose gradients are made NaN."""
-    inject_nan_loss: list[int] = bounded(bounds="[0, inf)", default_factory=list)
-    """Fault injector, for tests: the batches whose loss is made NaN."""
 
 
 @dataclass
@@ -210,6 +207,12 @@ class TrainConfig:
     = N threads."""
     overwrite: bool = False
     """Allow starting a fresh run in a run_dir that already holds checkpoints (deletes them)."""
+    init_from: str | None = None
+    """Start from the weights of this swax model folder (e.g. one `swax import xlstm --add-swa`
+    wrote) instead of random ones: its config.json is the model, model.* keys given (not
+    model.preset) override fields that keep the weights' shapes, and the model's window is the
+    run's window.long. The optimizer and schedules start fresh; a resumed run continues from its
+    checkpoint."""
 
     def __post_init__(self) -> None:
         if self.threads != "auto" and (isinstance(self.threads, bool) or self.threads < 0):
@@ -223,7 +226,9 @@ class TrainConfig:
     def expand_keys(cls, data: dict, prefix: str = "") -> dict:
         """Plain data whose model section does not set ``window`` gets the run's window.long
         there (the model's window is the long window). (:func:`swax.core.configs.from_dict`
-        calls this first; the model section's ``preset`` is SwaxConfig's.)"""
+        calls this first; the model section's ``preset`` is SwaxConfig's.) With ``init_from``
+        the model section starts from that folder's config.json (:func:`init_model_section`)."""
+        data = init_model_section(data)
         model = data.get("model", {})
         if not isinstance(model, dict) or "window" in model:
             return data
@@ -275,6 +280,32 @@ class TrainConfig:
 
     def replace(self, **changes) -> TrainConfig:
         return dataclasses.replace(self, **changes)
+
+
+def init_model_section(data: dict) -> dict:
+    """Plain data with ``init_from: FOLDER``: its model section is FOLDER's config.json (less
+    its window, which is the run's window.long) with the section's own keys on top; a
+    ``preset`` there is an error. A complete model section (a resumed run's config.yaml) is
+    kept as it is."""
+    src, model = data.get("init_from"), data.get("model", {})
+    if not src or not isinstance(src, str) or not isinstance(model, dict):
+        return data
+    if "preset" in model:
+        raise ConfigError(
+            f"model.preset={model['preset']!r} cannot be combined with init_from: the model is "
+            f"{src}'s config.json (model.* keys may change its other fields)"
+        )
+    if set(model) >= set(SwaxConfig.__dataclass_fields__):
+        return data
+    folder = Path(src)
+    if not (folder / "config.json").is_file() and (folder / "model" / "config.json").is_file():
+        folder = folder / "model"  # a training run's folder stands for its model/
+    try:
+        base = SwaxConfig.load(folder / "config.json").to_dict()
+    except ConfigError as e:
+        raise ConfigError(f"init_from={src}: {e}") from None
+    base.pop("window", None)
+    return {**data, "model": {**base, **model}}
 
 
 # ------------------------------------------------------------------------------ loading
@@ -336,10 +367,26 @@ def load_train_config(
     return from_dict(TrainConfig, data)
 
 
+RETIRED_KEYS = {"guard": ("inject_nan_grad", "inject_nan_loss")}
+"""Keys earlier versions wrote into every run's config.yaml that are config keys no more (the
+fault injector is the test hook SWAX_TEST_FAULTS now): dropped when a saved config.yaml is read,
+so those runs still resume; given in a config or on the command line, an unknown key."""
+
+
+def _without_retired(saved: dict) -> dict:
+    out = dict(saved)
+    for section, keys in RETIRED_KEYS.items():
+        if isinstance(out.get(section), dict):
+            out[section] = {k: v for k, v in out[section].items() if k not in keys}
+    return out
+
+
 def _resumed_config(data: dict, saved_path: Path) -> dict:
     """The saved run's config with the given keys that may change; a given key that differs
     from the saved run and may not change is one ConfigError naming it and both values."""
-    saved = from_dict(TrainConfig, load_yaml_mapping(saved_path, "the run's config.yaml"))
+    saved = from_dict(
+        TrainConfig, _without_retired(load_yaml_mapping(saved_path, "the run's config.yaml"))
+    )
     out = saved.to_dict()
     theirs = _flat(out)
     given, origin = _given_keys(data)

@@ -16,8 +16,8 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from swax.core.configs import resolve_device
 from swax.core.memory import trim
+from swax.core.settings import resolve_device
 
 
 @dataclass(frozen=True)

@@ -1,10 +1,12 @@
 """Run control: one writer per run folder, and stopping cleanly on SIGINT / SIGTERM.
 
-- :class:`RunLock` holds an exclusive ``flock`` on ``run_dir/.swax.lock`` for the life of a
+- :class:`RunLock` holds an exclusive lock on ``run_dir/.swax.lock`` (the ``filelock``
+  library's ``FileLock``: ``flock`` on Unix, a Windows file lock on Windows) for the life of a
   training process, so a second ``swax train`` on the same folder stops at once with an error
-  naming the holder, instead of interleaving its metrics and checkpoints with the first. The
-  kernel drops the lock when the holder exits, however it exits (``kill -9`` included): there is
-  no stale lock to remove by hand. (``flock`` is advisory and local: two machines writing one
+  naming the holder (pid, host, start time, kept in ``run_dir/.swax.lock.holder`` while the
+  lock is held), instead of interleaving its metrics and checkpoints with the first. The kernel
+  drops the lock when the holder exits, however it exits (``kill -9`` included): there is no
+  stale lock to remove by hand. (``flock`` is advisory and local: two machines writing one
   folder on a network file system are not stopped by it.)
 - :class:`~swax.core.signals.StopSignals` turns the first SIGINT (Ctrl-C) or SIGTERM (what SLURM
   and most schedulers send before preemption) into a request that the training loop honours at the
@@ -16,7 +18,6 @@
 from __future__ import annotations
 
 import contextlib
-import errno
 import json
 import logging
 import os
@@ -31,51 +32,50 @@ from swax.core.signals import Stopped, StopSignals
 __all__ = ["RunLock", "StopSignals", "TrainingStopped", "remove_stale_files"]
 
 LOCK_NAME = ".swax.lock"
+HOLDER_NAME = ".swax.lock.holder"
 log = logging.getLogger("swax")
 
 
 class RunLock:
-    """An exclusive, non-blocking lock on a run folder (a no-op where ``fcntl`` is missing)."""
+    """An exclusive, non-blocking lock on a run folder."""
 
     def __init__(self, run_dir: str | Path):
         self.path = Path(run_dir) / LOCK_NAME
-        self.fd: int | None = None
+        self.holder = Path(run_dir) / HOLDER_NAME
+        self.lock = None
 
     def acquire(self) -> None:
-        try:
-            import fcntl
-        except ImportError:  # Windows: no advisory locks; run folders are not guarded
-            return
+        """Take the lock, or raise a ConfigError naming its holder. Where the file system
+        cannot lock (NFS without a lock daemon, some Lustre mounts, a lock file of another
+        user), warn and go on unguarded."""
+        from filelock import FileLock, Timeout
+
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        lock = FileLock(self.path)
         try:
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o666)
-        except PermissionError:  # another user's lock file: flock works read-only too
-            fd = os.open(self.path, os.O_RDONLY)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError as e:
-            if e.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
-                # a file system without flock (NFS without a lock daemon, some Lustre mounts)
-                os.close(fd)
-                log.warning("run_dir %s cannot be locked (%s); not guarded", self.path.parent, e)
-                return
-            holder = os.read(fd, 4096).decode(errors="replace").strip()
-            os.close(fd)
+            lock.acquire(timeout=0)
+        except Timeout:  # a TimeoutError, hence an OSError: before the clause below
             raise ConfigError(
                 f"run_dir {self.path.parent} is in use by another swax train "
-                f"({_describe(holder)}); "
+                f"({_describe(self.holder)}); "
                 f"wait for it to finish, stop it, or use another run_dir"
             ) from None
+        except (OSError, NotImplementedError) as e:
+            log.warning("run_dir %s cannot be locked (%s); not guarded", self.path.parent, e)
+            return
+        self.lock = lock
         holder = {"pid": os.getpid(), "host": socket.gethostname(), "started": time.time()}
-        with contextlib.suppress(OSError):  # read-only descriptor: the holder stays unnamed
-            os.ftruncate(fd, 0)
-            os.write(fd, json.dumps(holder).encode())
-        self.fd = fd
+        tmp = self.holder.with_name(self.holder.name + ".tmp")
+        with contextlib.suppress(OSError):  # the holder then stays unnamed
+            tmp.write_text(json.dumps(holder))
+            os.replace(tmp, self.holder)
 
     def release(self) -> None:
-        if self.fd is not None:
-            os.close(self.fd)  # closing the descriptor drops the flock
-            self.fd = None
+        if self.lock is not None:
+            with contextlib.suppress(OSError):  # before the lock: never a new holder's name
+                self.holder.unlink(missing_ok=True)
+            self.lock.release()
+            self.lock = None
 
     def __enter__(self) -> RunLock:
         self.acquire()
@@ -85,12 +85,12 @@ class RunLock:
         self.release()
 
 
-def _describe(holder: str) -> str:
+def _describe(holder: Path) -> str:
     try:
-        h = json.loads(holder)
+        h = json.loads(holder.read_text())
         started = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(h["started"]))
         return f"pid {h['pid']} on {h['host']}, started {started}"
-    except (ValueError, KeyError, TypeError):
+    except (OSError, ValueError, KeyError, TypeError):
         return "holder unknown"
 
 

@@ -8,7 +8,8 @@ Layout of a sharded ``step_000100/`` (written as ``step_000100.tmp/``, renamed w
   ``.metadata`` (where each shard lies);
 - ``optimizer.json``: AdamW's param groups and any non-tensor state (JSON, as in the full
   format);
-- ``rng.safetensors``: rank 0's RNG state;
+- ``rng.safetensors``: rank 0's RNG state (written by :mod:`swax.train.checkpoint`, as in the
+  full format);
 - ``trainer.json``: as in the full format, written last, with the SHA-256 of every file above.
 
 Nothing is unpickled beyond what DCP's own metadata needs, and that through an unpickler that
@@ -163,18 +164,14 @@ def split_state(model, optimizer) -> tuple[dict, dict]:
     return {"model": model_sd, "optim": optim}, meta
 
 
-def write_side_files(tmp: Path, meta: dict, rng: dict) -> None:
-    """Rank 0's part of a sharded checkpoint besides the shards."""
-    from safetensors.torch import save_file
-
+def write_side_files(tmp: Path, meta: dict) -> None:
+    """Rank 0's part of a sharded checkpoint besides the shards and the RNG state."""
     (tmp / "optimizer.json").write_text(json.dumps(meta))
-    save_file({k: v.contiguous() for k, v in rng.items()}, str(tmp / "rng.safetensors"))
 
 
-def load_sharded(path: Path, model, optimizer) -> dict:
-    """Load the shards of ``path`` into ``model`` and ``optimizer`` (any world size); returns
-    the RNG state. Raises what DCP raises on a mismatch (the caller names it)."""
-    from safetensors.torch import load_file
+def load_sharded(path: Path, model, optimizer) -> None:
+    """Load the shards of ``path`` into ``model`` and ``optimizer`` (any world size). Raises
+    what DCP raises on a mismatch (the caller names it)."""
     from torch.distributed.checkpoint import load
     from torch.distributed.checkpoint.state_dict import set_state_dict
 
@@ -188,7 +185,6 @@ def load_sharded(path: Path, model, optimizer) -> dict:
         model_state_dict=tensors["model"],
         optim_state_dict=join_optimizer(tensors["optim"], meta),
     )
-    return load_file(str(path / "rng.safetensors"))
 
 
 def saved_model_shapes(path: Path) -> dict[str, torch.Tensor]:

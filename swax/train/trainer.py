@@ -12,9 +12,10 @@ batch; the gradient norm is clipped; AdamW steps. Rank 0 logs (progress bar or l
 The parts: :mod:`swax.train.build` makes the run (folder, data, model, optimizer, schedules,
 the checkpoint it resumes from) as a :class:`~swax.train.build.RunState`;
 :mod:`swax.train.step` is one optimizer step and the validation loss;
-:mod:`swax.train.logger` the rank-0 output. This module runs the steps, reports them, stops
-at a step boundary on a signal, and finishes the run (final checkpoint, exported model,
-summary).
+:mod:`swax.train.guard` the verdict on each step (step, skip, roll back, stop);
+:mod:`swax.train.logger` the rank-0 output. This module runs the steps, acts on the guard's
+verdicts, reports the steps, stops at a step boundary on a signal, and finishes the run (final
+checkpoint, exported model, summary).
 """
 
 from __future__ import annotations
@@ -32,13 +33,13 @@ from swax.data.jsonl import json_safe
 from swax.model import SwaxLM
 from swax.train import distributed as D
 from swax.train.build import RunState, param_groups, restore, setup_run
-from swax.train.checkpoint import latest_checkpoint
 from swax.train.config import TrainConfig
+from swax.train.guard import Verdict
 from swax.train.logger import fmt_time
 from swax.train.monitor import LazinessMonitor
 from swax.train.runctl import RunLock, StopSignals, TrainingStopped
 from swax.train.schedules import window_schedule
-from swax.train.step import BadLoss, TrainingError, evaluate, train_step
+from swax.train.step import TrainingError, evaluate, train_step
 
 # importable from here as before the loop's parts moved to their own modules
 from swax.train.step import _cross_entropy_sum, _target_weight  # noqa: F401  # isort: skip
@@ -74,7 +75,7 @@ def train(cfg: TrainConfig, on_step_end: Callable[[int, dict], None] | None = No
                 run_steps(run, on_step_end)
                 return finish(run)
         finally:
-            run.settle_save()
+            run.ckpts.settle()
             run.logger.close()
     finally:
         lock.release()
@@ -98,67 +99,72 @@ def _lock_run_dir(lock: RunLock, info: D.DistInfo) -> None:
 def _report_step(run: RunState, record: dict) -> None:
     """Progress output of a finished step; every log.every steps (and the first and last of
     this process) also throughput, MFU and ETA, added to the record."""
-    cfg, done = run.cfg, record["step"]
+    cfg, done, clock, tokens_seen = run.cfg, record["step"], run.clock, run.progress.tokens_seen
     text = f"loss {record['loss']:.4f} | window {record['window']}"
-    if not (done % cfg.log.every == 0 or done == cfg.steps or done == run.start_step + 1):
+    if not (done % cfg.log.every == 0 or done == cfg.steps or done == run.progress.start_step + 1):
         run.logger.progress(done, text, line=False)
         return
     now = time.perf_counter()
-    dt = max(now - run.t_last, 1e-9)
-    tokens = run.tokens_seen - run.tok_last if run.tok_last else run.tokens_per_step
+    dt = max(now - clock.t_last, 1e-9)
+    tokens = tokens_seen - clock.tok_last if clock.tok_last else run.tokens_per_step
     tps = tokens / dt
     window = run.sched(done - 1)  # schedules are pure functions of the step
-    achieved = run.raw_model.flops_per_token(cfg.seq_len, window) * tps
-    run.peak.cover(achieved)
-    mfu = achieved / run.peak.flops
+    achieved = run.net.raw.flops_per_token(cfg.seq_len, window) * tps
+    run.out.peak.cover(achieved)
+    mfu = achieved / run.out.peak.flops
     eta = (cfg.steps - done) * run.tokens_per_step / max(tps, 1e-9)
-    record.update(tok_s=tps, mfu=mfu, elapsed=run.elapsed0 + now - run.t_start)
+    record.update(tok_s=tps, mfu=mfu, elapsed=run.progress.elapsed0 + now - clock.t_start)
     run.logger.progress(
         done,
         f"{text} | lr {record['lr']:.2e} | {tps:,.0f} tok/s | MFU {mfu:.1%} | ETA {fmt_time(eta)}",
         line=True,
     )
-    run.t_last, run.tok_last = now, run.tokens_seen
-    changed = run.auto_threads.check() if run.auto_threads is not None else None
+    clock.t_last, clock.tok_last = now, tokens_seen
+    auto = run.out.auto_threads
+    changed = auto.check() if auto is not None else None
     if changed:
         run.logger.message(f"step {done}: {changed}")
 
 
-def run_steps(run: RunState, on_step_end: Callable[[int, dict], None] | None = None) -> None:
-    """Steps ``start_step`` … ``steps - 1``, with validation, metrics and checkpoints on their
-    schedules. A SIGINT or SIGTERM (``run.stop``) stops the loop at the next step boundary
-    with a checkpoint of the last finished step: see :func:`_stop_at`."""
-    cfg, logger = run.cfg, run.logger
-    run.t_start = time.perf_counter()
-    if run.start_step == 0:
-        run.summary["initial_val_loss"] = evaluate(run)
-        if run.val_loader is not None:
-            logger.message(
-                f"validation loss before training: {run.summary['initial_val_loss']:.4f}"
-            )
+def _start(run: RunState) -> None:
+    """The loop's start: the validation loss before training (a fresh run), the clocks."""
+    cfg, logger, summary = run.cfg, run.logger, run.progress.summary
+    run.clock.t_start = time.perf_counter()
+    if run.progress.start_step == 0:
+        summary["initial_val_loss"] = evaluate(run)
+        if run.data.val_loader is not None:
+            logger.message(f"validation loss before training: {summary['initial_val_loss']:.4f}")
             if cfg.data.synthetic.fraction >= 1:
                 logger.message(
                     "note: the validation loss is on held-out text, and this run trains only on "
                     "retrieval episodes (data.synthetic.fraction = 1): it is expected to rise"
                 )
-        logger.write({"step": 0, "val_loss": run.summary["initial_val_loss"]})
-    run.model.train()
-    run.t_last, run.tok_last = time.perf_counter(), 0
-    done = saved = run.start_step
+        logger.write({"step": 0, "val_loss": summary["initial_val_loss"]})
+    run.net.model.train()
+    run.clock.t_last, run.clock.tok_last = time.perf_counter(), 0
+
+
+def run_steps(run: RunState, on_step_end: Callable[[int, dict], None] | None = None) -> None:
+    """Steps ``start_step`` … ``steps - 1``, with validation, metrics and checkpoints on their
+    schedules; each step's guard verdict acted on (a skipped step is tried again, a rollback
+    restores the newest checkpoint, a stop is a TrainingError). A SIGINT or SIGTERM
+    (``run.stop``) stops the loop at the next step boundary with a checkpoint of the last
+    finished step: see :func:`_stop_at`."""
+    cfg, logger = run.cfg, run.logger
+    _start(run)
+    done = saved = run.progress.start_step
     while done < cfg.steps:
         if _stop_requested(run):
             _stop_at(run, done, saved)
-        try:
-            record = train_step(run, done)
-        except BadLoss as e:
-            done = saved = _roll_back(run, [e.batch], str(e))
+        record, verdict = train_step(run, done)
+        if verdict.skipped:
+            _log_skipped(run, record, verdict)
+        if verdict.action == "stop":
+            raise TrainingError(verdict.why)
+        if verdict.action == "rollback":
+            done = saved = _roll_back(run, verdict)
+        if verdict.action != "step":
             continue
-        if "skipped" in record:
-            if _skipped(run, record):
-                why = f"{len(run.guard.bad_in_row)} bad steps in a row at step {record['step']}"
-                done = saved = _roll_back(run, list(run.guard.bad_in_row), why)
-            continue
-        run.guard.good(record["loss"])
         done = record["step"]
         _report_step(run, record)
         if cfg.log.val_every and done % cfg.log.val_every == 0 and done < cfg.steps:
@@ -170,63 +176,46 @@ def run_steps(run: RunState, on_step_end: Callable[[int, dict], None] | None = N
         if cfg.checkpoint.every and done % cfg.checkpoint.every == 0 and done < cfg.steps:
             run.save(done)
             saved = done
-        run.poll_save()
+        run.ckpts.poll()
         if on_step_end is not None:
             on_step_end(done, record)
 
 
-def _skipped(run: RunState, record: dict) -> bool:
-    """Log a skipped step (with its batch); True when it makes guard.max_bad_in_row in a row."""
-    again = run.guard.bad(record["batch"])
-    n = len(run.guard.bad_in_row)
+def _log_skipped(run: RunState, record: dict, verdict: Verdict) -> None:
+    """Log a skipped step (with its batch and why) and write its record."""
     run.logger.message(
-        f"step {record['step']}: skipped batch {record['batch']} ({record['skipped']}); "
-        f"weights and optimizer untouched, {n} bad step(s) in a row"
+        f"step {record['step']}: skipped batch {record['batch']} ({verdict.skipped}); "
+        f"weights and optimizer untouched, {verdict.in_row} bad step(s) in a row"
     )
-    run.logger.write(record)
-    return again
+    run.logger.write({**record, "skipped": verdict.skipped})
 
 
-def _roll_back(run: RunState, batches: list[int], why: str) -> int:
-    """Back to the newest checkpoint, skipping ``batches`` from now on; returns the step it
-    resumes after. A TrainingError (one line) when guard.max_rollbacks are spent or there is
-    no checkpoint to go back to."""
-    g = run.cfg.guard
-    made = run.guard.rollback(batches)
-    skipped = ", ".join(map(str, sorted(run.guard.skip)))
-    if made > g.max_rollbacks:
-        raise TrainingError(
-            f"{why}; stopping: guard.max_rollbacks={g.max_rollbacks} rollback(s) spent "
-            f"(batches skipped: {skipped}). Lower optim.lr, check the data, or resume=true "
-            "with a higher guard.max_rollbacks"
-        )
-    run.wait_save()
-    ckpt = latest_checkpoint(run.run_dir)
-    if ckpt is None:
-        raise TrainingError(
-            f"{why}; stopping: no checkpoint to roll back to (checkpoint.every="
-            f"{run.cfg.checkpoint.every}); lower optim.lr or check the data"
-        )
+def _roll_back(run: RunState, verdict: Verdict) -> int:
+    """Back to the newest checkpoint (the guard has added the verdict's batches to its skip
+    list); returns the step it resumes after."""
+    run.ckpts.wait()
     elapsed = run.elapsed()
-    run.optimizer.zero_grad(set_to_none=True)
+    run.net.optimizer.zero_grad(set_to_none=True)
     restore(run)  # the guard keeps this run's skip list and rollback count
-    run.elapsed0 = elapsed - (time.perf_counter() - run.t_start)
-    run.t_last, run.tok_last = time.perf_counter(), run.tokens_seen
+    clock = run.clock
+    run.progress.elapsed0 = elapsed - (time.perf_counter() - clock.t_start)
+    clock.t_last, clock.tok_last = time.perf_counter(), run.progress.tokens_seen
+    g, skip = run.cfg.guard, sorted(run.guard.skip)
     run.logger.message(
-        f"{why}: rolled back to {run.ckpt.name} ({made} of guard.max_rollbacks="
-        f"{g.max_rollbacks}); skipping batch(es) {', '.join(map(str, batches))} from now on"
+        f"{verdict.why}: rolled back to {run.ckpts.newest.name} ({run.guard.rollbacks} of "
+        f"guard.max_rollbacks={g.max_rollbacks}); skipping batch(es) "
+        f"{', '.join(map(str, verdict.batches))} from now on"
     )
-    run.logger.write(
-        {"step": run.start_step, "rollback": why, "skip_batches": sorted(run.guard.skip)}
-    )
-    return run.start_step
+    start = run.progress.start_step
+    run.logger.write({"step": start, "rollback": verdict.why, "skip_batches": skip})
+    return start
 
 
 def _laziness(run: RunState, done: int) -> dict:
     """The laziness monitor's metrics at the long window, and one line saying what it saw."""
-    if run.monitor is None:
-        run.monitor = LazinessMonitor(run.cfg, run.loader.tokens, run.tok)
-    out = run.monitor(run.raw_model, run.sched.long)
+    if run.out.monitor is None:
+        run.out.monitor = LazinessMonitor(run.cfg, run.data.loader.tokens, run.data.tok)
+    out = run.out.monitor(run.net.raw, run.sched.long)
 
     def pct(key):  # NaN: no episode of that bucket fits seq_len
         return "n/a (no episode fits)" if out[key] != out[key] else f"{out[key]:.0f}%"
@@ -263,7 +252,7 @@ def _stop_at(run: RunState, done: int, saved: int) -> None:
     else:
         if done != saved:  # else that step's checkpoint is on disk already
             run.save(done)
-        run.wait_save()
+        run.ckpts.wait()
         what = f"checkpoint step_{done:06d} saved; resume=true continues from it"
     run.logger.message(f"stopped by {name} after step {done}: {what}")
     stopped = TrainingStopped(f"stopped by {name} after step {done}: {what}", signum)
@@ -274,17 +263,17 @@ def _stop_at(run: RunState, done: int, saved: int) -> None:
 def finish(run: RunState) -> dict:
     """The end of a run: final validation, last checkpoint, the exported model (safetensors
     and tokenizer in run_dir/model) and summary.json. Returns the summary."""
-    cfg, summary = run.cfg, run.summary
+    cfg, summary = run.cfg, run.progress.summary
     summary["final_val_loss"] = evaluate(run)
-    steps_run = cfg.steps - run.start_step
-    summary.update(steps=cfg.steps, tokens=run.tokens_seen, elapsed=run.elapsed())
+    steps_run = cfg.steps - run.progress.start_step
+    summary.update(steps=cfg.steps, tokens=run.progress.tokens_seen, elapsed=run.elapsed())
     summary["steps_run"] = steps_run
     if steps_run:  # else the run had finished before: keep the throughput it had then
-        wall = max(time.perf_counter() - run.t_start, 1e-9)
+        wall = max(time.perf_counter() - run.clock.t_start, 1e-9)
         summary["tok_s"] = steps_run * run.tokens_per_step / wall
     run.logger.write({"step": cfg.steps, "val_loss": summary["final_val_loss"]})
     run.save(cfg.steps)
-    run.wait_save()
+    run.ckpts.wait()
     _export(run)
     return summary
 
@@ -294,34 +283,34 @@ def _export(run: RunState) -> None:
     the run's config with its tokenizer, and write summary.json."""
     from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
-    run.optimizer.state.clear()  # saved in the last checkpoint; its memory goes to the gather
+    run.net.optimizer.state.clear()  # in the last checkpoint; its memory goes to the gather
     full = get_model_state_dict(
-        run.model, options=StateDictOptions(full_state_dict=True, cpu_offload=True)
+        run.net.model, options=StateDictOptions(full_state_dict=True, cpu_offload=True)
     )
     if not run.info.is_main:
         return
     with torch.device("meta"):
-        export = SwaxLM(run.mcfg)
+        export = SwaxLM(run.net.mcfg)
     export.load_state_dict(full, assign=True)  # the gathered tensors themselves, no copy
     model_dir = run.run_dir / "model"
     export.save_pretrained(model_dir)
-    save_tokenizer(run.tok, model_dir)
-    summary = run.summary
+    save_tokenizer(run.data.tok, model_dir)
+    summary, start = run.progress.summary, run.progress.start_step
     summary["model_dir"] = str(model_dir)
     val = (
         f"validation loss {summary.get('initial_val_loss', float('nan')):.4f} -> "
         f"{summary['final_val_loss']:.4f}"
-        if run.val_loader is not None
+        if run.data.val_loader is not None
         else "no validation data"
     )
     this = ""
-    if run.start_step > 0:  # a resumed run: this invocation's share apart from the total
+    if start > 0:  # a resumed run: this invocation's share apart from the total
         this = (
-            f" ({run.cfg.steps - run.start_step} steps in "
-            f"{fmt_time(time.perf_counter() - run.t_start)} this time)"
+            f" ({run.cfg.steps - start} steps in "
+            f"{fmt_time(time.perf_counter() - run.clock.t_start)} this time)"
         )
     run.logger.message(
-        f"done: {run.cfg.steps} steps, {run.tokens_seen / 1e6:.2f}M tokens in "
+        f"done: {run.cfg.steps} steps, {run.progress.tokens_seen / 1e6:.2f}M tokens in "
         f"{fmt_time(summary['elapsed'])} in all{this} | {val} | model saved to {model_dir}"
     )
     (run.run_dir / "summary.json").write_text(json.dumps(json_safe(summary), indent=1))

@@ -190,8 +190,8 @@ def test_configs_are_the_same_from_python_and_the_command_line():
 
 
 def test_parse_window_and_resolve_device():
-    from swax.core.configs import parse_window, resolve_device, resolve_window
     from swax.core.errors import ConfigError
+    from swax.core.settings import parse_window, resolve_device, resolve_window
 
     assert [parse_window(x) for x in ("default", "FULL", "none", "128", 64)] == [
         "default",
@@ -476,7 +476,7 @@ def test_auto_is_the_default_and_says_what_it_chose(capsys, monkeypatch):
     monkeypatch.delenv("SWAX_THREADS", raising=False)
     monkeypatch.setattr(T, "usable_cpus", lambda: 2)
     looked = []
-    monkeypatch.setattr(T, "other_load", lambda: looked.append(1) or (1.6, "busy now"))
+    monkeypatch.setattr(T, "other_load", lambda: looked.append(1) or (1.6, "measured now"))
     n = torch.get_num_threads()
     try:
         assert run_inprocess(capsys, "info", "--preset", "tiny").returncode == 0

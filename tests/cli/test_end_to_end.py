@@ -1,5 +1,6 @@
 """Slow tier (make test-slow): long-context prefill, the demo, benchmark smoke runs."""
 
+import os
 import re
 import subprocess
 import sys
@@ -201,10 +202,11 @@ def test_eval_niah_131k_random_tiny_model_under_4gib(tmp_path):
 
 
 def test_readme_commands_after_make_demo(tmp_path):
-    """The README's block of commands for after `make demo`, pasted in order: `swax demo`
+    """The README's block of commands for after `make demo`, pasted in order, twice: `swax demo`
     (fewer steps) makes runs/demo in a fresh folder whose .venv is this interpreter's, then
-    every command of the block runs there with its exit status 0."""
-    import os
+    every command of the block runs there with its exit status 0, and again (the block is
+    re-runnable). The training command comes first, so every later command reads the model it
+    extends."""
 
     text = (ROOT / "README.md").read_text()
     block = text.split("<!-- readme-commands:begin -->")[1].split("<!-- readme-commands:end -->")[0]
@@ -218,7 +220,8 @@ def test_readme_commands_after_make_demo(tmp_path):
                           timeout=900)  # fmt: skip
     assert demo.returncode == 0, demo.stderr[-2000:]
     _assert_clean(demo.stdout + demo.stderr, "swax demo")
-    for cmd in commands:
+    assert "swax train" in commands[0] and not any("swax train" in c for c in commands[1:])
+    for cmd in commands + commands:
         # the README extends the 400-step demo run by 20 steps; here the demo ran 30
         cmd = re.sub(r"resume=true steps=\d+", "resume=true steps=40", cmd)
         r = subprocess.run(["bash", "-c", cmd], cwd=tmp_path, env=env, capture_output=True,
@@ -242,3 +245,32 @@ def _assert_clean(output: str, what: str) -> None:
     assert found is None, (
         f"{what}: {found.group(0)!r} in: {output[max(0, found.start() - 200) : found.end() + 200]}"
     )
+
+
+@pytest.mark.slow
+def test_the_documented_demo_losses_are_a_fresh_runs(tmp_path):
+    """The losses README.md and docs/demo.md quote for `make demo` are what a fresh `swax demo`
+    prints, within 0.01: the table quotes two threads, this runs one, and the two sum in
+    different orders (1.281 and 1.288 after 400 steps)."""
+    env = {**os.environ, "SWAX_THREADS": "1"}
+    r = subprocess.run([sys.executable, "-m", "swax", "demo", "--context", "2048"], cwd=tmp_path,
+                       env=env, capture_output=True, text=True, timeout=2400)  # fmt: skip
+    assert r.returncode == 0, r.stderr[-2000:]
+    found = re.search(r"untrained (\d+\.\d+) -> trained (\d+\.\d+)", r.stdout)
+    assert found, r.stdout[-2000:]
+    before, after = float(found.group(1)), float(found.group(2))
+    readme = re.search(
+        r"loss falls from (\d+\.\d+) to (\d+\.\d+) nats/byte", " ".join(_readme().split())
+    )
+    assert readme, "the README's sentence on the demo's loss"
+    assert abs(float(readme.group(1)) - before) <= 0.01
+    assert abs(float(readme.group(2)) - after) <= 0.01
+    demo = (ROOT / "docs" / "demo.md").read_text()
+    row = re.search(r"\| (\d+\.\d+) untrained → \*\*(\d+\.\d+)\*\* \|", demo)
+    assert row, "docs/demo.md's table of the demo's loss"
+    assert abs(float(row.group(1)) - before) <= 0.01
+    assert abs(float(row.group(2)) - after) <= 0.01
+
+
+def _readme() -> str:
+    return (ROOT / "README.md").read_text()

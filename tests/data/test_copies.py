@@ -178,3 +178,27 @@ def test_far_share_command_prints_a_table_and_writes_json(tmp_path, capsys):
     assert res["context"] == 8 and res["rows"][0]["seq_len"] == 256
     assert main(["data", "far-share", str(src), "--divisors", "0"]) != 0
     assert "--divisors must be positive" in capsys.readouterr().err
+
+
+def test_a_cached_baseline_has_the_fitted_tables(tmp_path):
+    """NgramBaseline.cached: the first call fits and saves, the second reads the file; both give
+    the tables of a fresh fit; a damaged file is fitted again and replaced; other tokens get a
+    file of their own."""
+    from swax.data.copies import NgramBaseline
+
+    rng = np.random.default_rng(3)
+    tokens = rng.integers(0, 20, 5000)
+    fresh = NgramBaseline(tokens, 3)
+    first = NgramBaseline.cached(tokens, 3, tmp_path)
+    (path,) = tmp_path.glob("ngram-*-k3.npz")
+    second = NgramBaseline.cached(tokens, 3, tmp_path)
+    for got in (first, second):
+        assert got.context == 3
+        for (k0, v0), (k1, v1) in zip(fresh.tables, got.tables):
+            assert np.array_equal(k0, k1) and np.array_equal(v0, v1)
+    path.write_bytes(b"not an npz")
+    again = NgramBaseline.cached(tokens, 3, tmp_path)
+    assert np.array_equal(again.tables[2][0], fresh.tables[2][0])
+    assert NgramBaseline.load(path).context == 3  # replaced by a good file
+    NgramBaseline.cached(tokens[:4000], 3, tmp_path)
+    assert len(list(tmp_path.glob("ngram-*.npz"))) == 2

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from swax.sweep import aggregate, load_sweep, run_dir
+from swax.sweep import aggregate, all_jobs, load_sweep, run_dir
 
 ROOT = Path(__file__).resolve().parents[2]
 HERE = ROOT / "experiments" / "regime_study"
@@ -208,9 +208,13 @@ def test_laziness_report_is_built_from_the_archive(tmp_path):
     assert sorted(r["kind"] for r in cells[(32, "10%")]) == ["lazy", "memory"]
     text = lz.write_report(cfg, cells, tmp_path, "cmd").read_text()
     assert "4 of 72 planned" in text
-    # lazy shares 1 at 0 % and 1/2 at 10 %: half is reached at 10 %
+    # no ids recorded, not an archive known to be clean: read as the old ids, and said so
+    assert "The map's runs used old episode ids 128–175" in text
+    # lazy shares 1 at 0 % and 1/2 at 10 %: half is reached at 10 %; each share with its
+    # Jeffreys interval (scipy.stats.beta.ppf: Beta(2.5, .5) 2.5 % = 0.333; Beta(1.5, 1.5) 2.5 %
+    # and 97.5 % = 0.061 and 0.939)
     assert (
-        "| 32 (T/8) | 2/2 [16–100] | – | – | – | – | 1/2 [1–99] | – | – | 10% (between 0% and "
+        "| 32 (T/8) | 2/2 [33–100] | – | – | – | – | 1/2 [6–94] | – | – | 10% (between 0% and "
         "10%) |" in text
     )
     # recall with its Wilson interval: 51 of 64 in (W, T] is 80 % [68–88]
@@ -219,15 +223,22 @@ def test_laziness_report_is_built_from_the_archive(tmp_path):
 
 
 @pytest.mark.slow
-def test_quick_laziness_map_runs_and_reports(tmp_path):
-    cmd = [sys.executable, str(HERE / "laziness.py"), "--quick", "--run", "--report-dir",
-           str(tmp_path / "r")]  # fmt: skip
+@pytest.mark.parametrize("config", ["laziness.yaml", "laziness_clean.yaml"])
+def test_quick_laziness_map_runs_and_reports(tmp_path, config):
+    cmd = [sys.executable, str(HERE / "laziness.py"), "--config", config, "--quick", "--run",
+           "--report-dir", str(tmp_path / "r")]  # fmt: skip
     r = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr[-3000:]
     text = (tmp_path / "r" / "LAZINESS.md").read_text()
     assert "2 of 2 planned" in text and "| 32 | 0% | 0 |" in text
-    kept = list((tmp_path / "runs" / "laziness_quick" / "archive").rglob("seed0.json"))
+    # the runs record the ids they trained with, and the report reads them from there
+    assert "The map's runs used clean episode ids 257–304" in text
+    cfg = load_sweep(HERE / config, quick=True)
+    kept = list((tmp_path / cfg.out_dir / "archive").rglob("seed0.json"))
     assert len(kept) == 2
+    for path in kept:
+        ids = json.loads(path.read_text())["episode_ids"]
+        assert ids == {"task": "mqar", "first": 257, "last": 304, "tokenizer_vocab": 257}
 
 
 # ------------------------------------------------------------------------------ the claims
@@ -268,8 +279,9 @@ def _rec(beyond, inside=100.0, beyond_t=None, text=1.6, seed=0):
 
 ROLES = {"short": "s", "long": "l", "stochastic": "st"}
 # text losses by seed with the study's spread (about 0.04 nats/byte between seeds), shared by
-# the roles of a seed as paired runs share theirs
-SEED_TEXT = (1.31, 1.33, 1.38, 1.30)
+# the roles of a seed as paired runs share theirs; six seeds, the fewest with which a seed
+# share can settle "most" (6 of 6: 54-100 %) and an exact sign-flip test can reach 5 %
+SEED_TEXT = (1.31, 1.33, 1.38, 1.30, 1.35, 1.32)
 
 
 def _verdicts(cl, runs):
@@ -301,8 +313,8 @@ def test_claims_fail_when_the_numbers_say_so():
     got = verdicts(l=[_rec(80, seed=i, text=t) for i, t in enumerate(SEED_TEXT)])
     assert got[1] == ("did not hold", ["did not hold"])
     assert got[2][1][0] == "did not hold"  # 85 is not 10 points above 80
-    # the short window did not learn on most seeds: 1a fails, 1b cannot be shown
-    weak = [_rec(b, seed=i, text=1.35) for i, b in enumerate((90, 10, 5, 8))]
+    # the short window did not learn on any seed: 1a fails, 1b cannot be shown
+    weak = [_rec(b, seed=i, text=1.35) for i, b in enumerate((20, 10, 5, 8, 12, 7))]
     assert verdicts(s=weak)[0] == (
         "did not hold",
         ["did not hold", "cannot be shown at this scale"],
@@ -320,9 +332,10 @@ def test_claims_fail_when_the_numbers_say_so():
 def test_a_cost_within_the_seed_noise_cannot_be_shown():
     """Claim 3's quality half at the study's real spread: a short-window cost of 0.002
     nats/byte, unpaired noise of 0.03 between runs, is not a measurement of no cost: the verdict
-    says it cannot be shown and names the smallest cost the design detects (computed here)."""
+    says it cannot be shown and names the smallest cost the design detects: the exact
+    noncentral t value, 3.5139 standard errors at 6 seeds (scipy.stats.nct and brentq)."""
     cl = _claims_module()
-    noise = (0.03, -0.02, 0.01, -0.03)  # run-to-run noise the pairing does not remove
+    noise = (0.03, -0.02, 0.01, -0.03, 0.02, -0.01)  # run-to-run noise the pairing keeps
     runs = _base(cost=0.0)
     runs["s"] = [_rec(90, text=t + 0.002 + e, seed=i)
                  for i, (t, e) in enumerate(zip(SEED_TEXT, noise))]  # fmt: skip
@@ -330,9 +343,9 @@ def test_a_cost_within_the_seed_noise_cannot_be_shown():
     quality = c3["parts"][1]
     assert quality["verdict"] == "cannot be shown at this scale"
     d = [0.002 + e for e in noise]
-    m = sum(d) / 4
-    se = (sum((x - m) ** 2 for x in d) / 3 / 4) ** 0.5
-    assert f"is {(3.182 + 0.978) * se:.4f} nats/byte" in quality["evidence"]
+    m = sum(d) / 6
+    se = (sum((x - m) ** 2 for x in d) / 5 / 6) ** 0.5
+    assert f"detects (95 %, 80 % power) is {3.5139027291712472 * se:.4f}" in quality["evidence"]
     assert c3["verdict"] == "held in part"  # recall held, quality cannot be shown
     # a short window measurably *better* than the long one: no cost to recover
     runs["s"] = [_rec(90, text=t - 0.015 + e / 10, seed=i)
@@ -340,6 +353,25 @@ def test_a_cost_within_the_seed_noise_cannot_be_shown():
     quality = cl.judge("SX", ROLES, runs)[2]["parts"][1]
     assert quality["verdict"] == "cannot be shown at this scale"
     assert "no cost to recover" in quality["evidence"]
+
+
+def test_four_seeds_settle_no_share_and_say_how_many_would():
+    """The study's 4 seeds: a share of 4 of 4 cannot exclude one half (40-100 %), so claims 1a
+    and 2 cannot be shown whatever the runs did; the evidence says 6 seeds would settle it.
+    A paired difference well away from its threshold is still decided by its t interval."""
+    cl = _claims_module()
+    four = {k: v[:4] for k, v in _base().items()}
+    c1, c2, _ = cl.judge("SX", ROLES, four)
+    assert [p["verdict"] for p in c1["parts"]] == ["cannot be shown at this scale"] * 2
+    assert "4 of 4 (95 % exact interval 40–100 %)" in c1["parts"][0]["evidence"]
+    assert "6 seeds would settle it" in c2["parts"][0]["evidence"]
+    # recall beyond T far below half of that beyond W_long on every seed, with some spread:
+    # did not hold (t interval -42.7 to -33.1), though the sign-flip p cannot go below 0.125
+    lost = [_rec(100, beyond_t=b, seed=i, text=t + 0.05)
+            for i, (b, t) in enumerate(zip((16, 12, 11, 9), SEED_TEXT))]  # fmt: skip
+    c1 = cl.judge("SX", ROLES, {**four, "s": lost})[0]
+    assert c1["parts"][1]["verdict"] == "did not hold"
+    assert "exact sign-flip p = 0.125" in c1["parts"][1]["evidence"]
 
 
 def test_recall_at_the_ceiling_cannot_show_claim_3():
@@ -357,32 +389,44 @@ def test_verdicts_name_where_they_were_made_and_print_intervals(tmp_path):
     cfg = load_sweep(HERE / "claims.yaml")
     runs = {"sx-short": _base()["s"], "sx-long": _base()["l"], "sx-stoch": _base()["st"]}
     text = cl.write_report([(cfg, runs)], tmp_path, "cmd").read_text()
-    assert "— **held** (ρ = 1 %, 30.7M tokens, 4 seeds)." in text
-    assert "lazy in 4 of 4 (40–100 %) seeds" in text  # the exact interval of 4 of 4
+    assert "— **held** (ρ = 1 %, 30.7M tokens, 6 seeds)." in text
+    # the exact interval of 6 of 6: 0.025 ** (1/6) = 54 % to 100 %
+    assert "sx-long seeds that end lazy: 6 of 6 (95 % exact interval 54–100 %), which lies " \
+        "above one half" in text  # fmt: skip
 
 
-def test_the_delay_pairs_seeds_and_bounds_what_never_emerged():
+def test_the_delay_reads_censored_emergence_per_family():
     cl = _claims_module()
     cfg = load_sweep(HERE / "claims_rho0.yaml")
 
-    def run(seed, crossing):  # an emergence curve every 1M tokens that crosses at `crossing`
+    def run(seed, crossing):  # recall beyond W_long every 1M tokens, crossing at `crossing`
         pts = [{"tokens": m * 1_000_000, "acc": 100.0 if crossing and m >= crossing else 5.0,
-                "cut": 100.0, "reset": 5.0} for m in range(1, 31)]  # fmt: skip
+                "cut": 100.0, "reset": 5.0, "n": 64} for m in range(1, 31)]  # fmt: skip
         return {**_rec(90, seed=seed), "emergence": pts}
 
     runs = {
         "sx-short": [run(0, 2), run(1, 3), run(2, 2), run(3, 4)],
-        "sx-long": [run(0, 6), run(1, 3), run(2, None), run(3, 8)],
+        "sx-long": [run(0, 6), run(1, 3), run(2, None), run(3, 1)],
         "sx-stoch": [run(s, 2) for s in range(4)],
     }
-    d = cl.delay(cfg, runs, "SX", cfg.roles)
-    assert d["tokens"]["long"][2] != d["tokens"]["long"][2]  # never: NaN
-    assert d["later"] == 3 and d["pairs"] == 4 and d["censored"] == 1
-    budget = 15000 * 8 * 256 / 1e6
-    expected = (6 / 2 * 3 / 3 * budget / 2 * 8 / 4) ** 0.25
-    assert abs(d["factor"] - expected) < 1e-9
     lines = "\n".join(cl.delay_lines(cfg, runs))
-    assert "| 2 | 2.0 | > 30.7 | 2.0 | ≥ 15.4 |" in lines
+    # seed 0: short in (1, 2], long in (5, 6]: later, by 5/2 to 6/1
+    assert "| 0 | 1.00–2.00 | 5.00–6.00 | 1.00–2.00 | long later | 2.50–6.00 |" in lines
+    # seed 1: the same interval: the order is hidden, no factor
+    assert "| 1 | 2.00–3.00 | 2.00–3.00 | 1.00–2.00 | hidden | – |" in lines
+    # seed 2: the long window never emerged: later, but lazy at the budget, not a delay
+    assert "| 2 | 1.00–2.00 | > 30.00 (never) | 1.00–2.00 | long later | – |" in lines
+    # seed 3: long at the first checkpoint (left-censored), short in (3, 4]: short later
+    assert "| 3 | 3.00–4.00 | ≤ 1.00 | 1.00–2.00 | short later | 0.00–0.33 |" in lines
+    # 2 later, 1 earlier, 1 hidden: one-sided P(X >= 2 of 3) = 4/8, two-sided 1
+    assert "later in 2, earlier in 1, and censoring hides the order in 1" in lines
+    assert "one-sided p = 0.500 (long later), two-sided p = 1.000" in lines
+    assert "long 1 of 4" in lines
+    # runs without a curve the definition can read are left out, with the reason
+    old = {k: [{**r, "emergence": []} for r in v] for k, v in runs.items()}
+    assert "left out of the delay reading: the runs have no recall beyond W_long" in "\n".join(
+        cl.delay_lines(cfg, old)
+    )
 
 
 def _quick(tmp_path, script, *args):
@@ -398,9 +442,13 @@ def test_quick_rho0_claims_run_and_report(tmp_path):
     every checkpoint."""
     _quick(tmp_path, "claims.py", "--config", "claims_rho0.yaml")
     claims = (tmp_path / "r" / "CLAIMS.md").read_text()
-    assert "3 of 3 planned" in claims
-    assert "## No answer beyond W_long" in claims and "| seed | short | long |" in claims
+    assert "3 of 3 planned" in claims and "## No answer beyond W_long" in claims
+    # 4 episodes per checkpoint: the censored emergence cannot be read, and the report says so
+    assert "left out of the delay reading: the runs have 4 episodes per checkpoint" in claims
+    assert "clean episode ids 257–304" in claims  # recorded by the archive, read from it
     kept = json.loads((tmp_path / "runs/claims_rho0_quick/archive/sx-long/seed0.json").read_text())
+    assert kept["episode_ids"] == {"task": "mqar", "first": 257, "last": 304,
+                                   "tokenizer_vocab": 257}  # fmt: skip
     points = kept["emergence"]["points"]
     assert [p["step"] for p in points] == [20, 40] and {"acc", "cut", "reset", "n"} <= set(
         points[0]
@@ -431,7 +479,10 @@ def test_claims_with_fewer_seeds_than_planned_are_provisional(tmp_path):
     cfg = load_sweep(HERE / "claims.yaml")
     one = {"sx-short": [_rec(90)], "sx-long": [_rec(5)], "sx-stoch": [_rec(85)]}
     text = cl.write_report([(cfg, one)], tmp_path, "cmd").read_text()
-    assert "— **held (provisional: 1 of 4 seeds)** (ρ = 1 %, 30.7M tokens, 1 seed)" in text
+    assert (
+        "— **cannot be shown at this scale (provisional: 1 of 4 seeds)** (ρ = 1 %, 30.7M tokens, "
+        "1 seed)" in text
+    )
     assert (
         "(SD). With a long window the model relies on attention (it is lazy).** — **not yet run**"
         in text
@@ -465,33 +516,76 @@ def test_the_study_report_reads_the_map_and_the_claims_from_the_archive(tmp_path
         (zcfg.archive, "sx-long", 0): (100, 5),
         (zcfg.archive, "sx-long", 1): (100, 3),
     }
+    clean = {"task": "mqar", "first": 257, "last": 304, "tokenizer_vocab": 257}
     for (archive, name, seed), (inside, beyond) in runs.items():
         p = Path(archive) / name / f"seed{seed}.json"
         p.parent.mkdir(parents=True, exist_ok=True)
-        p.write_text(json.dumps(_fake_run(inside, beyond, seed)))
+        rec = _fake_run(inside, beyond, seed)
+        if archive == zcfg.archive:  # these record their ids; the others predate the field
+            rec["episode_ids"] = clean
+        p.write_text(json.dumps(rec))
     far = {"rows": [{"seq_len": 256, "rows": 10, "windows": [
         {"window": 32, "divisor": 8, "share": 0.005, "ci": [0.004, 0.006]}]}]}  # fmt: skip
     settings = [(c, report.C.load_runs(c)) for c in (ccfg, zcfg)]
     text = report.write_report(tmp_path, lcfg, settings, tcfg, {("kjv", "byte"): far}).read_text()
-    assert "| 32 (T/8) | 2/2 [16–100] | – | 1/2 [1–99] |" in text
+    # Jeffreys intervals (scipy.stats.beta.ppf): 2/2 from 33 %, 1/2 6-94 %
+    assert "| 32 (T/8) | 2/2 [33–100] | – | 1/2 [6–94] |" in text
     assert "the SX long window ended lazy in 2 of 2 (16–100 %) seeds" in text
-    assert "| 2 (SX) | lazy | did not hold (2 seeds) | held (2 seeds) |" in text
-    assert "| 1 (SD) | beyond W_long | not yet run | not yet run |" in text
+    # one table per setting, each naming its episode ids; 2 seeds settle no share
+    assert "**ρ = 1 %** (old episode ids 128–175, which the KJV text also holds):" in text
+    assert "**ρ = 0** (clean episode ids 257–304, after the tokenizer's vocabulary):" in text
+    assert text.count("| 2 (SX) | lazy | cannot be shown at this scale (2 seeds) |") == 2
+    assert "| 1 (SD) | beyond W_long | not yet run |" in text
     assert "The Gated DeltaNet hybrid: lazy in 1 of 2 (1–99 %) seeds" in text
     # the far share against rho*: 0.5 % of the targets; rho*(T/8) = 1 % of the answers, which
-    # are 0.9 / (0.9 + 0.1 * 256) of the targets
+    # are 0.9 / (0.9 + 0.1 * 256) of the targets; rho* with its interval
     per = 0.9 / (0.9 + 0.1 * 256)
-    assert f"ρ*(T/8) = 1 % is {100 * 0.01 * per:.3f} % of the targets" in text
-    assert f"the text's own far share is {0.005 / (0.01 * per):.0f}× ρ*" in text
+    lo, hi = report.L.rho_star_interval(report.L.load_cells(lcfg), 32, ["0%", "1%"])
+    assert (
+        f"ρ*(T/8) = 1 % (95 % interval {report.L.interval_text(lo, hi)} on old episode ids) is "
+        f"{100 * 0.01 * per:.3f} % of the targets" in text
+    )
+    assert f"the text's own far share is {0.005 / (0.01 * per):.0f}× ρ* (" in text
     # the README's paragraph is made from the same numbers
     block = report.readme_block(settings, report.L.load_cells(lcfg), {("kjv", "byte"): far})
-    assert "ended lazy in 2 of 2 SX seeds and 1 of 2 SD seeds" in block
+    assert "ended lazy in 2 of 2 (16–100 %) SX seeds and 1 of 2 (1–99 %) SD seeds" in block
     assert (
-        "SX at ρ = 1 %, 30.7M tokens, 2 seeds: claim 1 held in part, claim 2 did not hold" in block
+        "SX at ρ = 1 %, 30.7M tokens, 2 seeds: claim 1 cannot be shown at this scale, claim 2 "
+        "cannot be shown at this scale" in block
     )
-    assert "SX at ρ = 0, 30.7M tokens, 2 seeds: claim 1 held in part, claim 2 held" in block
     assert "(SD at " not in block  # no SD claims run in this archive: no SD verdict
     assert "Text alone puts 0.50 % of KJV's targets beyond the study's W_long" in block
+
+
+def test_the_map_of_record_is_the_clean_map_once_every_run_is_archived(tmp_path):
+    """Until the clean-id rerun is complete, the reports show the old map and say the rerun is
+    pending (with its partial table); once complete, the clean map replaces it."""
+    lz = _laziness_module()
+    old, clean = load_sweep(HERE / "laziness.yaml"), load_sweep(HERE / "laziness_clean.yaml")
+    old.archive, clean.archive = str(tmp_path / "old"), str(tmp_path / "clean")
+    ids = {"task": "mqar", "first": 257, "last": 304, "tokenizer_vocab": 257}
+
+    def put(archive, name, seed, rec):
+        p = Path(archive) / name / f"seed{seed}.json"
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text(json.dumps(rec))
+
+    put(old.archive, "grid-w32-far0.0-lawuniform", 0, _fake_run(100, 5, 0))
+    put(clean.archive, "w32-far0", 0, {**_fake_run(100, 5, 0), "episode_ids": ids})
+    name, cfg, cells, pending = lz.map_of_record(old, clean)
+    assert name == "laziness.yaml" and pending is not None
+    text = lz.write_report(cfg, cells, tmp_path, "cmd", pending, name).read_text()
+    assert "is pending: 1 of 78 runs archived" in text
+    assert "### The rerun on clean ids so far" in text
+    # every one of the 78 runs archived (seeds 0-4 in the 0 % cells): the clean map is the map
+    for job, seed in all_jobs(clean):
+        put(clean.archive, job, seed, {**_fake_run(100, 5, seed), "episode_ids": ids})
+    name, cfg, cells, pending = lz.map_of_record(old, clean)
+    assert name == "laziness_clean.yaml" and pending is None
+    assert len(cells[(32, "0%")]) == 5 and len(cells[(32, "1%")]) == 3
+    block = lz.readme_block(cfg, cells, pending, name)
+    assert "78 of the 78 runs laziness_clean.yaml lists" in block
+    assert "clean episode ids 257–304" in block and "pending" not in block
 
 
 def test_the_readme_states_the_committed_reading():
@@ -499,21 +593,31 @@ def test_the_readme_states_the_committed_reading():
     # report.py and laziness.py write from the committed results (rerun both after committing a
     # run)
     report = _script("report")
-    lcfg = load_sweep(HERE / "laziness.yaml")
-    block = report.readme_block(
-        report.C.load_settings(), report.L.load_cells(lcfg), report.load_far_shares()
-    )
+    laziness = report.L
+    name, lcfg, cells, pending = laziness.map_of_record()
+    block = report.readme_block(report.C.load_settings(), cells, report.load_far_shares(), pending)
     readme = (ROOT / "README.md").read_text()
     assert f"{report.README_BEGIN}\n{block}\n{report.README_END}" in readme
-    laziness = report.L
     assert laziness.STUDIES_PAGE == ROOT / "docs" / "studies.md"
     studies = laziness.STUDIES_PAGE.read_text()
     assert (
-        f"{laziness.README_BEGIN}\n{laziness.readme_block(lcfg, laziness.load_cells(lcfg))}\n"
+        f"{laziness.README_BEGIN}\n{laziness.readme_block(lcfg, cells, pending, name)}\n"
         f"{laziness.README_END}" in studies
     )
     # each block stands in one place only, so that no stale copy is left behind
     assert report.README_BEGIN not in studies and laziness.README_BEGIN not in readme
+
+
+def test_the_committed_claims_and_map_are_what_the_archives_give(tmp_path):
+    # CLAIMS.md and LAZINESS.md as committed are what claims.py and laziness.py write from the
+    # committed results today (rerun both after a change to the rule or a new run)
+    cl, lz = _claims_module(), _laziness_module()
+    got = cl.write_report(cl.load_settings(), tmp_path, "python experiments/regime_study/claims.py")
+    assert got.read_text() == (HERE / "CLAIMS.md").read_text()
+    name, cfg, cells, pending = lz.map_of_record()
+    got = lz.write_report(cfg, cells, tmp_path, "python experiments/regime_study/laziness.py",
+                          pending, name)  # fmt: skip
+    assert got.read_text() == (HERE / "LAZINESS.md").read_text()
 
 
 def test_the_committed_reports_name_no_local_path():

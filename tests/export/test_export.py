@@ -77,6 +77,23 @@ def test_exported_folder(exported):
     assert cfg["eos_token_id"] == 256
 
 
+def test_overwrite_replaces_an_earlier_export(exported, tmp_path):
+    """--overwrite puts the second model's weights where the first one's were, and leaves no
+    temporary folder; without it the earlier export stays."""
+    from safetensors.torch import load_file
+
+    (_, first, _), (second_model, second, _) = exported["SX"], exported["SD"]
+    out = tmp_path / "hf"
+    assert main(["export", "hf", str(first), str(out)]) == 0
+    assert main(["export", "hf", str(second), str(out)]) == 2
+    assert main(["export", "hf", str(second), str(out), "--overwrite"]) == 0
+    weights = load_file(str(out / "model.safetensors"))
+    for name, t in second_model.state_dict().items():
+        assert torch.equal(weights[name], t), name
+    assert json.loads((out / "config.json").read_text())["layer_pattern"] == "SD"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["hf"]
+
+
 @pytest.mark.parametrize("pattern", PATTERNS)
 def test_import_back_into_swax(exported, pattern):
     model, _, out = exported[pattern]
@@ -264,14 +281,22 @@ def test_bad_input_one_line_exit_2(exported, tmp_path, capsys):
     (busy / "keep.txt").write_text("mine")
     assert main(["export", "hf", str(ckpt), str(busy)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert err == [f"swax: error: OUT_DIR {busy} exists and is not empty (nothing was overwritten)"]
+    assert err == [
+        f"swax: error: OUT_DIR {busy} exists and is not empty (nothing was overwritten; "
+        "--overwrite replaces an earlier export there)"
+    ]
+    assert main(["export", "hf", str(ckpt), str(busy), "--overwrite"]) == 2  # not an export
+    assert "does not write (e.g. keep.txt)" in capsys.readouterr().err
     assert [p.name for p in busy.iterdir()] == ["keep.txt"]
     assert (busy / "keep.txt").read_text() == "mine"
     onnx_file = tmp_path / "x.onnx"
     onnx_file.write_text("mine")
     assert main(["export", "onnx", str(ckpt), str(onnx_file)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert err == [f"swax: error: OUT {onnx_file} already exists (nothing was overwritten)"]
+    assert err == [
+        f"swax: error: OUT {onnx_file} already exists (nothing was overwritten; --overwrite "
+        "replaces it)"
+    ]
     assert onnx_file.read_text() == "mine"
     with pytest.raises(SystemExit) as exit_info:  # argparse checks the minimum
         main(["export", "onnx", str(ckpt), str(tmp_path / "y.onnx"), "--seq-len", "0"])
@@ -281,6 +306,17 @@ def test_bad_input_one_line_exit_2(exported, tmp_path, capsys):
         "(see swax export onnx --help)"
     ]
     assert not list(tmp_path.glob(".*"))  # no temporary folders or files left behind
+    # an output under a file, or where no folder can be made: one line, before any work
+    a_file = tmp_path / "notes.txt"
+    a_file.write_text("mine")
+    for args, what in (
+        (["onnx", str(ckpt), str(a_file / "x.onnx")], f"its folder {a_file} exists and is not a"),
+        (["hf", str(ckpt), str(a_file / "hf")], "is not writable: a part of the path is a file"),
+    ):
+        assert main(["export", *args]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and err[0].startswith("swax: error: OUT") and what in err[0], err
+    assert a_file.read_text() == "mine"
 
 
 @pytest.mark.parametrize("pattern", PATTERNS)

@@ -6,7 +6,8 @@ import pytest
 import torch
 
 from swax import SwaxConfig, SwaxLM
-from swax.generate import generate, prefill, sample_next, truncate_at_stop
+from swax.generate import generate, prefill, truncate_at_stop
+from swax.sampling import sample_next
 from tests.helpers import NOISE_FACTOR, assert_within_noise, model_noise_floor
 
 
@@ -176,7 +177,7 @@ def test_sampling_probs_equal_a_hand_written_reference(t, k, p):
     """The distribution the step draws from, against the rules written out in float64 python:
     softmax(logits / t); keep the k largest; of those, keep a token while the mass before it
     (in descending order) is below p; renormalise."""
-    from swax.decode import sampling_probs
+    from swax.sampling import sampling_probs
 
     logits = torch.randn(3, 61, generator=torch.Generator().manual_seed(2)) * 3
     got = sampling_probs(logits, t, k, p)

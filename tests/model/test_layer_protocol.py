@@ -1,8 +1,8 @@
 """A new layer kind decodes without touching the decode code (docs/design.md, "A layer kind").
 
 A toy mixer (a per-channel decaying sum, its state one (B, d) tensor) is registered as a new
-letter the way the design note says: a module with ``forward`` and ``step``, an entry in
-``config.LAYER_KINDS`` and one in ``model.MIXERS``. Greedy generation, eager and traced, must
+letter the way the design note says: a TokenMixer with ``reset_parameters``, ``sequence`` and
+``step``, and one entry in ``config.LAYER_KINDS``. Greedy generation, eager and traced, must
 then give the tokens that recomputing the whole forward at every step gives (the naive
 reference, which never uses a state), and the traced step the eager step's tokens for 256 steps.
 """
@@ -19,7 +19,6 @@ from swax import SwaxConfig, SwaxLM
 from swax.config import LAYER_KINDS, LayerKind
 from swax.generate import generate, generate_batch
 from swax.layers.base import TokenMixer
-from swax.model import MIXERS, Mixer
 
 VOCAB = 53
 
@@ -39,17 +38,13 @@ class ToyDecay(TokenMixer):
         nn.init.normal_(self.out.weight, std=out_std)
         self.decay.uniform_(0.5, 0.95)
 
-    def forward(self, x, window=None, state=None, return_state=False, doc_ids=None):
-        if x.shape[1] == 1 and state is not None:
-            y, new = self.forward_one(x, state, 0, window)
-            return (y, new) if return_state else y
+    def sequence(self, x, window, state, return_state, doc_ids):
         h = x.new_zeros(x.shape[0], x.shape[2]) if state is None else state[0]
         u, ys = self.inp(x), []
         for t in range(x.shape[1]):
             h = self.decay * h + u[:, t]
             ys.append(h)
-        y = self.out(torch.stack(ys, 1))
-        return (y, (h,)) if return_state else y
+        return self.out(torch.stack(ys, 1)), (h,)
 
     def step(self, x, buffers, pos):
         (h,) = buffers
@@ -59,10 +54,8 @@ class ToyDecay(TokenMixer):
 
 @pytest.fixture
 def toy_kind(monkeypatch):
-    monkeypatch.setitem(LAYER_KINDS, "T", LayerKind("toy decay", windowed=False))
-    monkeypatch.setitem(
-        MIXERS, "T", Mixer("toy decay", ToyDecay, lambda cfg: {"d_model": cfg.d_model}, False)
-    )
+    kind = LayerKind("toy decay", False, ToyDecay, lambda cfg: {"d_model": cfg.d_model})
+    monkeypatch.setitem(LAYER_KINDS, "T", kind)
     monkeypatch.setattr(swax_decode, "BACKEND", "aot_eager")  # traced, not inductor-compiled
     torch.manual_seed(0)
     cfg = SwaxConfig(
@@ -114,5 +107,56 @@ def test_the_decode_module_names_no_layer_kind():
     """decode.py goes through the mixers' protocol only: no layer letters, no layer classes."""
     src = inspect.getsource(swax_decode)
     assert not re.search(r"""["'][SXDA]["']""", src)
-    for name in ("layer_types", "AttentionState", "MLSTMLayer", "GatedDeltaNet", "MIXERS"):
+    for name in ("layer_types", "AttentionState", "MLSTMLayer", "GatedDeltaNet", "LAYER_KINDS"):
         assert name not in src, name
+
+
+# ------------------------------------------------------------------------------ one path each
+
+KINDS = [("S", {}), ("X", {}), ("X", {"mlstm_conv_size": 4}), ("D", {}), ("A", {})]
+
+
+@pytest.mark.parametrize("kind, extra", KINDS, ids=[k + str(bool(e)) for k, e in KINDS])
+def test_a_blocks_single_token_step_is_its_forward_on_the_last_token(kind, extra):
+    """Block.step (what the decode runs) on the buffers of a prefix equals Block.forward of the
+    whole sequence at its last position, for every layer kind. In float64, where what is left is
+    float32 rounding in a few places (recurrent states are float32 whatever the input dtype, and
+    RoPE rotates in float32), amplified by the layers that follow: 64 units of float32 at the
+    output's scale."""
+    from swax.model import Block
+
+    torch.manual_seed(0)
+    cfg = SwaxConfig(vocab_size=VOCAB, d_model=32, n_layers=1, n_heads=4, window=8,
+                     chunk_size=4, layer_pattern=kind, init_std=0.3, **extra)  # fmt: skip
+    block = Block(cfg, kind).to_empty(device="cpu").double()
+    block.reset_parameters(0.3, 0.2)
+    block = block.double()
+    x = torch.randn(3, 11, 32, dtype=torch.float64)
+    w = 8 if kind == "S" else None
+    with torch.no_grad():
+        full, _ = block(x, w)
+        _, state = block(x[:, :-1], w, return_state=True)
+        buffers = block.mixer.decode_buffers(state, 16)
+        pos = torch.full((3,), 10, dtype=torch.long)
+        one = block.step(x[:, -1], buffers, pos)
+    scale = full[:, -1].abs().max().item()
+    assert (one - full[:, -1]).abs().max().item() <= 64 * 2.0**-24 * scale
+
+
+def test_no_layer_computes_its_projections_in_two_places():
+    """Each mixer calls each of its linear projections, and its convolution, at one place of its
+    source (the function that sequence and step share)."""
+    from swax.model import mixer_class
+
+    cfg = SwaxConfig(d_model=32, n_heads=4, mlstm_conv_size=4)
+    for letter, kind in LAYER_KINDS.items():
+        cls = mixer_class(letter)
+        layer = cls(**kind.args(cfg))
+        src = "".join(
+            inspect.getsource(c) for c in cls.__mro__ if c.__module__.startswith("swax.layers")
+        )
+        names = [n for n, m in layer.named_children() if isinstance(m, nn.Linear)]
+        assert names, letter
+        for name in names:
+            assert len(re.findall(rf"self\.{name}\(", src)) == 1, (letter, name)
+        assert len(re.findall(r"causal_conv1d\(", src)) <= 1, letter

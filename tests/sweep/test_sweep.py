@@ -7,15 +7,21 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 import yaml
 
 from swax.core.errors import ConfigError
+from swax.data import PackedLoader, build_datasets
+from swax.data.config import DataConfig
+from swax.data.mqar import mqar_ids
+from swax.data.tokenizer import load_tokenizer
 from swax.sweep import (
     aggregate,
     all_jobs,
     archive_path,
     emergence,
+    episode_ids,
     load_sweep,
     mean_spread,
     run_dir,
@@ -27,6 +33,8 @@ ROOT = Path(__file__).resolve().parents[2]
 SWEEP = ROOT / "experiments" / "window_sweep" / "sweep.yaml"
 sys.path.insert(0, str(ROOT / "experiments" / "window_sweep"))
 import run as report  # noqa: E402
+
+from swax.sweep.archive import archive_result  # noqa: E402
 
 
 @pytest.mark.parametrize(
@@ -259,10 +267,40 @@ def test_the_archive_keeps_each_finished_run_and_the_sweep_resumes_from_it(tmp_p
     assert [(r["lo"], r["hi"]) for r in rows] == [(0, 8), (8, 64), (64, 128)]
     assert all(r["n"] == 2 and set(r["probes"]) == {"window_cut", "reset"} for r in rows)
     assert first["laziness"]["kind"] in ("lazy", "memory", "partial", "none")
+    # the episode ids it trained with: the range the training loader hands out, read from the
+    # loader's own episodes (the byte tokenizer's 257 ids come first, so no text emits them)
+    tc = train_config(cfg, "m", 0)
+    tok = load_tokenizer("byte")
+    train_ds, _ = build_datasets(DataConfig(), tok, seq_len=1, seed=0)
+    loader = PackedLoader(train_ds, 64, 2, synthetic=tc.data.synthetic, tokenizer=tok)
+    ids = np.concatenate(mqar_ids(loader.synthetic))
+    assert saved["episode_ids"] == {"task": "mqar", "first": int(ids.min()),
+                                    "last": int(ids.max()), "tokenizer_vocab": 257}  # fmt: skip
+    assert int(ids.min()) >= 257 and len(ids) == int(ids.max()) - int(ids.min()) + 1
     shutil.rmtree(tmp_path / "out")
     again = run_sweep(cfg, progress=False)["m"][0]
     assert not (tmp_path / "out").exists()  # nothing trained or evaluated
     assert again == saved
+
+
+def test_the_archive_records_the_episode_ids_of_each_kind_of_run(tmp_path):
+    """Set ids (the legacy 128-175), needle episodes (the tokenizer's own ids) and a run with
+    no episodes: each archived result says which."""
+    data = _tiny_sweep(tmp_path, {
+        "legacy": {"data": {"synthetic": {"task": "mqar", "mqar_first_id": 128,
+                                          "mqar_keys": 8, "mqar_values": 8, "mqar_noise": 4}}},
+        "needle": {"data": {"synthetic": {"task": "needle"}}},
+        "text": {"data": {"synthetic": {"fraction": 0.0}}},
+    })  # fmt: skip
+    cfg = load_sweep(_write(tmp_path, data))
+    got = {n: episode_ids(train_config(cfg, n, 0)) for n in cfg.runs}
+    assert got["legacy"] == {"task": "mqar", "first": 128, "last": 128 + 8 + 8 + 4 - 1,
+                             "tokenizer_vocab": 257}  # fmt: skip
+    assert got["needle"] == {"task": "needle"} and got["text"] is None
+    path = tmp_path / "a" / "seed0.json"
+    archive_result(path, {"x": 1}, {"steps": 2, "other": 3}, got["legacy"])
+    assert json.loads(path.read_text()) == {"x": 1, "summary": {"steps": 2},
+                                            "episode_ids": got["legacy"]}  # fmt: skip
 
 
 def test_mean_spread_and_aggregate():

@@ -186,3 +186,27 @@ def test_a_killed_worker_is_restarted_and_the_run_ends_bit_identical(tmp_path):
     b = SwaxLM.from_pretrained(run / "model").state_dict()
     for name in a:
         assert torch.equal(a[name], b[name]), (name, note)
+
+
+def test_init_from_under_fsdp_matches_one_process(tmp_path):
+    """init_from=: the folder's weights reach every rank's shards under FSDP2 (set_model_state_dict
+    of the full state dict): 2 processes validate and train as 1 does, and not as a run started
+    from random weights."""
+    import torch
+
+    from swax import SwaxConfig, SwaxLM
+
+    torch.manual_seed(123)
+    SwaxLM(SwaxConfig(d_model=32, n_layers=2, n_heads=2, init_std=0.1)).save_pretrained(
+        tmp_path / "init"
+    )
+    args = [a for a in ARGS if not a.startswith("model.")] + ["steps=3", "checkpoint.every=0"]
+    init = f"init_from={tmp_path / 'init'}"
+    run_swax([*args, init, f"run_dir={tmp_path / 'one'}"])
+    run_swax([*args, init, f"run_dir={tmp_path / 'two'}", "dist.strategy=fsdp"], nproc=2)
+    run_swax([*ARGS, "steps=3", "checkpoint.every=0", f"run_dir={tmp_path / 'fresh'}"])
+    one, two, fresh = (metrics(tmp_path / n) for n in ("one", "two", "fresh"))
+    assert one[0]["val_loss"] == pytest.approx(two[0]["val_loss"], abs=1e-5)
+    assert abs(one[0]["val_loss"] - fresh[0]["val_loss"]) > 1e-3
+    losses = [[r["loss"] for r in run if "loss" in r] for run in (one, two)]
+    assert losses[0] == pytest.approx(losses[1], abs=1e-5)

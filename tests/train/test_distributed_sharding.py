@@ -132,9 +132,11 @@ def test_sharded_checkpoints_reshard_and_resume(tmp_path):
     assert close(wa, weights(d))  # and 1 process trains what 2 do
 
 
-def test_nan_gradient_is_skipped_on_every_rank(tmp_path):
+def test_nan_gradient_is_skipped_on_every_rank(tmp_path, monkeypatch):
     hit, ref = tmp_path / "hit", tmp_path / "ref"
-    launch([*ARGS, f"run_dir={hit}", "guard.inject_nan_grad=[2]"], 2)
+    monkeypatch.setenv("SWAX_TEST_FAULTS", '{"nan_grad": [2]}')  # torchrun's workers inherit it
+    launch([*ARGS, f"run_dir={hit}"], 2)
+    monkeypatch.delenv("SWAX_TEST_FAULTS")
     launch([*ARGS, f"run_dir={ref}", "guard.skip_batches=[2]"], 2)
     a, b = weights(hit), weights(ref)
     assert all(torch.equal(a[k], b[k]) for k in a)

@@ -1,10 +1,14 @@
 """Bad steps survived (swax.train.guard): a non-finite gradient skips the step, K bad steps in
 a row or a non-finite loss roll back to the last checkpoint and skip the batches that caused
-it, and a run that went through that ends with the weights of a run that never saw them."""
+it, and a run that went through that ends with the weights of a run that never saw them. The
+faults come from the test hook $SWAX_TEST_FAULTS (no config key)."""
 
+import contextlib
 import json
 import math
+import os
 import statistics
+from pathlib import Path
 
 import pytest
 import torch
@@ -14,7 +18,7 @@ from swax.core.errors import CheckpointError
 from swax.train import TrainingError, load_train_config, train
 from swax.train.checkpoint import list_checkpoints, load_checkpoint
 from swax.train.config import GuardConfig
-from swax.train.guard import StepGuard
+from swax.train.guard import FAULTS_ENV, StepGuard, Verdict
 from tests.train.test_train import Stop, stop_at
 
 SMALL = [
@@ -34,9 +38,24 @@ SMALL = [
 ]
 
 
-def run(tmp_path, name, *extra):
+@contextlib.contextmanager
+def injected(**faults):
+    """The fault injector for the runs inside: $SWAX_TEST_FAULTS set, then restored."""
+    before = os.environ.get(FAULTS_ENV)
+    os.environ[FAULTS_ENV] = json.dumps(faults)
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(FAULTS_ENV, None)
+        else:
+            os.environ[FAULTS_ENV] = before
+
+
+def run(tmp_path, name, *extra, faults=None, on_step_end=None):
     cfg = load_train_config(None, [*SMALL, f"run_dir={tmp_path / name}", *extra])
-    summary = train(cfg)
+    with injected(**faults) if faults else contextlib.nullcontext():
+        summary = train(cfg, on_step_end=on_step_end)
     return summary, load_file(str(tmp_path / name / "model" / "model.safetensors"))
 
 
@@ -51,7 +70,7 @@ def same(a, b):
 
 def test_nan_gradient_skips_the_step_and_equals_a_run_without_the_batch(tmp_path):
     _, plain = run(tmp_path, "plain", "steps=6")
-    _, hit = run(tmp_path, "hit", "steps=6", "guard.inject_nan_grad=[3]")
+    _, hit = run(tmp_path, "hit", "steps=6", faults={"nan_grad": [3]})
     _, ref = run(tmp_path, "ref", "steps=6", "guard.skip_batches=[3]")
     assert same(hit, ref)
     assert not same(hit, plain)  # the skipped batch mattered: the comparison can fail
@@ -64,7 +83,7 @@ def test_nan_gradient_skips_the_step_and_equals_a_run_without_the_batch(tmp_path
 
 def test_bad_steps_in_a_row_roll_back_and_skip_their_batches(tmp_path, capsys):
     args = ["steps=8", "checkpoint.every=3", "guard.max_bad_in_row=3"]
-    _, hit = run(tmp_path, "hit", *args, "guard.inject_nan_grad=[4,5,6]")
+    _, hit = run(tmp_path, "hit", *args, faults={"nan_grad": [4, 5, 6]})
     _, ref = run(tmp_path, "ref", *args, "guard.skip_batches=[4,5,6]")
     _, plain = run(tmp_path, "plain", *args)
     assert same(hit, ref) and not same(hit, plain)
@@ -87,7 +106,7 @@ def test_bad_steps_in_a_row_roll_back_and_skip_their_batches(tmp_path, capsys):
 
 def test_non_finite_loss_rolls_back_at_once(tmp_path):
     args = ["steps=6", "checkpoint.every=2"]
-    _, hit = run(tmp_path, "hit", *args, "guard.inject_nan_loss=[3]")
+    _, hit = run(tmp_path, "hit", *args, faults={"nan_loss": [3]})
     _, ref = run(tmp_path, "ref", *args, "guard.skip_batches=[3]")
     assert same(hit, ref)
     back = [r for r in records(tmp_path / "hit") if "rollback" in r]
@@ -98,9 +117,9 @@ def test_rollbacks_are_limited_and_stop_with_one_line(tmp_path):
     cfg = load_train_config(
         None,
         [*SMALL, f"run_dir={tmp_path / 'r'}", "steps=8", "checkpoint.every=2",
-         "guard.inject_nan_loss=[2,3,4]", "guard.max_rollbacks=2"],
+         "guard.max_rollbacks=2"],
     )  # fmt: skip
-    with pytest.raises(TrainingError) as e:
+    with pytest.raises(TrainingError) as e, injected(nan_loss=[2, 3, 4]):
         train(cfg)
     msg = str(e.value)
     assert "\n" not in msg
@@ -110,51 +129,132 @@ def test_rollbacks_are_limited_and_stop_with_one_line(tmp_path):
 
 def test_no_checkpoint_to_roll_back_to(tmp_path):
     cfg = load_train_config(
-        None,
-        [*SMALL, f"run_dir={tmp_path / 'r'}", "steps=4", "checkpoint.every=0",
-         "guard.inject_nan_loss=[1]"],
-    )  # fmt: skip
+        None, [*SMALL, f"run_dir={tmp_path / 'r'}", "steps=4", "checkpoint.every=0"]
+    )
     with pytest.raises(TrainingError, match=r"no checkpoint to roll back to \(checkpoint.every=0"):
-        train(cfg)
+        with injected(nan_loss=[1]):
+            train(cfg)
 
 
 def test_rollback_resumes_with_the_skip_list(tmp_path):
     """A run killed after a rollback and resumed keeps skipping the rolled-back batches."""
 
     args = ["steps=7", "checkpoint.every=2"]
-    cfg = load_train_config(
-        None, [*SMALL, f"run_dir={tmp_path / 'hit'}", *args, "guard.inject_nan_loss=[3]"]
-    )
     with pytest.raises(Stop):
-        train(cfg, on_step_end=stop_at(5))
+        run(tmp_path, "hit", *args, faults={"nan_loss": [3]}, on_step_end=stop_at(5))
     _, resumed = run(tmp_path, "hit", *args, "resume=true")  # the injector is gone
     _, ref = run(tmp_path, "ref", *args, "guard.skip_batches=[3]")
     _, plain = run(tmp_path, "plain", *args)
     assert same(resumed, ref) and not same(resumed, plain)
 
 
+def good(guard, loss):
+    """A good step of ``loss`` judged (the spike rule's statistics take it)."""
+    assert guard.judge(rec(1, 0, loss=loss), CK) == Verdict("step")
+
+
+def rec(step, batch, loss=2.0, gnorm=1.0):
+    return {"step": step, "batch": batch, "loss": loss, "grad_norm": gnorm}
+
+
+CK = Path("run/checkpoints/step_000004")
+
+
 def test_spike_rule_against_hand_computed_statistics():
     guard = StepGuard(GuardConfig(spike_z=3.0, spike_window=5))
     losses = [2.0, 2.2, 1.9, 2.1, 2.05]
     for x in losses[:-1]:
-        guard.good(x)
+        good(guard, x)
         assert guard.spike(100.0) is None  # fewer than spike_window good steps: off
-    guard.good(losses[-1])
+    good(guard, losses[-1])
     mean, std = statistics.mean(losses), statistics.stdev(losses)
     assert guard.spike(mean + 2.9 * std) is None
     z = guard.spike(mean + 3.1 * std)
     assert z == pytest.approx(3.1, rel=1e-9)
+    v = guard.judge(rec(6, 5, loss=mean + 3.1 * std), CK)
+    assert v.action == "skip" and "3.1 standard deviations above the last 5 steps'" in v.skipped
     assert StepGuard(GuardConfig(spike_window=5)).spike(math.inf) is None  # spike_z = 0: off
 
 
-def test_bad_in_row_counts_and_resets():
-    guard = StepGuard(GuardConfig(max_bad_in_row=2))
-    assert not guard.bad(7)
-    guard.good(1.0)
-    assert not guard.bad(8)
-    assert guard.bad(9) and guard.bad_in_row == [8, 9]
-    assert guard.rollback(guard.bad_in_row) == 1 and guard.skip == {8, 9}
-    assert guard.bad_in_row == []
+def test_the_verdicts_of_the_policy():
+    """One function decides: skip a bad gradient, roll back at K in a row (the run of bad
+    steps skipped from then on), stop past max_rollbacks naming every skipped batch."""
+    guard = StepGuard(GuardConfig(max_bad_in_row=2, max_rollbacks=1), checkpoint_every=4)
+    assert guard.judge(rec(1, 0), CK) == Verdict("step")
+    v = guard.judge(rec(2, 1, gnorm=math.nan), CK)
+    assert v == Verdict("skip", skipped="gradient norm nan", in_row=1)
+    assert guard.judge(rec(2, 2), CK) == Verdict("step")  # a good step ends the run of bad ones
+    assert guard.judge(rec(3, 3, gnorm=math.inf), CK).action == "skip"
+    v = guard.judge(rec(3, 4, gnorm=math.nan), CK)
+    assert v == Verdict(
+        "rollback", "gradient norm nan", "2 bad steps in a row at step 3", (3, 4), in_row=2
+    )
+    assert guard.skip == {3, 4} and guard.rollbacks == 1 and guard.bad_in_row == []
+    v = guard.judge(rec(5, 7, loss=math.nan), CK)  # a second rollback: max_rollbacks=1 spent
+    assert (v.action, v.skipped, v.batches) == ("stop", "", (7,))
+    assert v.why == (
+        f"loss is nan at step 5 (batch 7); last good checkpoint: {CK}; stopping: "
+        "guard.max_rollbacks=1 rollback(s) spent (batches skipped: 3, 4, 7). Lower optim.lr, "
+        "check the data, or resume=true with a higher guard.max_rollbacks"
+    )
+
+
+def test_a_non_finite_loss_rolls_back_its_batch_alone_or_stops_without_checkpoint():
+    guard = StepGuard(GuardConfig(max_bad_in_row=3))
+    assert guard.judge(rec(1, 0, gnorm=math.nan), CK).action == "skip"
+    v = guard.judge(rec(1, 1, loss=math.inf), CK)
+    assert (v.action, v.batches, v.skipped) == ("rollback", (1,), "")
+    assert v.why == f"loss is inf at step 1 (batch 1); last good checkpoint: {CK}"
+    guard = StepGuard(GuardConfig(), checkpoint_every=0)
+    v = guard.judge(rec(1, 0, loss=math.nan), None)
+    assert v.action == "stop" and v.why == (
+        "loss is nan at step 1 (batch 0); last good checkpoint: none; stopping: no checkpoint "
+        "to roll back to (checkpoint.every=0); lower optim.lr or check the data"
+    )
+
+
+@pytest.mark.parametrize("key", ["inject_nan_grad", "inject_nan_loss"])
+def test_the_injector_is_no_config_key(tmp_path, capsys, key):
+    """guard.inject_* on the command line or in YAML: one line, exit 2, nothing written."""
+    from swax.cli import main
+
+    rc = main(["train", f"run_dir={tmp_path / 'r'}", f"guard.{key}=[3]"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1 and f"unknown config key guard.{key}" in err[0], err
+    config = tmp_path / "c.yaml"
+    config.write_text(f"run_dir: {tmp_path / 'r'}\nguard:\n  {key}: [3]\n")
+    rc = main(["train", str(config)])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1 and f"unknown config key guard.{key}" in err[0], err
+    assert not (tmp_path / "r").exists()
+
+
+def test_a_malformed_fault_hook_is_one_error(tmp_path, monkeypatch):
+    from swax.core.errors import ConfigError
+
+    monkeypatch.setenv(FAULTS_ENV, '{"nan_grad": [3], "nan_los": [1]}')
+    cfg = load_train_config(None, [*SMALL, f"run_dir={tmp_path / 'r'}", "steps=2"])
+    with pytest.raises(ConfigError, match=rf"^{FAULTS_ENV}=.*nan_los.*expected JSON like"):
+        train(cfg)
+    assert not [p.name for p in (tmp_path / "r").iterdir() if p.name != ".swax.lock"]
+
+
+def test_a_run_whose_config_holds_the_retired_keys_resumes(tmp_path):
+    """Earlier versions wrote guard.inject_nan_grad / inject_nan_loss into every config.yaml:
+    such a run still resumes (and ends where an uninterrupted run does)."""
+    import yaml
+
+    _, ref = run(tmp_path, "ref", "steps=4", "checkpoint.every=2")
+    args = ["steps=4", "checkpoint.every=2"]
+    with pytest.raises(Stop):
+        run(tmp_path, "old", *args, on_step_end=stop_at(2))
+    saved = tmp_path / "old" / "config.yaml"
+    config = yaml.safe_load(saved.read_text())
+    config["guard"].update(inject_nan_grad=[], inject_nan_loss=[])
+    saved.write_text(yaml.safe_dump(config, sort_keys=False))
+    _, resumed = run(tmp_path, "old", *args, "resume=true")
+    assert same(resumed, ref)
+    assert "inject" not in saved.read_text()
 
 
 def test_spike_skips_like_a_bad_gradient(tmp_path, monkeypatch):

@@ -182,6 +182,26 @@ def test_a_second_writer_is_refused(tmp_path):
     train(small_cfg(tmp_path, "steps=4", "resume=true", name="busy"))  # free again
 
 
+def test_another_process_holding_the_run_is_named_and_its_kill_frees_it(tmp_path):
+    """A second process holds the run folder: train() is refused naming its pid; killed with
+    SIGKILL (no clean-up at all), it leaves no stale lock to remove by hand."""
+    run_dir = tmp_path / "held"
+    code = ("import sys, time; from swax.train.runctl import RunLock; lock = RunLock(sys.argv[1]); "
+            "lock.acquire(); print('held', flush=True); time.sleep(600)")  # fmt: skip
+    child = subprocess.Popen(
+        [sys.executable, "-c", code, str(run_dir)], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert child.stdout.readline().strip() == "held"
+        with pytest.raises(ConfigError, match=rf"another swax train \(pid {child.pid} on"):
+            train(small_cfg(tmp_path, "steps=2", name="held"))
+    finally:
+        child.kill()
+        child.wait()
+    train(small_cfg(tmp_path, "steps=2", name="held"))
+    assert not (run_dir / ".swax.lock.holder").exists()  # the holder's name goes with the lock
+
+
 def _flip_byte(path, offset_from_end=100):
     data = bytearray(path.read_bytes())
     data[-offset_from_end] ^= 0x40
