@@ -117,26 +117,28 @@ class GatedDeltaNetLayer(TokenMixer):
         return t.repeat_interleave(self.v_heads // self.n_heads, dim=dim)
 
     def _inputs(self, x: torch.Tensor, conv0=None, doc_ids=None):
-        """Everything the delta rule reads, from x (B, T, d_model): q, k (B, T, Hv, Dk),
-        L2-normalised per head (and repeated for grouped value heads), v (B, T, Hv, Dv), the
-        log-decay g and beta (B, T, Hv) in float32,
-        the output gate silu(g_proj(x)) (B, T, v_dim) and the convolution's new state; ``conv0``
-        its state before x. The one place the projections, the convolution and the gates are
-        computed, for :meth:`sequence` and :meth:`step` alike."""
-        B, T, _ = x.shape
-        H = self.n_heads
-        u = torch.cat([self.q_proj(x), self.k_proj(x), self.v_proj(x)], dim=-1).transpose(1, 2)
+        """Everything the delta rule reads, from x (B, T, d_model), or (B, d_model) for one
+        token per row (then without the T axis): q, k (B, T, Hv, Dk), L2-normalised per head
+        (and repeated for grouped value heads), v (B, T, Hv, Dv), the log-decay g and beta
+        (B, T, Hv) in float32, the output gate silu(g_proj(x)) (B, T, v_dim) and the
+        convolution's new state; ``conv0`` its state before x. The one place the projections,
+        the convolution and the gates are computed, for :meth:`sequence` and :meth:`step`
+        alike."""
+        one = x.ndim == 2
+        u = torch.cat([self.q_proj(x), self.k_proj(x), self.v_proj(x)], dim=-1)
+        u = u[:, :, None] if one else u.transpose(1, 2)  # (B, channels, T)
         if doc_ids is None:
             u, conv = causal_conv1d(u, self.conv_weight, conv0)
         else:
             u, conv = doc_conv1d(u, self.conv_weight, doc_ids)
-        u = F.silu(u)
-        q, k, v = u.transpose(1, 2).split([self.qk_dim, self.qk_dim, self.v_dim], dim=-1)
+        u = F.silu(u[:, :, 0] if one else u.transpose(1, 2))
+        q, k, v = u.split([self.qk_dim, self.qk_dim, self.v_dim], dim=-1)
         # normalised in float32, returned in the projections' dtype: bfloat16 under autocast,
         # which is what fla's kernel takes (the residual stream x stays float32 there)
-        q = self._grouped(l2_normalize(q.view(B, T, H, -1), self.rsqrt_l2).to(u.dtype), 2)
-        k = self._grouped(l2_normalize(k.view(B, T, H, -1), self.rsqrt_l2).to(u.dtype), 2)
-        v = v.reshape(B, T, self.v_heads, -1)
+        heads = (*x.shape[:-1], self.n_heads, -1)
+        q = self._grouped(l2_normalize(q.view(heads), self.rsqrt_l2).to(u.dtype), -2)
+        k = self._grouped(l2_normalize(k.view(heads), self.rsqrt_l2).to(u.dtype), -2)
+        v = v.reshape(*x.shape[:-1], self.v_heads, -1)
         beta = torch.sigmoid(self.b_proj(x).float())  # (B, T, Hv)
         g = -self.A_log.float().exp() * F.softplus(self.a_proj(x).float() + self.dt_bias.float())
         return q, k, v, g, beta, F.silu(self.g_proj(x)), conv
@@ -146,11 +148,11 @@ class GatedDeltaNetLayer(TokenMixer):
         ``buffers`` (S, conv) as :meth:`sequence` returns the state, updated in place. ``pos``
         is ignored."""
         S, conv = buffers
-        q, k, v, g, beta, gate, new_conv = self._inputs(x[:, None], conv)
+        q, k, v, g, beta, gate, new_conv = self._inputs(x, conv)
         conv.copy_(new_conv)
-        o, S_new = gated_delta_step(q[:, 0], k[:, 0], v[:, 0], g[:, 0], beta[:, 0], S)
+        o, S_new = gated_delta_step(q, k, v, g, beta, S)
         S.copy_(S_new)
-        return self._out(o[:, None], gate)[:, 0]
+        return self._out(o, gate)
 
     def sequence(self, x: torch.Tensor, window, state, return_state: bool, doc_ids):
         """x: (B, T, d_model) -> (y (B, T, d_model), (S, conv) or None). ``window`` is ignored;
@@ -173,7 +175,7 @@ class GatedDeltaNetLayer(TokenMixer):
         return y, ((S, new_conv) if return_state else None)
 
     def _out(self, o: torch.Tensor, gate: torch.Tensor) -> torch.Tensor:
-        """y = o_proj(per-head RMSNorm(o) * gate), o (B, T, H, Dv), gate (B, T, v_dim)."""
+        """y = o_proj(per-head RMSNorm(o) * gate), o (B, [T,] H, Dv), gate (B, [T,] v_dim)."""
         return self.o_proj(self.norm(o) * gate)
 
     def mixing_flops(self, seq_len: int, window) -> float:

@@ -107,23 +107,24 @@ class MLSTMLayer(TokenMixer):
             nn.init.uniform_(self.conv_weight, -bound, bound)
 
     def _inputs(self, x: torch.Tensor, conv0=None, doc_ids=None):
-        """Everything the cell reads, from x (B, T, d_model): q, k (B, T, H, Dqk), v (B, T, H,
-        Dv), the soft-capped gate pre-activations i, f (B, T, H), the output gate o (B, T, v_dim)
-        and, with the convolution, its new state (else None); ``conv0``: the convolution's
-        state before x. The one place the projections, the convolution and the gates are
-        computed, for :meth:`sequence` and :meth:`step` alike."""
-        B, T, _ = x.shape
+        """Everything the cell reads, from x (B, T, d_model), or (B, d_model) for one token per
+        row (then without the T axis): q, k (B, T, H, Dqk), v (B, T, H, Dv), the soft-capped
+        gate pre-activations i, f (B, T, H), the output gate o (B, T, v_dim) and, with the
+        convolution, its new state (else None); ``conv0``: the convolution's state before x.
+        The one place the projections, the convolution and the gates are computed, for
+        :meth:`sequence` and :meth:`step` alike."""
         xqk, conv = x, None
         if self.conv_weight is not None:
+            u = x[:, :, None] if x.ndim == 2 else x.transpose(1, 2)  # (B, d, T)
             if doc_ids is None:
-                xqk, conv = causal_conv1d(x.transpose(1, 2), self.conv_weight, conv0)
+                u, conv = causal_conv1d(u, self.conv_weight, conv0)
             else:
-                xqk, conv = doc_conv1d(x.transpose(1, 2), self.conv_weight, doc_ids)
-            xqk = F.silu(xqk).transpose(1, 2)
-        H = self.n_heads
-        q = self.q(xqk).view(B, T, H, -1)
-        k = self.k(xqk).view(B, T, H, -1)
-        v = self.v(x).view(B, T, H, -1)
+                u, conv = doc_conv1d(u, self.conv_weight, doc_ids)
+            xqk = F.silu(u[:, :, 0] if x.ndim == 2 else u.transpose(1, 2))
+        heads = (*x.shape[:-1], self.n_heads, -1)
+        q = self.q(xqk).view(heads)
+        k = self.k(xqk).view(heads)
+        v = self.v(x).view(heads)
         i = soft_cap(self.igate(x), self.gate_soft_cap)
         f = soft_cap(self.fgate(x), self.gate_soft_cap)
         return q, k, v, i, f, torch.sigmoid(self.ogate(x)), conv
@@ -137,13 +138,13 @@ class MLSTMLayer(TokenMixer):
         ``buffers`` (C, n, m) or (C, n, m, conv) as :meth:`sequence` returns the state, updated
         in place. ``pos`` is ignored."""
         conv0 = buffers[3] if self.conv_weight is not None else None
-        q, k, v, i, f, o, conv = self._inputs(x[:, None], conv0)
+        q, k, v, i, f, o, conv = self._inputs(x, conv0)
         if conv is not None:
             buffers[3].copy_(conv)
-        h, new = mlstm_step(q[:, 0], k[:, 0], v[:, 0], i[:, 0], f[:, 0], buffers[:3], eps=self.eps)
+        h, new = mlstm_step(q, k, v, i, f, buffers[:3], eps=self.eps)
         for buf, value in zip(buffers, new):
             buf.copy_(value)
-        return self._out(o[:, 0], h)
+        return self._out(o, h)
 
     def sequence(self, x: torch.Tensor, window, state, return_state: bool, doc_ids):
         """x: (B, T, d_model) -> (y (B, T, d_model), (C, n, m) or (C, n, m, conv) or None).
