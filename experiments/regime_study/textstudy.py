@@ -4,6 +4,9 @@
     python experiments/regime_study/textstudy.py --config text_code.yaml --run --jobs 2
     python experiments/regime_study/textstudy.py --quick --run --report-dir DIR   # CI smoke test
 
+``--quick --run`` trains the reduced controls and pystdlib runs (KJV's reduced runs only with
+``--config text_kjv.yaml``: the study has no KJV main runs, its controls failed).
+
 The rule (TEXT_RULE.md) was committed before the first main run; this script applies it to the
 committed per-run files of ``text_controls.yaml``, ``text_code.yaml`` (pystdlib) and
 ``text_kjv.yaml`` (KJV) and reads nothing else: every number in TEXT_STUDY.md, the text-only
@@ -504,7 +507,8 @@ def main(argv=None) -> int:
             if not cfg.archive:
                 cfg.archive = str(Path(cfg.out_dir).resolve() / "archive")
     if args.run:
-        for f in [args.config] if args.config else names:
+        default = [f for f in names if not (args.quick and f == "text_kjv.yaml")]
+        for f in [args.config] if args.config else default:
             if f not in cfgs:
                 cfgs[f] = load_sweep(HERE / f, quick=args.quick)
             cfg = cfgs[f]

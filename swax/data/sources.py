@@ -69,11 +69,12 @@ EMBEDDED = ("kjv", "pystdlib")
 library's own source (code); both are on every machine that has swax installed."""
 
 
+@functools.lru_cache(maxsize=1)
 def pystdlib_documents() -> tuple[str, ...]:
     """The ``.py`` files of this Python's standard library (``sysconfig``'s ``stdlib`` path,
     without site-packages, tests' data folders included), one document per file in sorted
     path order: real code with long-range identifier reuse, about 30 MB on CPython 3.11.
-    Which files there are depends on the Python version."""
+    Which files there are depends on the Python version. Read once per process."""
     import sysconfig
 
     root = Path(sysconfig.get_paths()["stdlib"])

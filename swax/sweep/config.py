@@ -80,6 +80,9 @@ class EvalSpec:
     copy_baseline_tokens: int = bounded(0, "[0, inf)")
     """Fit the copy probe's n-gram baseline on the first this many training tokens (0 = all of
     them; a smoke test's shortcut: fewer tokens make a weaker baseline and more copy events)."""
+    copy_heldout_tokens: int = bounded(0, "[0, inf)")
+    """Look for copy events in the first this many held-out tokens only (0 = all of them; a
+    smoke test's shortcut: fewer events to choose from, the same probe)."""
     copy_edges: list[int] = bounded(bounds="[1, inf)", default_factory=list)
     """Reach edges of the copy ranges, e.g. [8, 32, 64, 128, 256]: fine ranges between them
     (swax.probes.copies.copy_ranges); empty = the run's distance buckets (W_short, W_long, T,

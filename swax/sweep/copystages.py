@@ -32,6 +32,10 @@ class CopyStages:
             _BASELINES[key] = NgramBaseline.cached(fit, ev.copy_context, folder)
         return buckets, _BASELINES[key]
 
+    def _heldout(self):
+        """The held-out tokens the copy events are drawn from (eval.copy_heldout_tokens)."""
+        return self.val[: self.ev.copy_heldout_tokens or None]
+
     def _events(self) -> dict:
         """The copy events of the held-out rows by row length, found once per evaluation (both
         stages read them)."""
@@ -40,8 +44,8 @@ class CopyStages:
     def copies(self) -> dict:
         """Copy gain by distance bucket on held-out text, with the window cut and the reset."""
         buckets, baseline = self._copy_setup()
-        plans = plan_copy_events(self.val, buckets, baseline, self.ev.copy_events, self.ev.seed,
-                                 self.tok.eot_id, self._events())  # fmt: skip
+        plans = plan_copy_events(self._heldout(), buckets, baseline, self.ev.copy_events,
+                                 self.ev.seed, self.tok.eot_id, self._events())  # fmt: skip
         rows = copy_gain(
             self.model, plans, self.deploy_window,
             probe_window=self.ev.probe_window or self.tcfg.window.short,
@@ -54,8 +58,9 @@ class CopyStages:
         """Copy gain per bucket (own window) at every kept checkpoint and the final model."""
         buckets, baseline = self._copy_setup()
         per_step = self.tcfg.batch_size * self.tcfg.seq_len
-        plans = plan_copy_events(self.val, buckets, baseline, self.ev.copy_curve_events,
-                                 self.ev.seed, self.tok.eot_id, self._events())  # fmt: skip
+        plans = plan_copy_events(self._heldout(), buckets, baseline,
+                                 self.ev.copy_curve_events, self.ev.seed, self.tok.eot_id,
+                                 self._events())  # fmt: skip
         points = []
         for step, load in self._checkpoints():
             rows = copy_gain(load(), plans, self.deploy_window, batch_size=self.ev.batch_size,

@@ -149,3 +149,26 @@ def test_the_rule_was_committed_before_the_first_main_run_result():
                    f"experiments/regime_study/results/{archive}")  # fmt: skip
         for t in (out or "").split():
             assert int(t) >= rule_time, archive
+
+
+@pytest.mark.slow
+def test_quick_text_study_runs_and_reports(tmp_path):
+    """The study end to end in its reduced form (the CI smoke test): the controls and the
+    pystdlib runs trained, probed and archived, and TEXT_STUDY.md written from the archives."""
+    cmd = [sys.executable, str(HERE / "textstudy.py"), "--quick", "--run", "--report-dir",
+           str(tmp_path / "r")]  # fmt: skip
+    r = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    report = (tmp_path / "r" / "TEXT_STUDY.md").read_text()
+    for control in ("sd-code", "sx-code"):
+        assert f"| {control} | pystdlib |" in report
+    ranges = ("(8, 32]", "(32, 64]", "(64, 128]", "(128, 256]", "(256, 1024]", "(32, T]",
+              "(64, T]")  # fmt: skip
+    for run in ("sx-short", "sx-long", "sx-stoch"):
+        for rng in ranges:
+            assert f"| {run} | 0 | {rng} | 8 (" in report, (run, rng)
+        kept = tmp_path / "runs/text_code_quick/archive" / run / "seed0.json"
+        assert kept.is_file(), run
+    # the KJV sections read the controls the quick study did not run
+    assert report.count("- control not run yet.") == 2
+    assert "sx-short seed 0 (beyond_64):" in report  # the curve over the kept checkpoints
