@@ -246,11 +246,13 @@ def family_result(cfg, runs, roles: dict, w_long: int = 64, role: str = "long") 
     if w_long == 64:
         st = [p["stoch_reading"] for p in per_seed if p["stoch_reading"]]
         out["memory_half"] = memory_half(st, planned)
-        loss = {r: [by[r][s].get("text_val_loss", math.nan) for s in seeds if s in by.get(r, {})]
+        trios = [s for s in seeds if s in by.get("stochastic", {})]  # the seeds with all three
+        loss = {r: [by[r][s].get("text_val_loss", math.nan) for s in trios]
                 for r in ("short", "long", "stochastic")}  # fmt: skip
-        if all(len(v) == len(seeds) for v in loss.values()):
+        out["loss"] = {s: [loss[r][i] for r in loss] for i, s in enumerate(trios)}
+        if len(trios) >= 2:
             out["quality"] = quality_half(loss["short"], loss["long"], loss["stochastic"])
-            out["loss"] = loss
+            out["quality_seeds"] = len(trios)
     return out
 
 
@@ -281,6 +283,10 @@ def verdict_line(corpus: str, fam: str, res: dict, tokens: float) -> str:
     )
 
 
+def _of_planned(n: int, planned: int) -> str:
+    return "" if n >= planned else f" (from {n} of {planned} seeds; the rest not run yet)"
+
+
 def family_section(corpus: str, fam: str, cfg, runs, roles, tokens: float) -> list[str]:
     res = family_result(cfg, runs, roles)
     lines = [f"### {fam} on {corpus}", "", "- " + verdict_line(corpus, fam, res, tokens)]
@@ -300,18 +306,21 @@ def family_section(corpus: str, fam: str, cfg, runs, roles, tokens: float) -> li
             f"(95 % t interval {d['ci'][0]:+.4f} to {d['ci'][1]:+.4f}, sign-flip p = "
             f"{d['p']:.2f}), against half the short window's cost {c['mean'] / 2:+.4f} (cost "
             f"{c['mean']:+.4f}, interval {c['ci'][0]:+.4f} to {c['ci'][1]:+.4f}): "
-            f"**{q['verdict']}**."
+            f"**{q['verdict']}**{_of_planned(res['quality_seeds'], res['planned'])}."
         )
+        if c["n"] >= 2 and c["ci"][1] < 0:
+            lines.append(
+                "- the short window's text loss is *lower* than the long window's (the cost's "
+                "interval lies below 0): the premise of the quality half, that a short window "
+                "costs quality, does not hold here. The rule did not foresee this case; its "
+                "verdict above is applied as written."
+            )
     head = ["seed", f"G short ({res['key']})", "G long", "long / short", "reading", "G stoch",
             "stoch / short", "text loss short / long / stoch"]  # fmt: skip
     rows = []
     loss = res.get("loss", {})
-    for i, p in enumerate(res["seeds"]):
-        lo = (
-            " / ".join(f"{loss[r][i]:.4f}" for r in ("short", "long", "stochastic"))
-            if loss
-            else "–"
-        )
+    for p in res["seeds"]:
+        lo = " / ".join(f"{x:.4f}" for x in loss[p["seed"]]) if p["seed"] in loss else "–"
         rows.append([str(p["seed"]), fmt(p["short"]), fmt(p["long"]),
                      _ratio(p["long"], p["short"]), p["reading"], fmt(p["stoch"]),
                      _ratio(p["stoch"], p["short"]), lo])  # fmt: skip

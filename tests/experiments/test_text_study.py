@@ -105,6 +105,35 @@ def test_claim_3_quality_half(ts):
     assert ts.quality_half(flat, long, stoch)["verdict"] == "not applicable"
 
 
+def _record(seed, gain_mean, loss):
+    row = {"key": "beyond_64", "gain": g(gain_mean, gain_mean - 0.01, gain_mean + 0.01)}
+    return {"seed": seed, "copies": {"buckets": [row]}, "text_val_loss": loss}
+
+
+def test_the_quality_half_reads_the_seeds_that_have_all_three_runs(ts):
+    """A seed without its stochastic run counts for the laziness reading but not for the
+    quality half, which says from how many seeds it was read; a short window better than the
+    long one is pointed out (the rule's premise fails)."""
+    from types import SimpleNamespace
+
+    cfg = SimpleNamespace(seeds=[0, 1, 2, 3])
+    runs = {
+        "s": [_record(k, 0.05, 1.10 + 0.001 * k) for k in range(3)],
+        "l": [_record(k, 0.0, 1.20 + 0.002 * k) for k in range(3)],
+        "t": [_record(k, 0.0, 1.15 + 0.003 * k) for k in range(2)],
+    }
+    roles = {"short": "s", "long": "l", "stochastic": "t"}
+    res = ts.family_result(cfg, runs, roles)
+    assert [p["seed"] for p in res["seeds"]] == [0, 1, 2]
+    assert res["quality_seeds"] == 2 and sorted(res["loss"]) == [0, 1]
+    # cost: short - long = -0.10 and -0.101 (hand values), below 0 in both seeds
+    assert math.isclose(res["quality"]["cost"]["mean"], -0.1005, abs_tol=1e-9)
+    text = "\n".join(ts.family_section("pystdlib", "SX", cfg, runs, roles, 30.7))
+    assert "(from 2 of 4 seeds; the rest not run yet)" in text
+    assert "the premise of the quality half" in text
+    assert "| 2 | 0.050 [0.040, 0.060]* |" in text and text.rstrip().endswith("| – | – | – |")
+
+
 def test_the_memory_appears_when_two_checkpoints_in_a_row_copy(ts):
     pts = [
         {"tokens": 2e6, "ci": {"k": [0.001, 0.01]}},
