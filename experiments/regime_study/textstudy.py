@@ -217,8 +217,11 @@ def control_table(ccfg, cruns) -> tuple[list[str], dict]:
             fam = _family_of(t.model.layer_pattern)
             c = control_reading(rec)
             key = (str(t.data.source), fam)
+            bias = f"{t.model.mlstm_igate_bias_init:g}"
+            tried = out.get(key, {}).get("tried", []) + [f"{name} (bias {bias}): {c['why']}"]
             if key not in out or (c["passes"] and not out[key]["passes"]):
                 out[key] = {**c, "name": name}
+            out[key]["tried"] = tried
             rows.append([
                 name, str(t.data.source), fam, f"{t.model.mlstm_igate_bias_init:g}",
                 f"{rec.get('summary', {}).get('tokens', math.nan) / 1e6:.1f}M",
@@ -226,6 +229,13 @@ def control_table(ccfg, cruns) -> tuple[list[str], dict]:
                 "yes" if c["passes"] else f"no: {c['why']}", "yes" if c["arm128"] else "no",
             ])  # fmt: skip
     return _table(head, rows), out
+
+
+def failed(c: dict) -> str:
+    """Why a family has no verdict on a corpus: the control, or every control tried, failed."""
+    if len(c.get("tried", [])) < 2:
+        return f"its control ({c['name']}) failed: {c['why']}"
+    return "its controls failed: " + "; ".join(c["tried"])
 
 
 def family_result(cfg, runs, roles: dict, w_long: int = 64, role: str = "long") -> dict:
@@ -376,7 +386,7 @@ def verdicts(ccfg=None, mains=None) -> list[dict]:
             if c is None:
                 out.append({**rec, "verdict": "control not run yet"})
             elif not c["passes"]:
-                out.append({**rec, "verdict": "cannot decide at this scale", "why": c["why"]})
+                out.append({**rec, "verdict": "cannot decide at this scale", "why": failed(c)})
             elif not any(runs.get(n) for n in roles.values()):
                 out.append({**rec, "verdict": "not yet run"})
             else:
@@ -391,7 +401,7 @@ def summary_lines(records: list[dict]) -> list[str]:
     for r in records:
         head = f"- **{r['family']} on {r['corpus']}** ({r['tokens']:.1f}M tokens, T = 256): "
         if "seeds" not in r:
-            why = f" (its control: {r['why']})" if r.get("why") else ""
+            why = f" ({r['why']})" if r.get("why") else ""
             out.append(head + f"**{r['verdict']}**{why}.")
             continue
         n = len(r["seeds"])
@@ -461,8 +471,7 @@ def write_report(out: Path, command: str, ccfg=None, mains=None) -> Path:
                 continue
             if not c["passes"]:
                 lines += [f"### {fam} on {corpus}", "",
-                          f"- **cannot decide at this scale**: its control ({c['name']}) failed: "
-                          f"{c['why']}.", ""]  # fmt: skip
+                          f"- **cannot decide at this scale**: {failed(c)}.", ""]  # fmt: skip
                 continue
             if not any(runs.get(n) for n in roles.values()):
                 lines += [f"### {fam} on {corpus}", "", "- no main run archived yet.", ""]

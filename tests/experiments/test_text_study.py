@@ -134,6 +134,22 @@ def test_the_quality_half_reads_the_seeds_that_have_all_three_runs(ts):
     assert "| 2 | 0.050 [0.040, 0.060]* |" in text and text.rstrip().endswith("| – | – | – |")
 
 
+def test_a_family_whose_every_control_failed_names_each_attempt(ts):
+    """SX on KJV was tried at input-gate bias -4 and again at 0; the reason names both."""
+    from swax.sweep import load_sweep
+
+    ccfg = load_sweep(HERE / "text_controls.yaml")
+    flat = {"key": "beyond_32", "gain": g(0.0, -0.001, 0.001),
+            "probes": {"reset": g(0.0, 0.0, 0.0)}}  # fmt: skip
+    rec = {"seed": 0, "copies": {"buckets": [flat]}, "summary": {"tokens": 16.4e6}}
+    _, out = ts.control_table(ccfg, {"sx-kjv": [rec], "sx-kjv-b0": [rec], "sd-kjv": [rec]})
+    sx, sd = out[("kjv", "SX")], out[("kjv", "SD")]
+    assert not sx["passes"] and not sd["passes"]
+    assert ts.failed(sx).startswith("its controls failed: sx-kjv (bias -4): gain beyond 32")
+    assert "; sx-kjv-b0 (bias 0): gain beyond 32" in ts.failed(sx)
+    assert ts.failed(sd).startswith("its control (sd-kjv) failed: gain beyond 32 0.000")
+
+
 def test_the_memory_appears_when_two_checkpoints_in_a_row_copy(ts):
     pts = [
         {"tokens": 2e6, "ci": {"k": [0.001, 0.01]}},
