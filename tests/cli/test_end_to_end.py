@@ -27,6 +27,14 @@ def test_prefill_131k_tokens_without_quadratic_tensors():
     assert rss < 4.0
 
 
+def test_copy_probe_benchmark_smoke():
+    r = run(["benchmarks/copy_probe.py", "--fit-tokens", "200000", "--heldout-tokens", "100000",
+             "--events", "50", "--rounds", "1"])  # fmt: skip
+    assert r.returncode == 0, r.stderr[-3000:]
+    rows = [ln for ln in r.stdout.splitlines() if ln.lstrip().startswith(("n-gram", "copy ev"))]
+    assert len(rows) == 2 and all(ln.split()[-1] == "yes" for ln in rows), r.stdout
+
+
 def test_ops_benchmark_smoke(tmp_path):
     out = tmp_path / "ops.csv"
     r = run(["benchmarks/ops.py", "--T", "256", "--repeat", "1", "--csv", str(out)])
