@@ -369,6 +369,33 @@ def curve_lines(runs, names: list[str], key_of) -> list[str]:
     return out
 
 
+def paired_appearance(cfg, runs) -> list[str]:
+    """Per family, a table by seed: when each run's memory gain beyond W_long appeared
+    (:func:`appeared_at`; 'never' = not within the budget)."""
+    out = []
+    for fam, roles in families(cfg).items():
+        present = [r for r in roles if runs.get(roles[r])]
+        if not present:
+            continue
+        head = ["seed", *(f"{r} ({roles[r]})" for r in present)]
+        rows = []
+        for seed in cfg.seeds:
+            cells = []
+            for r in present:
+                rec = next((x for x in runs[roles[r]] if x["seed"] == seed), None)
+                at = (
+                    appeared_at(rec.get("copy_curve", []), far_key(128 if r == "long128" else 64))
+                    if rec
+                    else None
+                )
+                cells.append("" if not rec else "never" if at is None else f"{at:.1f}M")
+            if any(cells):
+                rows.append([str(seed), *cells])
+        out += [f"{fam}, millions of tokens until G beyond W_long appeared (a blank: not run yet):",
+                "", *_table(head, rows), ""]  # fmt: skip
+    return out
+
+
 def verdicts(ccfg=None, mains=None) -> list[dict]:
     """One record per (corpus, family): the verdict by TEXT_RULE.md or why there is none, the
     claim-3 halves, the map's prediction, and what they were read at."""
@@ -496,7 +523,7 @@ def write_report(out: Path, command: str, ccfg=None, mains=None) -> Path:
 
             return far_key(train_config(cfg, name, cfg.seeds[0]).window.long)
 
-        lines += curve_lines(runs, names, key_of)
+        lines += paired_appearance(cfg, runs) + curve_lines(runs, names, key_of)
     lines.append("")
     path = out / REPORT
     path.write_text("\n".join(lines))

@@ -161,6 +161,24 @@ def test_the_memory_appears_when_two_checkpoints_in_a_row_copy(ts):
     assert ts.appeared_at(pts[:3], "k") is None
 
 
+def test_the_appearances_are_paired_by_seed(ts):
+    from types import SimpleNamespace
+
+    def curve(seed, first_above):  # above 0 from checkpoint index first_above on
+        lows = [0.001 if i >= first_above else -0.001 for i in range(4)]
+        pts = [
+            {"tokens": 2e6 * (i + 1), "ci": {"beyond_64": [lo, 0.01]}} for i, lo in enumerate(lows)
+        ]
+        return {"seed": seed, "copy_curve": pts}
+
+    cfg = SimpleNamespace(seeds=[0, 1, 2], families={"SX": {"short": "s", "long": "l"}})
+    runs = {"s": [curve(0, 0), curve(1, 2)], "l": [curve(0, 9)]}
+    text = "\n".join(ts.paired_appearance(cfg, runs))
+    assert "| seed | short (s) | long (l) |" in text
+    assert "| 0 | 2.0M | never |" in text and "| 1 | 6.0M |  |" in text
+    assert "| 2 |" not in text  # no run of seed 2 yet
+
+
 def test_the_maps_prediction_is_read_against_the_verdict(ts):
     assert ts.map_prediction("not lazy").startswith("confirmed")
     assert ts.map_prediction("lazy").startswith("refuted")
