@@ -505,3 +505,12 @@ def test_sigterm_to_a_parallel_sweep_stops_its_runs_and_it_resumes(tmp_path):
     assert r.stderr.count("resumed from step_") == 2
     for m in metrics:
         assert (m.parent / "eval.json").is_file()
+
+
+def test_copy_probe_keys_are_checked_by_name(tmp_path):
+    data = _tiny_sweep(tmp_path, {"w8": {"window": {"fixed": 8}}})
+    data["eval"] = {"copy_events": 8, "copy_heldout_tokens": 60000}
+    assert load_sweep(_write(tmp_path, data)).eval.copy_heldout_tokens == 60000
+    data["eval"]["copy_heldout_tokens"] = -1
+    with pytest.raises(ConfigError, match="copy_heldout_tokens"):
+        load_sweep(_write(tmp_path, data))
