@@ -369,7 +369,7 @@ def curve_lines(runs, names: list[str], key_of) -> list[str]:
     return out
 
 
-def paired_appearance(cfg, runs) -> list[str]:
+def paired_appearance(cfg, runs, key_of) -> list[str]:
     """Per family, a table by seed: when each run's memory gain beyond W_long appeared
     (:func:`appeared_at`; 'never' = not within the budget)."""
     out = []
@@ -383,11 +383,7 @@ def paired_appearance(cfg, runs) -> list[str]:
             cells = []
             for r in present:
                 rec = next((x for x in runs[roles[r]] if x["seed"] == seed), None)
-                at = (
-                    appeared_at(rec.get("copy_curve", []), far_key(128 if r == "long128" else 64))
-                    if rec
-                    else None
-                )
+                at = appeared_at(rec.get("copy_curve", []), key_of(roles[r])) if rec else None
                 cells.append("" if not rec else "never" if at is None else f"{at:.1f}M")
             if any(cells):
                 rows.append([str(seed), *cells])
@@ -523,7 +519,7 @@ def write_report(out: Path, command: str, ccfg=None, mains=None) -> Path:
 
             return far_key(train_config(cfg, name, cfg.seeds[0]).window.long)
 
-        lines += paired_appearance(cfg, runs) + curve_lines(runs, names, key_of)
+        lines += paired_appearance(cfg, runs, key_of) + curve_lines(runs, names, key_of)
     lines.append("")
     path = out / REPORT
     path.write_text("\n".join(lines))

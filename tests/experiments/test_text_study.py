@@ -173,7 +173,7 @@ def test_the_appearances_are_paired_by_seed(ts):
 
     cfg = SimpleNamespace(seeds=[0, 1, 2], families={"SX": {"short": "s", "long": "l"}})
     runs = {"s": [curve(0, 0), curve(1, 2)], "l": [curve(0, 9)]}
-    text = "\n".join(ts.paired_appearance(cfg, runs))
+    text = "\n".join(ts.paired_appearance(cfg, runs, lambda name: "beyond_64"))
     assert "| seed | short (s) | long (l) |" in text
     assert "| 0 | 2.0M | never |" in text and "| 1 | 6.0M |  |" in text
     assert "| 2 |" not in text  # no run of seed 2 yet
