@@ -13,50 +13,61 @@ ROOT = Path(__file__).resolve().parents[2]
 HERE = ROOT / "experiments" / "regime_study"
 
 
-@pytest.fixture(scope="module")
-def ts():
+def _load(name: str):
     if str(HERE) not in sys.path:
         sys.path.insert(0, str(HERE))
     import importlib.util
 
-    spec = importlib.util.spec_from_file_location("regime_textstudy", HERE / "textstudy.py")
+    spec = importlib.util.spec_from_file_location(f"regime_{name}", HERE / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+@pytest.fixture(scope="module")
+def ts():
+    """The study's report (textstudy.py)."""
+    return _load("textstudy")
+
+
+@pytest.fixture(scope="module")
+def tr():
+    """The study's rule (textrule.py)."""
+    return _load("textrule")
 
 
 def g(mean, lo, hi):
     return {"mean": mean, "ci": [lo, hi], "n": 1000, "copies": lo > 0}
 
 
-def test_a_control_passes_when_the_memory_copies_and_the_reset_removes_it(ts):
+def test_a_control_passes_when_the_memory_copies_and_the_reset_removes_it(tr):
     def rec(gain, reset, far=None):
         rows = [{"key": "beyond_32", "gain": gain, "probes": {"reset": reset}}]
         if far:
             rows.append({"key": "r128_256", "gain": far})
         return {"copies": {"buckets": rows}}
 
-    ok = ts.control_reading(rec(g(0.09, 0.07, 0.11), g(0.0, 0.0, 0.0), g(0.009, 0.006, 0.012)))
+    ok = tr.control_reading(rec(g(0.09, 0.07, 0.11), g(0.0, 0.0, 0.0), g(0.009, 0.006, 0.012)))
     assert ok["passes"] and ok["arm128"]
-    assert not ts.control_reading(rec(g(0.09, 0.07, 0.11), g(0.0, 0.0, 0.0)))["arm128"]
+    assert not tr.control_reading(rec(g(0.09, 0.07, 0.11), g(0.0, 0.0, 0.0)))["arm128"]
     # an interval that reaches 0 is not a copy, whatever its mean
-    weak = ts.control_reading(rec(g(0.03, -0.001, 0.06), g(0.0, 0.0, 0.0)))
+    weak = tr.control_reading(rec(g(0.03, -0.001, 0.06), g(0.0, 0.0, 0.0)))
     assert not weak["passes"] and "does not lie above 0" in weak["why"]
     # a gain the reset keeps is attention's, not the memory's
-    att = ts.control_reading(rec(g(0.09, 0.07, 0.11), g(0.05, 0.03, 0.07)))
+    att = tr.control_reading(rec(g(0.09, 0.07, 0.11), g(0.05, 0.03, 0.07)))
     assert not att["passes"] and "not the memory alone" in att["why"]
     # a small reset effect, below a quarter of the gain, still passes
-    assert ts.control_reading(rec(g(0.09, 0.07, 0.11), g(0.01, 0.005, 0.015)))["passes"]
+    assert tr.control_reading(rec(g(0.09, 0.07, 0.11), g(0.01, 0.005, 0.015)))["passes"]
 
 
-def test_one_seed_reads_lazy_between_not_lazy_or_no_reference(ts):
+def test_one_seed_reads_lazy_between_not_lazy_or_no_reference(tr):
     short = g(0.04, 0.02, 0.06)
-    assert ts.seed_reading(short, g(0.01, 0.0, 0.02)) == "lazy"  # 0.25x exactly
-    assert ts.seed_reading(short, g(0.011, 0.0, 0.02)) == "between"
-    assert ts.seed_reading(short, g(0.03, 0.0, 0.05)) == "not lazy"  # 0.75x exactly
-    assert ts.seed_reading(short, g(-0.01, -0.02, 0.0)) == "lazy"
-    assert ts.seed_reading(g(0.04, -0.01, 0.09), g(0.0, 0, 0)) == "no reference"
-    assert ts.seed_reading(None, g(0.0, 0, 0)) == "no reference"
+    assert tr.seed_reading(short, g(0.01, 0.0, 0.02)) == "lazy"  # 0.25x exactly
+    assert tr.seed_reading(short, g(0.011, 0.0, 0.02)) == "between"
+    assert tr.seed_reading(short, g(0.03, 0.0, 0.05)) == "not lazy"  # 0.75x exactly
+    assert tr.seed_reading(short, g(-0.01, -0.02, 0.0)) == "lazy"
+    assert tr.seed_reading(g(0.04, -0.01, 0.09), g(0.0, 0, 0)) == "no reference"
+    assert tr.seed_reading(None, g(0.0, 0, 0)) == "no reference"
 
 
 @pytest.mark.parametrize(
@@ -74,35 +85,35 @@ def test_one_seed_reads_lazy_between_not_lazy_or_no_reference(ts):
         (["not lazy"] * 2 + ["no reference"], 3, "cannot decide at this scale"),
     ],
 )
-def test_the_family_verdict(ts, readings, planned, verdict):
-    assert ts.family_verdict(readings, planned) == verdict
+def test_the_family_verdict(tr, readings, planned, verdict):
+    assert tr.family_verdict(readings, planned) == verdict
 
 
-def test_claim_3_memory_half(ts):
-    assert ts.memory_half(["not lazy"] * 4 + ["lazy"], 5) == "held"
-    assert ts.memory_half(["lazy"] * 5, 5) == "did not hold"
-    assert ts.memory_half(["between"] * 5, 5) == "cannot be shown at this scale"
-    assert ts.memory_half(["no reference"] * 2 + ["not lazy"] * 3, 5) == (
+def test_claim_3_memory_half(tr):
+    assert tr.memory_half(["not lazy"] * 4 + ["lazy"], 5) == "held"
+    assert tr.memory_half(["lazy"] * 5, 5) == "did not hold"
+    assert tr.memory_half(["between"] * 5, 5) == "cannot be shown at this scale"
+    assert tr.memory_half(["no reference"] * 2 + ["not lazy"] * 3, 5) == (
         "cannot be shown at this scale"
     )
 
 
-def test_claim_3_quality_half(ts):
+def test_claim_3_quality_half(tr):
     long = [1.00, 1.02, 0.98, 1.01, 0.99]
     short = [x + 0.10 + e for x, e in zip(long, [0.01, -0.01, 0.0, 0.005, -0.005])]
     # the stochastic run within 0.01 of the long one: below half the cost (0.05)
     stoch = [x + 0.01 + e for x, e in zip(long, [0.002, -0.002, 0.001, 0.0, -0.001])]
-    assert ts.quality_half(short, long, stoch)["verdict"] == "held"
+    assert tr.quality_half(short, long, stoch)["verdict"] == "held"
     # as costly as the short window: above half the cost
-    assert ts.quality_half(short, long, short)["verdict"] == "did not hold"
+    assert tr.quality_half(short, long, short)["verdict"] == "did not hold"
     # straddling half the cost
     wide = [x + d for x, d in zip(long, [0.0, 0.10, 0.02, 0.09, 0.04])]
-    q = ts.quality_half(short, long, wide)
+    q = tr.quality_half(short, long, wide)
     assert q["diff"]["ci"][0] < 0.05 < q["diff"]["ci"][1]
     assert q["verdict"] == "cannot be shown at this scale"
     # no cost to recover: the short window is no worse than the long one within the noise
     flat = [x + d for x, d in zip(long, [0.02, -0.02, 0.01, -0.01, 0.0])]
-    assert ts.quality_half(flat, long, stoch)["verdict"] == "not applicable"
+    assert tr.quality_half(flat, long, stoch)["verdict"] == "not applicable"
 
 
 def _record(seed, gain_mean, loss):
@@ -150,15 +161,15 @@ def test_a_family_whose_every_control_failed_names_each_attempt(ts):
     assert ts.failed(sd).startswith("its control (sd-kjv) failed: gain beyond 32 0.000")
 
 
-def test_the_memory_appears_when_two_checkpoints_in_a_row_copy(ts):
+def test_the_memory_appears_when_two_checkpoints_in_a_row_copy(tr):
     pts = [
         {"tokens": 2e6, "ci": {"k": [0.001, 0.01]}},
         {"tokens": 4e6, "ci": {"k": [-0.001, 0.01]}},
         {"tokens": 6e6, "ci": {"k": [0.002, 0.01]}},
         {"tokens": 8e6, "ci": {"k": [0.003, 0.01]}},
     ]
-    assert ts.appeared_at(pts, "k") == pytest.approx(6.0)
-    assert ts.appeared_at(pts[:3], "k") is None
+    assert tr.appeared_at(pts, "k") == pytest.approx(6.0)
+    assert tr.appeared_at(pts[:3], "k") is None
 
 
 def test_the_appearances_are_paired_by_seed(ts):
@@ -179,15 +190,15 @@ def test_the_appearances_are_paired_by_seed(ts):
     assert "| 2 |" not in text  # no run of seed 2 yet
 
 
-def test_the_maps_prediction_is_read_against_the_verdict(ts):
-    assert ts.map_prediction("not lazy").startswith("confirmed")
-    assert ts.map_prediction("lazy").startswith("refuted")
-    assert ts.map_prediction("partial").startswith("neither")
+def test_the_maps_prediction_is_read_against_the_verdict(tr):
+    assert tr.map_prediction("not lazy").startswith("confirmed")
+    assert tr.map_prediction("lazy").startswith("refuted")
+    assert tr.map_prediction("partial").startswith("neither")
     # the committed constants are TEXT_RULE.md's
     rule = (HERE / "TEXT_RULE.md").read_text()
-    lo, hi = ts.RHO_STAR[1:]
+    lo, hi = tr.RHO_STAR[1:]
     assert f"0.25 % of the episodes (95 % bootstrap interval\n{100 * lo:g}–{100 * hi:g} %)" in rule
-    assert "0.0085 %" in rule and math.isclose(ts.RHO_STAR[0] * ts.ANSWERS_OF_TARGETS, 8.5e-5)
+    assert "0.0085 %" in rule and math.isclose(tr.RHO_STAR[0] * tr.ANSWERS_OF_TARGETS, 8.5e-5)
 
 
 def test_the_committed_report_is_made_from_the_committed_runs(ts, tmp_path):
