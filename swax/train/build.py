@@ -87,6 +87,9 @@ class Progress:
     tokens_seen: int = 0
     batches: int = 0
     """Global batches drawn so far, skipped ones included (the next batch's index)."""
+    stepped: int = 0
+    """Optimizer steps this process took, steps a rollback undid and trained again included
+    (not kept in checkpoints: the summary's ``steps_run`` and tokens/s)."""
     summary: dict = field(default_factory=dict)
 
     def state_dict(self, elapsed: float) -> dict:

@@ -60,7 +60,8 @@ __all__ = [
 
 def train(cfg: TrainConfig, on_step_end: Callable[[int, dict], None] | None = None) -> dict:
     """Run the training described by ``cfg``; return a summary (losses, tokens/s, paths;
-    ``steps_run``: the steps this call trained, 0 when it resumed a finished run).
+    ``steps_run``: the optimizer steps this call took, steps that a guard rollback undid and
+    trained again counted each time; 0 when it resumed a finished run).
 
     ``on_step_end(step, record)`` is called after every optimizer step (1-based step) with the
     step's metrics; an exception raised there stops the run like an interruption would.
@@ -166,6 +167,7 @@ def run_steps(run: RunState, on_step_end: Callable[[int, dict], None] | None = N
         if verdict.action != "step":
             continue
         done = record["step"]
+        run.progress.stepped += 1
         _report_step(run, record)
         if cfg.log.val_every and done % cfg.log.val_every == 0 and done < cfg.steps:
             record["val_loss"] = evaluate(run)
@@ -265,7 +267,7 @@ def finish(run: RunState) -> dict:
     and tokenizer in run_dir/model) and summary.json. Returns the summary."""
     cfg, summary = run.cfg, run.progress.summary
     summary["final_val_loss"] = evaluate(run)
-    steps_run = cfg.steps - run.progress.start_step
+    steps_run = run.progress.stepped
     summary.update(steps=cfg.steps, tokens=run.progress.tokens_seen, elapsed=run.elapsed())
     summary["steps_run"] = steps_run
     if steps_run:  # else the run had finished before: keep the throughput it had then

@@ -83,10 +83,13 @@ def test_nan_gradient_skips_the_step_and_equals_a_run_without_the_batch(tmp_path
 
 def test_bad_steps_in_a_row_roll_back_and_skip_their_batches(tmp_path, capsys):
     args = ["steps=8", "checkpoint.every=3", "guard.max_bad_in_row=3"]
-    _, hit = run(tmp_path, "hit", *args, faults={"nan_grad": [4, 5, 6]})
+    summary, hit = run(tmp_path, "hit", *args, faults={"nan_grad": [4, 5, 6]})
     _, ref = run(tmp_path, "ref", *args, "guard.skip_batches=[4,5,6]")
     _, plain = run(tmp_path, "plain", *args)
     assert same(hit, ref) and not same(hit, plain)
+    # steps 1-4 trained, three skipped tries, back to step 3, steps 4-8 trained: 9 optimizer
+    # steps taken (the run's step count alone, 8 - 3, would say 5)
+    assert summary["steps_run"] == 9
     err = capsys.readouterr()
     text = err.out + err.err
     assert "3 bad steps in a row at step 5: rolled back to step_000003" in text
