@@ -423,15 +423,6 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    from swax.core.errors import SwaxError
+    from swax.sweep import run_script
 
-    try:
-        sys.exit(main())
-    except SwaxError as e:
-        print(f"error: {e}", file=sys.stderr)
-        sys.exit(2)
-    except KeyboardInterrupt:
-        print(
-            "interrupted: finished runs are kept; run the same command to continue", file=sys.stderr
-        )
-        sys.exit(130)
+    run_script(main)

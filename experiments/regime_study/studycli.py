@@ -4,11 +4,9 @@ arguments, the archive of the quick runs, training the missing runs, one-line er
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
-from swax.core.errors import SwaxError
-from swax.sweep import load_sweep, run_sweep
+from swax.sweep import load_sweep, run_script, run_sweep
 
 HERE = Path(__file__).resolve().parent
 
@@ -66,10 +64,4 @@ def update_readme(readme: Path, begin: str, end: str, block: str) -> bool:
     return True
 
 
-def run(main) -> None:
-    """Exit with ``main()``'s code; a SwaxError is one line and exit 2."""
-    try:
-        sys.exit(main())
-    except SwaxError as e:
-        print(f"error: {e}", file=sys.stderr)
-        sys.exit(2)
+run = run_script  # exit with main()'s code; a SwaxError is one line and exit 2

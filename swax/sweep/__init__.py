@@ -33,7 +33,7 @@ from swax.sweep.config import (
     run_overrides,
     train_config,
 )
-from swax.sweep.run import STAGES, all_jobs, evaluate_run, run_sweep
+from swax.sweep.run import STAGES, all_jobs, evaluate_run, run_script, run_sweep
 
 __all__ = [
     "EMERGED",
@@ -53,6 +53,7 @@ __all__ = [
     "mean_spread",
     "run_dir",
     "run_overrides",
+    "run_script",
     "run_sweep",
     "train_config",
 ]

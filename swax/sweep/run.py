@@ -15,7 +15,7 @@ from pathlib import Path
 
 from safetensors.torch import load_file
 
-from swax.core.errors import ConfigError
+from swax.core.errors import ConfigError, SwaxError
 from swax.core.threads import applied_threads, auto_threads, last_setting, set_threads
 from swax.data import DataConfig, build_datasets, load_model_tokenizer
 from swax.eval.ppl import bucketize, position_losses
@@ -442,3 +442,18 @@ def _stop_workers(pool, grace: float = 300.0) -> None:
         if p.is_alive():
             p.kill()
             p.join()
+
+
+def run_script(main) -> None:
+    """A study script's entry point: exit with ``main()``'s code; a SwaxError is one line
+    (``error: ...``) and exit 2, an interruption one line and exit 130 (a sweep keeps its
+    finished runs and the running ones' checkpoints, so the same command continues)."""
+    try:
+        sys.exit(main())
+    except SwaxError as e:
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(2)
+    except KeyboardInterrupt:
+        print("interrupted: finished runs are kept; run the same command to continue",
+              file=sys.stderr)  # fmt: skip
+        sys.exit(130)

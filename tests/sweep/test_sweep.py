@@ -514,3 +514,25 @@ def test_copy_probe_keys_are_checked_by_name(tmp_path):
     data["eval"]["copy_heldout_tokens"] = -1
     with pytest.raises(ConfigError, match="copy_heldout_tokens"):
         load_sweep(_write(tmp_path, data))
+
+
+def test_a_study_scripts_entry_point_exits_with_one_line(capsys):
+    from swax.sweep import run_script
+
+    def raising(exc):
+        def main():
+            raise exc
+
+        return main
+
+    cases = [
+        (lambda: 3, 3, ""),
+        (raising(ConfigError("window=0: must be >= 1")), 2, "error: window=0: must be >= 1\n"),
+        (raising(KeyboardInterrupt()), 130, "interrupted: finished runs are kept"),
+    ]
+    for main, code, err in cases:
+        with pytest.raises(SystemExit) as e:
+            run_script(main)
+        assert e.value.code == code
+        got = capsys.readouterr().err
+        assert got.startswith(err) and got.count("\n") == (1 if err else 0)
