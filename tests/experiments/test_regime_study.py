@@ -2,7 +2,6 @@
 window <= T/32, long <= T/8, text most of the supervised tokens, three seeds, the laziness map),
 its design numbers are computed right, and the --quick study runs end to end (slow tier)."""
 
-import importlib.util
 import json
 import subprocess
 import sys
@@ -12,23 +11,11 @@ import pytest
 import yaml
 
 from swax.sweep import aggregate, all_jobs, load_sweep, run_dir
-
-ROOT = Path(__file__).resolve().parents[2]
-HERE = ROOT / "experiments" / "regime_study"
-
-
-def _script(name: str):
-    """experiments/regime_study/NAME.py as a module (its folder importable, as when run)."""
-    if str(HERE) not in sys.path:
-        sys.path.insert(0, str(HERE))
-    spec = importlib.util.spec_from_file_location(f"regime_{name}", HERE / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+from tests.experiments.regime import HERE, ROOT, script
 
 
 def _report_module():
-    return _script("run")
+    return script("run")
 
 
 def _resolved(cfg, name):
@@ -142,7 +129,7 @@ def test_quick_study_writes_a_report_from_the_runs(tmp_path):
 
 
 def _laziness_module():
-    return _script("laziness")
+    return script("laziness")
 
 
 def test_the_laziness_map_is_the_issues_grid():
@@ -245,7 +232,7 @@ def test_quick_laziness_map_runs_and_reports(tmp_path, config):
 
 
 def _claims_module():
-    return _script("claims")
+    return script("claims")
 
 
 def test_the_claims_study_is_in_the_papers_regime():
@@ -493,7 +480,7 @@ def test_the_study_report_reads_the_map_and_the_claims_from_the_archive(tmp_path
     # REPORT.md states results only through numbers computed from the archived runs: two lazy
     # seeds at 0 % (W = 32) and one of two at 1 %, a positive control lazy in both its seeds,
     # a long window that learned the memory in both at 1 %, and the far share of text
-    report = _script("report")
+    report = script("report")
     lcfg = load_sweep(HERE / "laziness.yaml")
     ccfg = load_sweep(HERE / "claims.yaml")
     zcfg = load_sweep(HERE / "claims_rho0.yaml")
@@ -592,7 +579,7 @@ def test_the_readme_states_the_committed_reading():
     # the README's paragraph on the regime study, and docs/studies.md's laziness map, are what
     # report.py and laziness.py write from the committed results (rerun both after committing a
     # run)
-    report = _script("report")
+    report = script("report")
     laziness = report.L
     name, lcfg, cells, pending = laziness.map_of_record()
     block = report.readme_block(report.C.load_settings(), cells, report.load_far_shares(), pending)

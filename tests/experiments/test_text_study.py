@@ -5,35 +5,22 @@ committed per-run files, and the rule committed before the first main-run result
 import math
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
-HERE = ROOT / "experiments" / "regime_study"
-
-
-def _load(name: str):
-    if str(HERE) not in sys.path:
-        sys.path.insert(0, str(HERE))
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location(f"regime_{name}", HERE / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+from tests.experiments.regime import HERE, ROOT, script
 
 
 @pytest.fixture(scope="module")
 def ts():
     """The study's report (textstudy.py)."""
-    return _load("textstudy")
+    return script("textstudy")
 
 
 @pytest.fixture(scope="module")
 def tr():
     """The study's rule (textrule.py)."""
-    return _load("textrule")
+    return script("textrule")
 
 
 def g(mean, lo, hi):

@@ -5,32 +5,17 @@ scipy.stats, whose numbers are written here as constants: scipy is not a depende
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 import statistics
-import sys
-from pathlib import Path
 
 import pytest
 
 from swax.core.errors import SwaxError
 from swax.sweep import load_sweep
+from tests.experiments.regime import HERE, script
 
-ROOT = Path(__file__).resolve().parents[2]
-HERE = ROOT / "experiments" / "regime_study"
-
-
-def _script(name: str):
-    if str(HERE) not in sys.path:
-        sys.path.insert(0, str(HERE))
-    spec = importlib.util.spec_from_file_location(f"regime_{name}", HERE / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-S, V, E = _script("stats"), _script("verdicts"), _script("emergence")
+S, V, E = script("stats"), script("verdicts"), script("emergence")
 HELD, NOT, CANNOT = "held", "did not hold", "cannot be shown at this scale"
 
 # ------------------------------------------------------------------------------ distributions
@@ -155,7 +140,7 @@ def test_seeds_that_would_settle_a_mean_follow_the_t_table():
 
 def test_the_issue_cells_change_their_verdicts():
     """Claims' verdicts from the committed per-seed numbers of the cells issue 50 lists."""
-    cl = _script("claims")
+    cl = script("claims")
     # claim 3 quality, SX at rho = 0: the stochastic runs' gap to the long window (0.0116,
     # interval -0.110 to 0.133) contains the whole short-window cost (0.085): cannot be shown
     short = (1.41517, 1.43995, 1.37923, 1.40526)
@@ -243,7 +228,7 @@ def test_pairs_are_ordered_only_where_censoring_does_not_hide_the_order():
 
 
 def test_rho_star_has_an_interval_that_moves_when_every_cell_agrees():
-    lz = _script("laziness")
+    lz = script("laziness")
     # 3/3 at 0 and 1 %, 0/3 at 2 and 5 %: a bootstrap over seeds gives 1.5 % every time; the
     # per-cell posteriors do not (3 of 3 lazy is compatible with a lazy share of 46 %)
     lo, hi = lz.rho_star_posterior(((0.0, 3, 3), (0.01, 3, 3), (0.02, 0, 3), (0.05, 0, 3)),
@@ -262,7 +247,7 @@ def test_rho_star_has_an_interval_that_moves_when_every_cell_agrees():
 
 
 def test_archived_ids_are_read_from_the_field_or_the_archives_history(tmp_path):
-    P = _script("provenance")
+    P = script("provenance")
     old_cfg = load_sweep(HERE / "claims.yaml")
     rho0 = load_sweep(HERE / "claims_rho0.yaml")
     # no field: results/claims used 128-175, results/claims_rho0 the ids after the vocabulary
@@ -277,7 +262,7 @@ def test_archived_ids_are_read_from_the_field_or_the_archives_history(tmp_path):
 
 
 def test_a_table_of_mixed_id_ranges_is_refused_in_one_line(tmp_path, capsys):
-    lz = _script("laziness")
+    lz = script("laziness")
     cfg = tmp_path / "map.yaml"
     text = (HERE / "laziness.yaml").read_text().split("\nquick:")[0]  # no quick overrides
     cfg.write_text(text.replace("archive: results/laziness", "archive: kept"))
