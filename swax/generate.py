@@ -105,8 +105,9 @@ class _Rows:
     """The rows of one generation and what ends them, kept on the device: an eos or a stop
     sequence ends a row inside the step's own tensors (the stop sequences are matched on a
     tail of the last ids, never on the whole output); stop strings need text, so they are
-    checked at :meth:`flush` from each row's last few ids (enough to hold the longest stop
-    string: incremental, not a decode of the whole output per step). A row that ends is
+    checked at :meth:`flush` from each row's last few ids (as few as hold the longest stop
+    string's bytes with room to spare: incremental, not a decode of the whole output per
+    step). A row that ends is
     padded from the next step on; ``end[b]`` is the number of ids row ``b`` kept (its stop
     included), NEVER while it runs."""
 
@@ -117,10 +118,12 @@ class _Rows:
         longest = max((len(q) for q in stopping.stops), default=0)
         self.tail = torch.full((done.shape[0], longest), -1, dtype=torch.long, device=device)
         self.seqs = [torch.tensor(q, dtype=torch.long, device=device) for q in stopping.stops]
-        # a stop string of n bytes lies within the last n + 8 ids if every id decodes to at
-        # least one byte (the 8: a character split at the window's start)
-        keep = max((len(t.encode("utf-8")) for t in stopping.stop_strings), default=0) + 8
-        self.recent = [deque(maxlen=keep) for _ in range(done.shape[0])]
+        # each row's last ids, as few as decode to at least the longest stop string's bytes +
+        # 16 (room for a character split at the tail's start, decoded as up to 3 U+FFFD): a
+        # stop string that ends at the newest id lies within that text, whatever number of
+        # ids it took (some tokenizers have ids that decode to nothing)
+        self.keep = max((len(t.encode("utf-8")) for t in stopping.stop_strings), default=0) + 16
+        self.recent: list[deque] = [deque() for _ in range(done.shape[0])]
         self.flushed = 0  # steps handed to on_token and checked for stop strings
 
     def mark(self, nxt: torch.Tensor, step: int) -> None:
@@ -161,11 +164,20 @@ class _Rows:
                 t = self.flushed + j
                 if t >= end[b]:
                     break
-                self.recent[b].append(tok)
-                text = self.s.decode(list(self.recent[b]))
-                if any(q in text for q in self.s.stop_strings):
+                recent = self.recent[b]
+                recent.append(tok)
+                if any(q in self.s.decode(list(recent)) for q in self.s.stop_strings):
                     self._end_at(b, t, out)
                     break
+                self._trim(recent)
+
+    def _trim(self, recent: deque) -> None:
+        """Drop the oldest ids while the rest still decode to ``keep`` bytes or more."""
+        while len(recent) > 1:
+            rest = self.s.decode(list(recent)[1:])
+            if len(rest.encode("utf-8", "replace")) < self.keep:
+                return
+            recent.popleft()
 
     def _end_at(self, b: int, t: int, out: list[torch.Tensor]) -> None:
         """Row ``b`` stopped at step ``t``, found after later steps ran: pad those."""

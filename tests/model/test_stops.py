@@ -41,9 +41,9 @@ def model():
     return SwaxLM(cfg).eval()
 
 
-def reference(free, eos=None, stops=(), stop_strings=(), pad=0):
+def reference(free, eos=None, stops=(), stop_strings=(), pad=0, text_of=None):
     """(ids per row, output length, {row: kept}) by the naive rules from the free tokens."""
-    n_max = len(free[0])
+    n_max, text_of = len(free[0]), text_of or decode
     ends = {}
     for b, row in enumerate(free):
         for t in range(n_max - 1):  # the last step is never checked: the budget ends there
@@ -51,7 +51,7 @@ def reference(free, eos=None, stops=(), stop_strings=(), pad=0):
             if (
                 (eos is not None and row[t] == eos)
                 or any(ids[-len(s) :] == list(s) for s in stops)
-                or any(s in decode(ids) for s in stop_strings)
+                or any(s in text_of(ids) for s in stop_strings)
             ):
                 ends[b] = t + 1
                 break
@@ -133,8 +133,8 @@ def test_the_returned_state_stops_where_the_output_stops(model, monkeypatch, eve
 
 
 def test_stop_strings_decode_only_the_last_few_ids(model):
-    """Incremental: each decode call sees at most the longest stop string's bytes + 8 ids,
-    however long the output (the whole output per step would be quadratic)."""
+    """Incremental: each decode call sees the few ids that hold the longest stop string's bytes
+    + 16, however long the output (the whole output per step would be quadratic)."""
     lengths = []
 
     def counting(ids):
@@ -143,8 +143,28 @@ def test_stop_strings_decode_only_the_last_few_ids(model):
 
     ids = torch.randint(0, VOCAB, (2, 5), generator=torch.Generator().manual_seed(6))
     generate(model, ids, 300, stop_strings=["never-there"], decode=counting)
-    assert max(lengths) == len("never-there") + 8
-    assert len(lengths) == 2 * 300  # each row, each step
+    # every id decodes to >= 1 byte: at most 11 + 16 ids, and one more just appended
+    assert max(lengths) <= 11 + 16 + 1
+    # a check per row and step, and a trial decode per id dropped or kept: at most 3 per step
+    assert 2 * 300 < len(lengths) <= 3 * 2 * 300
+
+
+def test_a_stop_string_across_ids_that_decode_to_nothing(model, monkeypatch):
+    """Three ids in four decode to no text here: a stop string of a few characters spans more
+    ids than it has bytes, and is still found where the naive rule finds it."""
+    every_n(monkeypatch, 1)
+
+    def sparse(ids):
+        return "".join(ALPHABET[i % len(ALPHABET)] for i in ids if i % 4 == 0)
+
+    ids = torch.randint(0, VOCAB, (1, 5), generator=torch.Generator().manual_seed(7))
+    free = generate(model, ids, 60)[:, 5:].tolist()
+    target = free[0][3:40]
+    s = sparse(target)
+    assert len(target) > len(s.encode()) + 16  # longer in ids than the old id window held
+    want, n, ends = reference(free, stop_strings=[s], pad=0, text_of=sparse)
+    got = generate(model, ids, 60, stop_strings=[s], decode=sparse, pad_token_id=0)
+    assert ends and got[:, 5:].tolist() == want
 
 
 @pytest.mark.parametrize("every", [1, 8])
