@@ -184,7 +184,8 @@ def family_section(corpus: str, fam: str, cfg, runs, roles, tokens: float) -> li
                 "- the short window's text loss is *lower* than the long window's (the cost's "
                 "interval lies below 0): the premise of the quality half, that a short window "
                 "costs quality, does not hold here. The rule did not foresee this case; its "
-                "verdict above is applied as written."
+                "verdict above is applied as written. The loss by position "
+                "([TEXT_POSITIONS.md](TEXT_POSITIONS.md)) says where the difference lies."
             )
     head = ["seed", f"G short ({res['key']})", "G long", "long / short", "reading", "G stoch",
             "stoch / short", "text loss short / long / stoch"]  # fmt: skip

@@ -78,17 +78,8 @@ def evaluate_run(cfg: SweepConfig, name: str, seed: int, progress: bool = False)
     todo = [st for st in STAGES if _wanted(ev, st) and not _done(out, st)]
     if not todo:
         return out
-    model = SwaxLM.from_pretrained(rd / "model").eval()
-    tok = load_model_tokenizer(rd / "model")
-    data_cfg = DataConfig(
-        source=tcfg.data.source,
-        format=tcfg.data.format,
-        field=tcfg.data.field,
-        tokenizer=tcfg.data.tokenizer,
-        val_source=tcfg.data.val_source,
-        val_fraction=tcfg.data.val_fraction,
-    )
-    train_ds, val = build_datasets(data_cfg, tok, seq_len=1, seed=0)
+    model, tok = load_run_model(tcfg)
+    train_ds, val = run_texts(tcfg, tok)
     windows = {"long": tcfg.window.long}
     train_w = tcfg.window.train_window
     if ev.train_window and train_w != tcfg.window.long and model.config.window_layers:
@@ -118,6 +109,25 @@ def evaluate_run(cfg: SweepConfig, name: str, seed: int, progress: bool = False)
         t0 = time.perf_counter()
         cache.write_text(json.dumps(out, indent=1))
     return json.loads(cache.read_text())  # the same form as a cached result (string keys)
+
+
+def load_run_model(tcfg) -> tuple[SwaxLM, object]:
+    """A finished run's model (in eval mode) and tokenizer, from its ``model`` folder."""
+    folder = Path(tcfg.run_dir) / "model"
+    return SwaxLM.from_pretrained(folder).eval(), load_model_tokenizer(folder)
+
+
+def run_texts(tcfg, tok):
+    """(training set, held-out set) of a run's data config, as its evaluation reads them."""
+    data_cfg = DataConfig(
+        source=tcfg.data.source,
+        format=tcfg.data.format,
+        field=tcfg.data.field,
+        tokenizer=tcfg.data.tokenizer,
+        val_source=tcfg.data.val_source,
+        val_fraction=tcfg.data.val_fraction,
+    )
+    return build_datasets(data_cfg, tok, seq_len=1, seed=0)
 
 
 def _wanted(ev: EvalSpec, stage: str) -> bool:

@@ -2,10 +2,12 @@
 each branch of each verdict from hand-made inputs, the committed report in sync with the
 committed per-run files, and the rule committed before the first main-run result."""
 
+import json
 import math
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 from tests.experiments.regime import HERE, ROOT, script
@@ -233,3 +235,34 @@ def test_quick_text_study_runs_and_reports(tmp_path):
     # the KJV sections read the controls the quick study did not run
     assert report.count("- control not run yet.") == 2
     assert "sx-short seed 0 (beyond_64):" in report  # the curve over the kept checkpoints
+
+
+def test_position_ranges_average_the_right_queries():
+    tp = script("textpositions")
+    losses = np.arange(2 * 10, dtype=float).reshape(2, 10)  # stretch s, position t: 10 s + t
+    got = tp.range_means(losses, ((0, 2), (2, 5), (5, 10)))
+    assert got.tolist() == [[0.5, 3.0, 7.0], [10.5, 13.0, 17.0]]
+    d = tp.paired_stretches(np.array([1.0, 2.0, 3.0]), np.array([0.0, 0.0, 0.0]))
+    assert d["mean"] == 2.0 and d["ci"] == pytest.approx([2 - 1.96 / 3**0.5, 2 + 1.96 / 3**0.5])
+
+
+def test_the_position_split_adds_up_to_each_runs_archived_text_loss(tmp_path):
+    """results/text_code_positions.json, weighted by the positions of each range, gives back
+    the text loss the sweep archived for the same run (the same stretches and window), and
+    TEXT_POSITIONS.md is made from that file."""
+    tp = script("textpositions")
+    result = json.loads(tp.RESULT.read_text())
+    widths = [hi - lo for lo, hi in result["ranges"]]
+    names = {"short": "short", "long": "long", "stochastic": "stoch"}
+    checked = 0
+    for fam, seeds in result["families"].items():
+        for seed, s in seeds.items():
+            for role, short_name in names.items():
+                rec = HERE / "results" / "text_code" / f"{fam.lower()}-{short_name}"
+                archived = json.loads((rec / f"seed{seed}.json").read_text())["text_val_loss"]
+                mean = sum(w * x for w, x in zip(widths, s[role])) / sum(widths)
+                assert mean == pytest.approx(archived, abs=1e-9)
+                checked += 1
+    assert checked >= 3
+    path = tp.write_report(result, tmp_path)
+    assert path.read_text() == (HERE / tp.REPORT).read_text()

@@ -1,0 +1,171 @@
+"""Where the short window's lower text loss comes from (the text study's unforeseen sign).
+
+In the text study (TEXT_STUDY.md) the run trained with W = 8 has a lower held-out text loss at
+T = 256 than the run trained with W = 64, in every seed of both families. This script splits that
+loss by the query's position in the row, each run at its own window, on the same 256 held-out
+stretches the study's ``text_loss`` stage reads (so the differences are paired by stretch):
+
+- positions 0-7: each window sees the whole context; a difference here comes from the
+  weights, not from what the windows let the model see;
+- positions 8-63: the long window sees the whole context, the short one only its last 8;
+- positions 64-255: neither window sees the whole context; the memory carries the rest.
+
+Per family and seed: the loss of each run per range, short - long (and stochastic - long) with
+a 95 % t interval over the 256 stretches; per family, the mean over seeds with a t interval over
+seeds. Reads the trained models (``runs/text_code``, not committed), writes
+``results/text_code_positions.json``; the report (TEXT_POSITIONS.md) is made from that file.
+
+    python experiments/regime_study/textpositions.py --run   # the models -> JSON and report
+    python experiments/regime_study/textpositions.py         # the report from the JSON
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from pathlib import Path
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(HERE))
+
+import stats as S  # noqa: E402
+
+from swax.core.errors import SwaxError  # noqa: E402
+from swax.eval.ppl import position_losses  # noqa: E402
+from swax.sweep import load_sweep, run_script, train_config  # noqa: E402
+from swax.sweep.run import load_run_model, run_texts  # noqa: E402
+
+CONFIG = "text_code.yaml"
+RESULT = HERE / "results" / "text_code_positions.json"
+REPORT = "TEXT_POSITIONS.md"
+RANGES = ((0, 8), (8, 64), (64, 256))
+ROLES = ("short", "long", "stochastic")
+
+
+def range_means(losses: np.ndarray, ranges=RANGES) -> np.ndarray:
+    """(stretches, ranges): each stretch's mean loss over the query positions of each range
+    (position t predicts token t + 1 from tokens 0 … t)."""
+    return np.stack([losses[:, lo:hi].mean(1) for lo, hi in ranges], 1)
+
+
+def paired_stretches(a: np.ndarray, b: np.ndarray) -> dict:
+    """a - b over paired stretches: mean and 95 % t interval (normal quantile: n >= 30)."""
+    d = np.asarray(a, np.float64) - np.asarray(b, np.float64)
+    n = len(d)
+    se = float(d.std(ddof=1) / math.sqrt(n)) if n > 1 else math.nan
+    m = float(d.mean())
+    return {"mean": m, "ci": [m - 1.96 * se, m + 1.96 * se], "n": n}
+
+
+def measure(cfg, family: dict, seed: int, samples: int) -> dict | None:
+    """{role: per-range mean losses, plus the paired differences against long}, or None when
+    a run of the trio has no model yet."""
+    per: dict[str, np.ndarray] = {}
+    for role in ROLES:
+        tcfg = train_config(cfg, family[role], seed)
+        if not (Path(tcfg.run_dir) / "model").is_dir():
+            return None
+        model, tok = load_run_model(tcfg)
+        _, val = run_texts(tcfg, tok)
+        w = tcfg.window.fixed_window if tcfg.window.kind == "fixed" else tcfg.window.long
+        losses = position_losses(model, val.tokens, tcfg.seq_len + 1, samples, w, progress=False)
+        per[role] = range_means(losses)
+    out = {role: per[role].mean(0).tolist() for role in ROLES}
+    for role in ("short", "stochastic"):
+        out[f"{role}-long"] = [
+            paired_stretches(per[role][:, i], per["long"][:, i]) for i in range(len(RANGES))
+        ]
+    return out
+
+
+def run(samples: int) -> dict:
+    cfg = load_sweep(HERE / CONFIG)
+    result = {"config": CONFIG, "samples": samples, "ranges": [list(r) for r in RANGES],
+              "families": {}}  # fmt: skip
+    for fam, roles in cfg.families.items():
+        seeds = {}
+        for seed in cfg.seeds:
+            got = measure(cfg, roles, seed, samples)
+            if got is not None:
+                seeds[str(seed)] = got
+                diffs = ", ".join(f"{d['mean']:+.4f}" for d in got["short-long"])
+                print(f"{fam} seed {seed}: short - long by range {diffs}", flush=True)
+        result["families"][fam] = seeds
+    return result
+
+
+def _ci(d: dict, digits: int = 4) -> str:
+    lo, hi = d["ci"]
+    return f"{d['mean']:+.{digits}f} [{lo:+.{digits}f}, {hi:+.{digits}f}]"
+
+
+def over_seeds(seeds: dict, key: str, i: int) -> dict:
+    """The per-seed mean differences of range ``i``, as a t interval over seeds."""
+    p = S.paired([s[key][i]["mean"] for s in seeds.values()], [0.0] * len(seeds))
+    return {"mean": p["mean"], "ci": list(p["ci"]), "n": p["n"]}
+
+
+def report_lines(result: dict) -> list[str]:
+    names = [f"{lo}–{hi - 1}" for lo, hi in result["ranges"]]
+    lines = [
+        "# The short window's lower text loss, by position",
+        "",
+        "Generated by `experiments/regime_study/textpositions.py` from "
+        "`results/text_code_positions.json`; nothing below is typed by hand.",
+        "",
+        f"Held-out pystdlib text, {result['samples']} stretches of T + 1 = 257 bytes (the text "
+        "study's `text_loss` stretches), each run at its own window (short 8, long 64, the "
+        "stochastic run at 64). Loss in nats per byte by the query's position t (t predicts "
+        "byte t + 1): at 0–7 both windows see the whole context, at 8–63 only the long one "
+        "does, at 64–255 neither does. Differences are paired by stretch (95 % t interval over "
+        "the stretches); the family rows take the per-seed means (t interval over seeds).",
+        "",
+    ]
+    for fam, seeds in result["families"].items():
+        if not seeds:
+            continue
+        lines += [f"## {fam}", "",
+                  "| seed | " + " | ".join(f"short / long / stoch at {n}" for n in names)
+                  + " | " + " | ".join(f"short − long at {n}" for n in names) + " |",
+                  "|---" * (1 + 2 * len(names)) + "|"]  # fmt: skip
+        for seed, s in seeds.items():
+            losses = [" / ".join(f"{s[r][i]:.4f}" for r in ROLES) for i in range(len(names))]
+            diffs = [_ci(d) for d in s["short-long"]]
+            lines.append(f"| {seed} | " + " | ".join(losses + diffs) + " |")
+        for key, what in (("short-long", "short − long"), ("stochastic-long", "stoch − long")):
+            cells = [_ci(over_seeds(seeds, key, i)) for i in range(len(names))]
+            row = " | ".join([""] * len(names) + cells)
+            lines.append(f"| {what}, {len(seeds)} seeds | {row} |")
+        lines.append("")
+    return lines
+
+
+def write_report(result: dict, out: Path) -> Path:
+    path = out / REPORT
+    path.write_text("\n".join(report_lines(result)).rstrip() + "\n")
+    return path
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--run", action="store_true", help="measure the trained models first")
+    ap.add_argument("--samples", type=int, default=256, help="held-out stretches per run")
+    ap.add_argument("--report-dir", type=Path, default=HERE)
+    args = ap.parse_args(argv)
+    if args.run:
+        RESULT.write_text(json.dumps(run(args.samples), indent=1) + "\n")
+        print(f"wrote {RESULT.relative_to(ROOT)}")
+    if not RESULT.is_file():
+        raise SwaxError(f"{RESULT.relative_to(ROOT)} does not exist: run with --run first")
+    print(f"report: {write_report(json.loads(RESULT.read_text()), args.report_dir)}")
+    return 0
+
+
+if __name__ == "__main__":
+    run_script(main)
