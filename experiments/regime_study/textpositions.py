@@ -12,8 +12,14 @@ stretches the study's ``text_loss`` stage reads (so the differences are paired b
 
 Per family and seed: the loss of each run per range, short - long (and stochastic - long) with
 a 95 % t interval over the 256 stretches; per family, the mean over seeds with a t interval over
-seeds. Reads the trained models (``runs/text_code``, not committed), writes
-``results/text_code_positions.json``; the report (TEXT_POSITIONS.md) is made from that file.
+seeds. Then what the older context is worth to each run (the far-context probe): at a few
+positions, the loss with the context older than the last 8 (positions 8-63) or 64 tokens
+(64-255) replaced by another stretch's text, minus the loss as it is; at 64-255 no window of the
+study reaches the replaced text, so its worth there is the recurrent memory's.
+
+Reads the trained models (``runs/text_code``, not committed) of the runs whose results are
+archived, writes ``results/text_code_positions.json``; the report (TEXT_POSITIONS.md) is made
+from that file.
 
     python experiments/regime_study/textpositions.py --run   # the models -> JSON and report
     python experiments/regime_study/textpositions.py         # the report from the JSON
@@ -37,8 +43,9 @@ sys.path.insert(0, str(HERE))
 import stats as S  # noqa: E402
 
 from swax.core.errors import SwaxError  # noqa: E402
-from swax.eval.ppl import position_losses  # noqa: E402
-from swax.sweep import load_sweep, run_script, train_config  # noqa: E402
+from swax.eval.ppl import position_losses, stretch_starts  # noqa: E402
+from swax.probes.copies import nll_at  # noqa: E402
+from swax.sweep import archive_path, load_sweep, run_script, train_config  # noqa: E402
 from swax.sweep.run import load_run_model, run_texts  # noqa: E402
 
 CONFIG = "text_code.yaml"
@@ -46,6 +53,8 @@ RESULT = HERE / "results" / "text_code_positions.json"
 REPORT = "TEXT_POSITIONS.md"
 RANGES = ((0, 8), (8, 64), (64, 256))
 ROLES = ("short", "long", "stochastic")
+PROBED = (12, 24, 40, 56, 80, 112, 160, 224, 254)
+"""Query positions of the far-context probe (four in 8-63, five in 64-255)."""
 
 
 def range_means(losses: np.ndarray, ranges=RANGES) -> np.ndarray:
@@ -63,20 +72,72 @@ def paired_stretches(a: np.ndarray, b: np.ndarray) -> dict:
     return {"mean": m, "ci": [m - 1.96 * se, m + 1.96 * se], "n": n}
 
 
+def far_probe(model, tokens, seq_len: int, samples: int, window: int) -> dict:
+    """At each position t of PROBED, on the same stretches: the NLL as it is, and with the
+    context older than the last ``reach(t)`` tokens (8 below 64, else 64) replaced by the same
+    positions of another stretch (natural text, so the model stays in its training
+    distribution). Per stretch."""
+    starts = stretch_starts(len(tokens), seq_len + 1, samples)
+    rows = np.stack([np.asarray(tokens[s : s + seq_len + 1], np.int64) for s in starts])
+    real, swapped, at = swap_far(rows, PROBED)
+    out = {}
+    for name, x in (("full", real), ("far swapped", swapped)):
+        out[name] = nll_at(model, x, at, window, False, batch=64).reshape(samples, len(PROBED))
+    return out
+
+
+def swap_far(rows: np.ndarray, positions) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(rows as they are, rows with the far context swapped, query position of each), one
+    row per (stretch, position) in that order. The context older than the last reach(t)
+    tokens of query t comes from the stretch half the stretches away."""
+    n, pos = len(rows), np.asarray(positions)
+    other = np.roll(rows, n // 2, 0)
+    real = np.repeat(rows, len(pos), 0)
+    swapped = real.copy()
+    for k, t in enumerate(pos):
+        cut = t - reach(int(t)) + 1  # positions before cut: older than the last reach(t) tokens
+        swapped[k :: len(pos), :cut] = other[:, :cut]
+    return real, swapped, np.tile(pos, n)
+
+
+def reach(t: int) -> int:
+    """The context kept as it is at query position t: the last 8 tokens below 64, else 64."""
+    return 8 if t < 64 else 64
+
+
+def probe_ranges(probe: dict, ranges=RANGES[1:]) -> dict:
+    """Per range of ``ranges``: the mean NLL as it is, with the far context swapped, and
+    swapped - full paired by stretch (what the context older than reach(t) is worth there)."""
+    pos = np.array(PROBED)
+    res = {"full": [], "far swapped": [], "gain": []}
+    for lo, hi in ranges:
+        cols = (pos >= lo) & (pos < hi)
+        full = probe["full"][:, cols].mean(1)
+        swapped = probe["far swapped"][:, cols].mean(1)
+        res["full"].append(float(full.mean()))
+        res["far swapped"].append(float(swapped.mean()))
+        res["gain"].append(paired_stretches(swapped, full))
+    return res
+
+
 def measure(cfg, family: dict, seed: int, samples: int) -> dict | None:
-    """{role: per-range mean losses, plus the paired differences against long}, or None when
-    a run of the trio has no model yet."""
+    """{role: per-range mean losses, the paired differences against long, the far-context
+    probe}, or None when a run of the trio has no model or no archived result yet."""
     per: dict[str, np.ndarray] = {}
+    probes: dict[str, dict] = {}
     for role in ROLES:
         tcfg = train_config(cfg, family[role], seed)
-        if not (Path(tcfg.run_dir) / "model").is_dir():
-            return None
+        archived = archive_path(cfg, family[role], seed)
+        if not (Path(tcfg.run_dir) / "model").is_dir() or not (archived and archived.is_file()):
+            return None  # read only runs whose result is archived, as the reports are
         model, tok = load_run_model(tcfg)
         _, val = run_texts(tcfg, tok)
         w = tcfg.window.fixed_window if tcfg.window.kind == "fixed" else tcfg.window.long
         losses = position_losses(model, val.tokens, tcfg.seq_len + 1, samples, w, progress=False)
         per[role] = range_means(losses)
+        probes[role] = probe_ranges(far_probe(model, val.tokens, tcfg.seq_len, samples, w))
     out = {role: per[role].mean(0).tolist() for role in ROLES}
+    out["far"] = probes
     for role in ("short", "stochastic"):
         out[f"{role}-long"] = [
             paired_stretches(per[role][:, i], per["long"][:, i]) for i in range(len(RANGES))
@@ -143,7 +204,43 @@ def report_lines(result: dict) -> list[str]:
             row = " | ".join([""] * len(names) + cells)
             lines.append(f"| {what}, {len(seeds)} seeds | {row} |")
         lines.append("")
+        lines += far_lines(seeds)
     return lines
+
+
+def far_lines(seeds: dict) -> list[str]:
+    """The far-context probe's table of one family (seeds that have it)."""
+    seeds = {k: v for k, v in seeds.items() if "far" in v}
+    if not seeds:
+        return []
+    names = [f"{lo}–{hi - 1}" for lo, hi in RANGES[1:]]
+    lines = [
+        f"What the older context is worth, at positions {', '.join(map(str, PROBED))}: the loss "
+        "with the context older than the last 8 tokens (positions 8–63) or the last 64 "
+        "(positions 64–255) replaced by the same positions of another held-out stretch, minus "
+        "the loss as it is, paired by stretch. At 64–255 neither window reaches the replaced "
+        "text, so its worth is the memory's; at 8–63 the long window's attention reaches it "
+        "too.",
+        "",
+        "| seed | " + " | ".join(f"swapped − full, short / long / stoch at {n}" for n in names)
+        + " |",
+        "|---" * (1 + len(names)) + "|",
+    ]  # fmt: skip
+    for seed, s in seeds.items():
+        f = s["far"]
+        cells = [" / ".join(f"{f[r]['gain'][i]['mean']:.4f}" for r in ROLES)
+                 for i in range(len(names))]  # fmt: skip
+        lines.append(f"| {seed} | " + " | ".join(cells) + " |")
+    lines.append("")
+    for i, n in enumerate(names):
+        per = {r: [s["far"][r]["gain"][i]["mean"] for s in seeds.values()] for r in ROLES}
+        for other in ("long", "stochastic"):
+            d = S.paired(per["short"], per[other])
+            lines.append(
+                f"- at {n}, the older context's worth, short − {other} over {d['n']} seeds: "
+                f"{d['mean']:+.4f} (95 % t interval {d['ci'][0]:+.4f} to {d['ci'][1]:+.4f})"
+            )
+    return lines + [""]
 
 
 def write_report(result: dict, out: Path) -> Path:

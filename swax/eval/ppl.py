@@ -31,6 +31,15 @@ RESULT_FILES = ("ppl.csv", "ppl.json", "ppl.png")
 """The files :func:`write_ppl` (``swax eval ppl``) writes in its results folder."""
 
 
+def stretch_starts(n_tokens: int, length: int, samples: int) -> list[int]:
+    """Where ``samples`` stretches of ``length`` tokens start, spread evenly over ``n_tokens``
+    (the first at 0, the last at the end)."""
+    if samples == 1:
+        return [0]
+    span = n_tokens - length
+    return [int(round(i * span / (samples - 1))) for i in range(samples)]
+
+
 @torch.no_grad()
 def position_losses(
     model,
@@ -49,10 +58,7 @@ def position_losses(
             f"the held-out text has {len(tokens):,} tokens, fewer than the longest "
             f"length {length:,}; pass longer --data or shorter --lengths"
         )
-    span = len(tokens) - length
-    starts = [
-        int(round(i * span / max(1, samples - 1))) if samples > 1 else 0 for i in range(samples)
-    ]
+    starts = stretch_starts(len(tokens), length, samples)
     w = model.config.window if window is DEFAULT_WINDOW else window
     out = np.zeros((samples, length - 1), dtype=np.float64)
     steps = samples * math.ceil(length / chunk)

@@ -124,9 +124,7 @@ def replaced_row(row: np.ndarray, t: int, context: int, hashes: np.ndarray, fill
 
 
 @torch.no_grad()
-def _nll_at(
-    model, rows: np.ndarray, pos: np.ndarray, window, reset: bool, batch: int
-) -> np.ndarray:
+def nll_at(model, rows: np.ndarray, pos: np.ndarray, window, reset: bool, batch: int) -> np.ndarray:
     """NLL of token pos + 1 of every row given its tokens up to pos; with ``reset`` the
     recurrent state is emptied right before position pos (rows with the same pos together)."""
     device = model.embed.weight.device
@@ -236,8 +234,8 @@ def copy_gain(
             out.append({**row, "nll": math.nan, "gain": gain_interval([], [])})
             continue
         for name, (w, reset) in settings.items():
-            a = _nll_at(model, plan.orig, plan.pos, w, reset, batch_size)
-            z = _nll_at(model, plan.repl, plan.pos, w, reset, batch_size)
+            a = nll_at(model, plan.orig, plan.pos, w, reset, batch_size)
+            z = nll_at(model, plan.repl, plan.pos, w, reset, batch_size)
             g = gain_interval(z - a, plan.docs, bootstrap, seed)
             if name == "gain":
                 row["nll"] = float(a.mean())

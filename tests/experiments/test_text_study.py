@@ -246,6 +246,17 @@ def test_position_ranges_average_the_right_queries():
     assert d["mean"] == 2.0 and d["ci"] == pytest.approx([2 - 1.96 / 3**0.5, 2 + 1.96 / 3**0.5])
 
 
+def test_the_far_context_swap_keeps_the_last_8_or_64_tokens():
+    tp = script("textpositions")
+    rows = np.arange(4)[:, None] * 1000 + np.arange(257)[None, :]  # stretch s, position t
+    real, swapped, at = tp.swap_far(rows, (12, 80))
+    assert at.tolist() == [12, 80] * 4 and (real[0] == rows[0]).all() and (real[3] == rows[1]).all()
+    # stretch 0, query 12: positions 0-4 from stretch 2 (4 // 2 stretches away), 5-12 kept
+    assert (swapped[0, :5] == rows[2, :5]).all() and (swapped[0, 5:] == rows[0, 5:]).all()
+    # stretch 1, query 80: positions 0-16 from stretch 3, the last 64 (17-80) and on kept
+    assert (swapped[3, :17] == rows[3, :17]).all() and (swapped[3, 17:] == rows[1, 17:]).all()
+
+
 def test_the_position_split_adds_up_to_each_runs_archived_text_loss(tmp_path):
     """results/text_code_positions.json, weighted by the positions of each range, gives back
     the text loss the sweep archived for the same run (the same stretches and window), and
