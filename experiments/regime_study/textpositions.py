@@ -23,6 +23,7 @@ from that file.
 
     python experiments/regime_study/textpositions.py --run   # the models -> JSON and report
     python experiments/regime_study/textpositions.py         # the report from the JSON
+    python experiments/regime_study/textpositions.py --quick --run --samples 4 --report-dir DIR
 """
 
 from __future__ import annotations
@@ -145,13 +146,12 @@ def measure(cfg, family: dict, seed: int, samples: int) -> dict | None:
     return out
 
 
-def run(samples: int) -> dict:
-    cfg = load_sweep(HERE / CONFIG)
+def run(cfg, samples: int) -> dict:
     result = {"config": CONFIG, "samples": samples, "ranges": [list(r) for r in RANGES],
               "families": {}}  # fmt: skip
     for fam, roles in cfg.families.items():
         seeds = {}
-        for seed in cfg.seeds:
+        for seed in cfg.seeds if all(roles[r] in cfg.runs for r in ROLES) else []:
             got = measure(cfg, roles, seed, samples)
             if got is not None:
                 seeds[str(seed)] = got
@@ -253,14 +253,23 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--run", action="store_true", help="measure the trained models first")
     ap.add_argument("--samples", type=int, default=256, help="held-out stretches per run")
+    ap.add_argument("--quick", action="store_true",
+                    help="the quick study's runs (textstudy.py --quick --run, the CI smoke "
+                    "test); the JSON goes to the report folder")  # fmt: skip
     ap.add_argument("--report-dir", type=Path, default=HERE)
     args = ap.parse_args(argv)
+    cfg = load_sweep(HERE / CONFIG, quick=args.quick)
+    result = RESULT
+    if args.quick:  # as textstudy.py --quick: the results kept with the runs
+        cfg.archive = cfg.archive or str(Path(cfg.out_dir).resolve() / "archive")
+        result = args.report_dir / RESULT.name
+    args.report_dir.mkdir(parents=True, exist_ok=True)
     if args.run:
-        RESULT.write_text(json.dumps(run(args.samples), indent=1) + "\n")
-        print(f"wrote {RESULT.relative_to(ROOT)}")
-    if not RESULT.is_file():
-        raise SwaxError(f"{RESULT.relative_to(ROOT)} does not exist: run with --run first")
-    print(f"report: {write_report(json.loads(RESULT.read_text()), args.report_dir)}")
+        result.write_text(json.dumps(run(cfg, args.samples), indent=1) + "\n")
+        print(f"wrote {result}")
+    if not result.is_file():
+        raise SwaxError(f"{result} does not exist: run with --run first")
+    print(f"report: {write_report(json.loads(result.read_text()), args.report_dir)}")
     return 0
 
 

@@ -235,6 +235,15 @@ def test_quick_text_study_runs_and_reports(tmp_path):
     # the KJV sections read the controls the quick study did not run
     assert report.count("- control not run yet.") == 2
     assert "sx-short seed 0 (beyond_64):" in report  # the curve over the kept checkpoints
+    # the position split and far-context probe of the quick runs (textpositions.py)
+    cmd = [sys.executable, str(HERE / "textpositions.py"), "--quick", "--run", "--samples", "4",
+           "--report-dir", str(tmp_path / "r")]  # fmt: skip
+    r = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    split = json.loads((tmp_path / "r" / "text_code_positions.json").read_text())
+    assert list(split["families"]["SX"]) == ["0"] and split["families"]["SD"] == {}
+    positions = (tmp_path / "r" / "TEXT_POSITIONS.md").read_text()
+    assert "## SX" in positions and "## SD" not in positions and "| 0 | " in positions
 
 
 def test_position_ranges_average_the_right_queries():
