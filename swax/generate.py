@@ -101,6 +101,10 @@ def _check_every(device: torch.device, return_state: bool) -> int:
     return CHECK_EVERY if device.type != "cpu" and not return_state else 1
 
 
+MAX_TAIL_IDS = 1024
+"""The most ids a row's stop-string tail keeps, however little text they decode to."""
+
+
 class _Rows:
     """The rows of one generation and what ends them, kept on the device: an eos or a stop
     sequence ends a row inside the step's own tensors (the stop sequences are matched on a
@@ -172,7 +176,11 @@ class _Rows:
                 self._trim(recent)
 
     def _trim(self, recent: deque) -> None:
-        """Drop the oldest ids while the rest still decode to ``keep`` bytes or more."""
+        """Drop the oldest ids while the rest still decode to ``keep`` bytes or more (and
+        beyond MAX_TAIL_IDS ids whatever they decode to: ids that decode to nothing must not
+        make every step's decode longer)."""
+        while len(recent) > MAX_TAIL_IDS:
+            recent.popleft()
         while len(recent) > 1:
             rest = self.s.decode(list(recent)[1:])
             if len(rest.encode("utf-8", "replace")) < self.keep:

@@ -14,8 +14,8 @@ Per family and seed: the loss of each run per range, short - long (and stochasti
 a 95 % t interval over the 256 stretches; per family, the mean over seeds with a t interval over
 seeds. Then what the older context is worth to each run (the far-context probe): at a few
 positions, the loss with the context older than the last 8 (positions 8-63) or 64 tokens
-(64-255) replaced by another stretch's text, minus the loss as it is; at 64-255 no window of the
-study reaches the replaced text, so its worth there is the recurrent memory's.
+(64-255) replaced by another stretch's text, minus the loss as it is; at 64-255 neither the 8-
+nor the 64-token window reaches the replaced text, so its worth there is the recurrent memory's.
 
 Reads the trained models (``runs/text_code``, not committed) of the runs whose results are
 archived, writes ``results/text_code_positions.json``; the report (TEXT_POSITIONS.md) is made
@@ -65,12 +65,13 @@ def range_means(losses: np.ndarray, ranges=RANGES) -> np.ndarray:
 
 
 def paired_stretches(a: np.ndarray, b: np.ndarray) -> dict:
-    """a - b over paired stretches: mean and 95 % t interval (normal quantile: n >= 30)."""
+    """a - b over paired stretches: mean and 95 % t interval, the stretches taken as
+    independent (they lie evenly spread over the held-out text, a few may share a file)."""
     d = np.asarray(a, np.float64) - np.asarray(b, np.float64)
     n = len(d)
     se = float(d.std(ddof=1) / math.sqrt(n)) if n > 1 else math.nan
-    m = float(d.mean())
-    return {"mean": m, "ci": [m - 1.96 * se, m + 1.96 * se], "n": n}
+    m, t = float(d.mean()), S.t_quantile(0.975, n - 1) if n > 1 else math.nan
+    return {"mean": m, "ci": [m - t * se, m + t * se], "n": n}
 
 
 def far_probe(model, tokens, seq_len: int, samples: int, window: int) -> dict:
@@ -96,7 +97,7 @@ def swap_far(rows: np.ndarray, positions) -> tuple[np.ndarray, np.ndarray, np.nd
     real = np.repeat(rows, len(pos), 0)
     swapped = real.copy()
     for k, t in enumerate(pos):
-        cut = t - reach(int(t)) + 1  # positions before cut: older than the last reach(t) tokens
+        cut = max(0, t - reach(int(t)) + 1)  # positions before cut: older than the last reach(t)
         swapped[k :: len(pos), :cut] = other[:, :cut]
     return real, swapped, np.tile(pos, n)
 
@@ -185,7 +186,8 @@ def report_lines(result: dict) -> list[str]:
         "stochastic run at 64). Loss in nats per byte by the query's position t (t predicts "
         "byte t + 1): at 0–7 both windows see the whole context, at 8–63 only the long one "
         "does, at 64–255 neither does. Differences are paired by stretch (95 % t interval over "
-        "the stretches); the family rows take the per-seed means (t interval over seeds).",
+        "the stretches, taken as independent); the family rows take the per-seed means (t interval "
+        "over seeds).",
         "",
     ]
     for fam, seeds in result["families"].items():
@@ -220,7 +222,7 @@ def far_lines(seeds: dict) -> list[str]:
         "(positions 64–255) replaced by the same positions of another held-out stretch, minus "
         "the loss as it is, paired by stretch. At 64–255 neither window reaches the replaced "
         "text, so its worth is the memory's; at 8–63 the long window's attention reaches it "
-        "too.",
+        "too. Beside it, the loss gap at the same positions (the probe's unswapped loss).",
         "",
         "| seed | " + " | ".join(f"swapped − full, short / long / stoch at {n}" for n in names)
         + " |",
@@ -234,11 +236,14 @@ def far_lines(seeds: dict) -> list[str]:
     lines.append("")
     for i, n in enumerate(names):
         per = {r: [s["far"][r]["gain"][i]["mean"] for s in seeds.values()] for r in ROLES}
+        loss = {r: [s["far"][r]["full"][i] for s in seeds.values()] for r in ROLES}
         for other in ("long", "stochastic"):
-            d = S.paired(per["short"], per[other])
+            d, g = S.paired(per["short"], per[other]), S.paired(loss["short"], loss[other])
             lines.append(
-                f"- at {n}, the older context's worth, short − {other} over {d['n']} seeds: "
-                f"{d['mean']:+.4f} (95 % t interval {d['ci'][0]:+.4f} to {d['ci'][1]:+.4f})"
+                f"- at {n}, short − {other} over {d['n']} seeds: the older context's worth "
+                f"{d['mean']:+.4f} (95 % t interval {d['ci'][0]:+.4f} to {d['ci'][1]:+.4f}); "
+                f"the loss at the same positions {g['mean']:+.4f} ({g['ci'][0]:+.4f} to "
+                f"{g['ci'][1]:+.4f})"
             )
     return lines + [""]
 

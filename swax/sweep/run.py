@@ -463,7 +463,8 @@ def run_script(main) -> None:
     except SwaxError as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(2)
-    except KeyboardInterrupt:
-        print("interrupted: finished runs are kept; run the same command to continue",
-              file=sys.stderr)  # fmt: skip
-        sys.exit(130)
+    except KeyboardInterrupt as e:  # Ctrl-C, or a training run stopped by a signal
+        if not getattr(e, "reported", False):  # a run's own stop line was printed already
+            print("interrupted: finished runs are kept; run the same command to continue",
+                  file=sys.stderr)  # fmt: skip
+        sys.exit(getattr(e, "exit_code", 130))

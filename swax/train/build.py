@@ -90,6 +90,9 @@ class Progress:
     stepped: int = 0
     """Optimizer steps this process took, steps a rollback undid and trained again included
     (not kept in checkpoints: the summary's ``steps_run`` and tokens/s)."""
+    resumed_at: int = 0
+    """The step this process's loop started from (0 for a fresh run; a rollback does not
+    change it)."""
     summary: dict = field(default_factory=dict)
 
     def state_dict(self, elapsed: float) -> dict:

@@ -131,6 +131,7 @@ def _start(run: RunState) -> None:
     """The loop's start: the validation loss before training (a fresh run), the clocks."""
     cfg, logger, summary = run.cfg, run.logger, run.progress.summary
     run.clock.t_start = time.perf_counter()
+    run.progress.resumed_at = run.progress.start_step
     if run.progress.start_step == 0:
         summary["initial_val_loss"] = evaluate(run)
         if run.data.val_loader is not None:
@@ -297,7 +298,7 @@ def _export(run: RunState) -> None:
     model_dir = run.run_dir / "model"
     export.save_pretrained(model_dir)
     save_tokenizer(run.data.tok, model_dir)
-    summary, start = run.progress.summary, run.progress.start_step
+    summary, start = run.progress.summary, run.progress.resumed_at
     summary["model_dir"] = str(model_dir)
     val = (
         f"validation loss {summary.get('initial_val_loss', float('nan')):.4f} -> "
@@ -308,7 +309,7 @@ def _export(run: RunState) -> None:
     this = ""
     if start > 0:  # a resumed run: this invocation's share apart from the total
         this = (
-            f" ({run.cfg.steps - start} steps in "
+            f" ({run.progress.stepped} steps in "
             f"{fmt_time(time.perf_counter() - run.clock.t_start)} this time)"
         )
     run.logger.message(

@@ -252,12 +252,15 @@ def test_position_ranges_average_the_right_queries():
     got = tp.range_means(losses, ((0, 2), (2, 5), (5, 10)))
     assert got.tolist() == [[0.5, 3.0, 7.0], [10.5, 13.0, 17.0]]
     d = tp.paired_stretches(np.array([1.0, 2.0, 3.0]), np.array([0.0, 0.0, 0.0]))
-    assert d["mean"] == 2.0 and d["ci"] == pytest.approx([2 - 1.96 / 3**0.5, 2 + 1.96 / 3**0.5])
+    t2 = 4.3027  # Student t, 97.5 % quantile, 2 degrees of freedom (tables)
+    assert d["mean"] == 2.0 and d["ci"] == pytest.approx([2 - t2 / 3**0.5, 2 + t2 / 3**0.5], 1e-4)
 
 
 def test_the_far_context_swap_keeps_the_last_8_or_64_tokens():
     tp = script("textpositions")
     rows = np.arange(4)[:, None] * 1000 + np.arange(257)[None, :]  # stretch s, position t
+    _, near, _ = tp.swap_far(rows, (3,))  # nothing older than the last 8: nothing swapped
+    assert (near == rows).all()
     real, swapped, at = tp.swap_far(rows, (12, 80))
     assert at.tolist() == [12, 80] * 4 and (real[0] == rows[0]).all() and (real[3] == rows[1]).all()
     # stretch 0, query 12: positions 0-4 from stretch 2 (4 // 2 stretches away), 5-12 kept

@@ -159,9 +159,12 @@ def test_a_stop_string_across_ids_that_decode_to_nothing(model, monkeypatch):
 
     ids = torch.randint(0, VOCAB, (1, 5), generator=torch.Generator().manual_seed(7))
     free = generate(model, ids, 60)[:, 5:].tolist()
-    target = free[0][3:40]
+    target = free[0][3:50]
     s = sparse(target)
-    assert len(target) > len(s.encode()) + 16  # longer in ids than the old id window held
+    texty = [j for j, i in enumerate(target) if i % 4 == 0]
+    span = texty[-1] - texty[0] + 1  # the ids from the stop string's first character to its last
+    # the old rule kept the last (bytes + 8) ids: this stop string spans well beyond that
+    assert span >= len(s.encode()) + 8 + 10, (span, len(s.encode()))
     want, n, ends = reference(free, stop_strings=[s], pad=0, text_of=sparse)
     got = generate(model, ids, 60, stop_strings=[s], decode=sparse, pad_token_id=0)
     assert ends and got[:, 5:].tolist() == want

@@ -525,10 +525,14 @@ def test_a_study_scripts_entry_point_exits_with_one_line(capsys):
 
         return main
 
+    stopped = KeyboardInterrupt("stopped by SIGTERM after step 3")
+    stopped.reported, stopped.exit_code = True, 143
+
     cases = [
         (lambda: 3, 3, ""),
         (raising(ConfigError("window=0: must be >= 1")), 2, "error: window=0: must be >= 1\n"),
         (raising(KeyboardInterrupt()), 130, "interrupted: finished runs are kept"),
+        (raising(stopped), 143, ""),  # a run's stop, its line printed already
     ]
     for main, code, err in cases:
         with pytest.raises(SystemExit) as e:
