@@ -74,18 +74,18 @@ def paired_stretches(a: np.ndarray, b: np.ndarray) -> dict:
     return {"mean": m, "ci": [m - t * se, m + t * se], "n": n}
 
 
-def far_probe(model, tokens, seq_len: int, samples: int, window: int) -> dict:
-    """At each position t of PROBED, on the same stretches: the NLL as it is, and with the
-    context older than the last ``reach(t)`` tokens (8 below 64, else 64) replaced by the same
-    positions of another stretch (natural text, so the model stays in its training
-    distribution). Per stretch."""
-    starts = stretch_starts(len(tokens), seq_len + 1, samples)
-    rows = np.stack([np.asarray(tokens[s : s + seq_len + 1], np.int64) for s in starts])
-    real, swapped, at = swap_far(rows, PROBED)
-    out = {}
-    for name, x in (("full", real), ("far swapped", swapped)):
-        out[name] = nll_at(model, x, at, window, False, batch=64).reshape(samples, len(PROBED))
-    return out
+def far_probe(model, tokens, losses: np.ndarray, window: int) -> dict:
+    """At each position t of PROBED, on the stretches of ``losses`` (position_losses of the
+    same model, tokens and window): the NLL as it is (read from ``losses``) and with the context
+    older than the last ``reach(t)`` tokens (8 below 64, else 64) replaced by the same positions
+    of another stretch (natural text, so the model stays in its training distribution). Per
+    stretch."""
+    samples, length = losses.shape[0], losses.shape[1] + 1
+    starts = stretch_starts(len(tokens), length, samples)
+    rows = np.stack([np.asarray(tokens[s : s + length], np.int64) for s in starts])
+    _, swapped, at = swap_far(rows, PROBED)
+    far = nll_at(model, swapped, at, window, False, batch=64).reshape(samples, len(PROBED))
+    return {"full": losses[:, list(PROBED)], "far swapped": far}
 
 
 def swap_far(rows: np.ndarray, positions) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -122,9 +122,10 @@ def probe_ranges(probe: dict, ranges=RANGES[1:]) -> dict:
     return res
 
 
-def measure(cfg, family: dict, seed: int, samples: int) -> dict | None:
+def measure(cfg, family: dict, seed: int, samples: int, texts: dict) -> dict | None:
     """{role: per-range mean losses, the paired differences against long, the far-context
-    probe}, or None when a run of the trio has no model or no archived result yet."""
+    probe}, or None when a run of the trio has no model or no archived result yet. ``texts``
+    keeps the held-out text of each data config across calls (it is built once)."""
     per: dict[str, np.ndarray] = {}
     probes: dict[str, dict] = {}
     for role in ROLES:
@@ -133,11 +134,14 @@ def measure(cfg, family: dict, seed: int, samples: int) -> dict | None:
         if not (Path(tcfg.run_dir) / "model").is_dir() or not (archived and archived.is_file()):
             return None  # read only runs whose result is archived, as the reports are
         model, tok = load_run_model(tcfg)
-        _, val = run_texts(tcfg, tok)
+        key = (repr(tcfg.data), type(tok).__name__, tok.vocab_size)
+        if key not in texts:
+            texts[key] = run_texts(tcfg, tok)[1].tokens
+        val = texts[key]
         w = tcfg.window.fixed_window if tcfg.window.kind == "fixed" else tcfg.window.long
-        losses = position_losses(model, val.tokens, tcfg.seq_len + 1, samples, w, progress=False)
+        losses = position_losses(model, val, tcfg.seq_len + 1, samples, w, progress=False)
         per[role] = range_means(losses)
-        probes[role] = probe_ranges(far_probe(model, val.tokens, tcfg.seq_len, samples, w))
+        probes[role] = probe_ranges(far_probe(model, val, losses, w))
     out = {role: per[role].mean(0).tolist() for role in ROLES}
     out["far"] = probes
     for role in ("short", "stochastic"):
@@ -150,10 +154,11 @@ def measure(cfg, family: dict, seed: int, samples: int) -> dict | None:
 def run(cfg, samples: int) -> dict:
     result = {"config": CONFIG, "samples": samples, "ranges": [list(r) for r in RANGES],
               "families": {}}  # fmt: skip
+    texts: dict = {}
     for fam, roles in cfg.families.items():
         seeds = {}
         for seed in cfg.seeds if all(roles[r] in cfg.runs for r in ROLES) else []:
-            got = measure(cfg, roles, seed, samples)
+            got = measure(cfg, roles, seed, samples, texts)
             if got is not None:
                 seeds[str(seed)] = got
                 diffs = ", ".join(f"{d['mean']:+.4f}" for d in got["short-long"])
