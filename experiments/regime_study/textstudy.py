@@ -276,8 +276,21 @@ def verdicts(ccfg=None, mains=None) -> list[dict]:
                 out.append({**rec, "verdict": "not yet run"})
             else:
                 res = family_result(cfg, runs, roles)
+                if "long128" in roles and runs.get(roles["long128"]):
+                    res["w128"] = family_result(cfg, runs, roles, 128, "long128")
                 out.append({**rec, **res, "map": map_prediction(res["verdict"])})
     return out
+
+
+def _w128(r: dict) -> str:
+    """' (at W_long = 128: lazy in 5 paired seeds)' when the record has the 128 arm."""
+    r128 = r.get("w128")
+    if not r128:
+        return ""
+    what = r128["verdict"]
+    if not what.startswith("incomplete"):
+        what += f" in {len(r128['seeds'])} paired seeds"
+    return f" (at W_long = 128: {what})"
 
 
 def summary_lines(records: list[dict]) -> list[str]:
@@ -295,10 +308,18 @@ def summary_lines(records: list[dict]) -> list[str]:
             for k in ("lazy", "between", "not lazy", "no reference")
         )
         q = r.get("quality", {}).get("verdict", "not yet read")
+        r128 = r.get("w128")
+        at128 = (
+            f"; W_long = 128 against 8, **{r128['verdict']}** ({len(r128['seeds'])} of "
+            f"{r128['planned']} seeds)"
+            if r128
+            else ""
+        )
         out.append(
             head + f"W_long = 64 against W_short = 8, **{r['verdict']}** by the rule ({n} of "
-            f"{r['planned']} seeds: {counts}); claim 3's memory half {r['memory_half']}, its "
-            f"quality half {q}; the laziness map's prediction: {r['map']}."
+            f"{r['planned']} seeds: {counts}){at128}; claim 3's memory half "
+            f"{r['memory_half']}, its quality half {q}; the laziness map's prediction: "
+            f"{r['map']}."
         )
     return out
 
@@ -310,7 +331,7 @@ def readme_sentence(records: list[dict]) -> str:
         what = r["verdict"]
         if "seeds" in r and not what.startswith("incomplete"):
             what += f" in {len(r['seeds'])} paired seeds"
-        parts.append(f"{r['family']} on {r['corpus']} {what}")
+        parts.append(f"{r['family']} on {r['corpus']} {what}{_w128(r)}")
     return (
         "On text alone, by a rule fixed before the runs (TEXT_RULE.md; the recurrent memory's "
         "copy gain beyond W_long = 64 against W_short = 8, T = 256): " + "; ".join(parts) + "."

@@ -134,6 +134,36 @@ def test_the_quality_half_reads_the_seeds_that_have_all_three_runs(ts):
     assert "| 2 | 0.050 [0.040, 0.060]* |" in text and text.rstrip().endswith("| – | – | – |")
 
 
+def test_the_summaries_carry_the_128_arm_by_its_own_reading(ts):
+    """REPORT.md's and the README's sentences give the W_long = 128 verdict beside the 64 one,
+    read from the long-128 runs against the short ones over (128, 256]."""
+    from types import SimpleNamespace
+
+    def rec(seed, **gains):  # {range key: mean gain}, interval +- 0.001
+        rows = [{"key": k, "gain": g(m, m - 0.001, m + 0.001)} for k, m in gains.items()]
+        return {"seed": seed, "copies": {"buckets": rows}}
+
+    cfg = SimpleNamespace(seeds=[0, 1])
+    runs = {  # short copies in both ranges; long-64 as much beyond 64; long-128 none beyond 128
+        "s": [rec(k, beyond_64=0.03, r128_256=0.01) for k in (0, 1)],
+        "l": [rec(k, beyond_64=0.03) for k in (0, 1)],
+        "l128": [rec(k, r128_256=0.0) for k in (0, 1)],
+    }
+    roles = {"short": "s", "long": "l", "long128": "l128"}
+    res = ts.family_result(cfg, runs, roles)
+    res["w128"] = ts.family_result(cfg, runs, roles, 128, "long128")
+    assert res["verdict"] == "not lazy" and res["w128"]["verdict"] == "lazy"
+    r = {"corpus": "pystdlib", "family": "SX", "tokens": 30.7, "map": "m", **res,
+         "memory_half": "held"}  # fmt: skip
+    assert (
+        "SX on pystdlib not lazy in 2 paired seeds (at W_long = 128: lazy in 2 paired seeds)"
+        in ts.readme_sentence([r])
+    )
+    assert "W_long = 128 against 8, **lazy** (2 of 2 seeds)" in ts.summary_lines([r])[0]
+    del r["w128"]
+    assert "128" not in ts.readme_sentence([r]).split("T = 256):")[1]
+
+
 def test_a_family_whose_every_control_failed_names_each_attempt(ts):
     """SX on KJV was tried at input-gate bias -4 and again at 0; the reason names both."""
     from swax.sweep import load_sweep
