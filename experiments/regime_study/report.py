@@ -357,8 +357,8 @@ def readme_block(settings, cells, shares=None, pending=None) -> str:
         w = _far(kjv, ccfg.base["seq_len"], ccfg.base["window"]["long"]) if kjv else None
         if w:
             out.append(
-                f"Text alone puts {100 * w['share']:.2f} % of KJV's targets beyond the study's "
-                f"W_long (a copy only a memory can make), against "
+                f"Text alone puts {100 * w['share']:.2f} % of KJV's targets beyond the claims' "
+                f"W_long = {ccfg.base['window']['long']} (a copy only a memory can make), against "
                 f"{100 * (C.far_share(ccfg) or 0) * answers_of_targets(ccfg):.3f} % that the "
                 "claims' episodes supervise there."
             )

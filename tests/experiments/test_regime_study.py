@@ -541,7 +541,7 @@ def test_the_study_report_reads_the_map_and_the_claims_from_the_archive(tmp_path
         "cannot be shown at this scale" in block
     )
     assert "(SD at " not in block  # no SD claims run in this archive: no SD verdict
-    assert "Text alone puts 0.50 % of KJV's targets beyond the study's W_long" in block
+    assert "Text alone puts 0.50 % of KJV's targets beyond the claims' W_long = 32" in block
 
 
 def test_the_map_of_record_is_the_clean_map_once_every_run_is_archived(tmp_path):
