@@ -282,15 +282,12 @@ def verdicts(ccfg=None, mains=None) -> list[dict]:
     return out
 
 
-def _w128(r: dict) -> str:
-    """' (at W_long = 128: lazy in 5 paired seeds)' when the record has the 128 arm."""
-    r128 = r.get("w128")
-    if not r128:
-        return ""
-    what = r128["verdict"]
-    if not what.startswith("incomplete"):
-        what += f" in {len(r128['seeds'])} paired seeds"
-    return f" (at W_long = 128: {what})"
+def _read_from(res: dict) -> str:
+    """'lazy in 5 paired seeds': the verdict and, when it has complete seeds, how many."""
+    what = res["verdict"]
+    if "seeds" in res and not what.startswith("incomplete"):
+        what += f" in {len(res['seeds'])} paired seeds"
+    return what
 
 
 def summary_lines(records: list[dict]) -> list[str]:
@@ -328,10 +325,8 @@ def readme_sentence(records: list[dict]) -> str:
     """The README's sentence on the text study."""
     parts = []
     for r in records:
-        what = r["verdict"]
-        if "seeds" in r and not what.startswith("incomplete"):
-            what += f" in {len(r['seeds'])} paired seeds"
-        parts.append(f"{r['family']} on {r['corpus']} {what}{_w128(r)}")
+        at128 = f" (at W_long = 128: {_read_from(r['w128'])})" if r.get("w128") else ""
+        parts.append(f"{r['family']} on {r['corpus']} {_read_from(r)}{at128}")
     return (
         "On text alone, by a rule fixed before the runs (TEXT_RULE.md; the recurrent memory's "
         "copy gain beyond W_long = 64 against W_short = 8, T = 256): " + "; ".join(parts) + "."
