@@ -12,7 +12,6 @@ first study of this regime, whose reading did not hold, is FIRST_STUDY.md (run.p
 
 from __future__ import annotations
 
-import json
 import math
 import sys
 from pathlib import Path
@@ -27,6 +26,8 @@ import laziness as L  # noqa: E402
 import provenance as P  # noqa: E402
 import textonly as X  # noqa: E402
 import textstudy as TS  # noqa: E402
+from farshare import CORPORA, TOKENIZERS, answers_of_targets, load_far_shares  # noqa: E402
+from farshare import far_at as _far  # noqa: E402
 from sections import (  # noqa: E402
     _exact,
     _numeric_columns,
@@ -44,36 +45,6 @@ from studycli import run, update_readme  # noqa: E402
 from swax.sweep import load_sweep  # noqa: E402
 
 REPORT = "REPORT.md"
-FAR_SHARE = HERE / "results" / "far_share"
-CORPORA = (("kjv", "KJV (prose)"), ("pystdlib", "Python standard library (code)"))
-TOKENIZERS = (("byte", "bytes"), ("gpt2", "GPT-2 BPE"))
-
-
-def answers_of_targets(cfg) -> float:
-    """The share of all training targets that are episode answers (one answer per episode)."""
-    b = cfg.base
-    syn = b["data"]["synthetic"]
-    f, T, q = syn.get("fraction", 0.0), b["seq_len"], syn.get("num_queries", 1)
-    return f * q / (f * q + (1 - f) * T)
-
-
-def load_far_shares() -> dict[tuple[str, str], dict]:
-    out = {}
-    for corpus, _ in CORPORA:
-        for tok, _ in TOKENIZERS:
-            p = FAR_SHARE / f"{corpus}-{tok}.json"
-            if p.is_file():
-                out[(corpus, tok)] = json.loads(p.read_text())
-    return out
-
-
-def _far(res: dict, T: int, W: int) -> dict | None:
-    for row in res["rows"]:
-        if row["seq_len"] == T:
-            for w in row["windows"]:
-                if w["window"] == W:
-                    return w
-    return None
 
 
 def far_share_section(lcfg, ccfg, cells, shares) -> list[str]:

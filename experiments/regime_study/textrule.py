@@ -154,10 +154,31 @@ def appeared_at(points: list[dict], key: str) -> float | None:
     return None
 
 
-def map_prediction(verdict: str) -> str:
-    """TEXT_RULE.md section 6, primary reading: the map predicts *not lazy* on both corpora."""
-    if verdict == "not lazy":
-        return "confirmed (predicted not lazy)"
-    if verdict == "lazy":
-        return "refuted (predicted not lazy)"
-    return f"neither confirmed nor refuted (predicted not lazy; the verdict is {verdict})"
+def predict(share: float, rho: tuple[float, float, float], per: float) -> str:
+    """What a laziness map predicts (TEXT_RULE.md section 6) for a corpus whose natural far share
+    is ``share`` of its targets. ``rho``: the map's rho* at the row's window and its 95 %
+    interval (value, lo, hi), shares of the map's *episodes*; ``per``: the answers' share of the
+    map's targets, which puts rho* on the corpus's scale (the primary reading; ``per = 1`` reads
+    the text's share as the episodes' share, the secondary one). Above the interval: *not lazy*;
+    below it: *lazy*; inside it: *cannot predict*."""
+    _, lo, hi = rho
+    if share > hi * per:
+        return "not lazy"
+    if share < lo * per:
+        return "lazy"
+    return "cannot predict"
+
+
+def map_prediction(verdict: str, predicted: str = "not lazy") -> str:
+    """The verdict read against the map's prediction (TEXT_RULE.md section 6, whose committed map
+    predicts *not lazy* on both corpora in the primary reading)."""
+    if predicted == "cannot predict":
+        return (
+            "neither confirmed nor refuted (the map cannot predict: the far share lies inside "
+            "ρ*'s interval)"
+        )
+    if verdict == predicted:
+        return f"confirmed (predicted {predicted})"
+    if verdict in ("lazy", "not lazy"):
+        return f"refuted (predicted {predicted})"
+    return f"neither confirmed nor refuted (predicted {predicted}; the verdict is {verdict})"

@@ -26,9 +26,14 @@ ROOT = HERE.parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(HERE))
 
+import laziness as L  # noqa: E402
+from farshare import answers_of_targets, far_at, load_far_shares  # noqa: E402
+from sections import _numeric_columns  # noqa: E402
 from studycli import load_archived, run  # noqa: E402
 from textrule import (  # noqa: E402
+    ANSWERS_OF_TARGETS,
     RANGES,
+    RHO_STAR,
     appeared_at,
     control_reading,
     family_verdict,
@@ -37,6 +42,7 @@ from textrule import (  # noqa: E402
     gain,
     map_prediction,
     memory_half,
+    predict,
     quality_half,
     seed_reading,
 )
@@ -138,6 +144,92 @@ def _ratio(a: dict | None, b: dict | None) -> str:
     return f"{a['mean'] / b['mean']:.2f}"
 
 
+# ------------------------------------------------------------------------- the map's prediction
+
+MAP_T, MAP_W = 256, 64
+"""TEXT_RULE.md section 6 reads the map's row W = T/4 = 64 at T = 256: the study's W_long."""
+
+
+def map_readings(record=None) -> list[dict]:
+    """The maps TEXT_RULE.md section 6 predicts from, as {"label", "rho": (value, lo, hi) in
+    shares of the episodes, "per": the answers' share of the map's targets}: the map the rule
+    committed (old episode ids; its constants, as committed) and, once every run of the rerun on
+    clean ids is archived (the rule: "if its rho*(T/4) moves, the report prints the prediction
+    with both"), that map, its rho*(T/4) and Jeffreys interval recomputed from its runs.
+    ``record``: laziness.map_of_record()'s answer (default: the committed archives)."""
+    out = [{"label": "the map the rule committed (episode ids 128–175)", "rho": RHO_STAR,
+            "per": ANSWERS_OF_TARGETS, "method": "bootstrap over seeds"}]  # fmt: skip
+    name, cfg, cells, _ = record or L.map_of_record()
+    cols = _numeric_columns(cells, MAP_W)
+    if name == L.CLEAN_MAP and cols:
+        shares = [(float(c[:-1]) / 100, L.lazy_share(cells[(MAP_W, c)])) for c in cols]
+        lo, hi = L.rho_star_interval(cells, MAP_W, cols)
+        out.append({"label": f"the map on clean episode ids ({L.CLEAN_MAP})",
+                    "rho": (L.rho_star_value(shares), lo, hi), "per": answers_of_targets(cfg),
+                    "method": "Jeffreys posterior per cell"})  # fmt: skip
+    return out
+
+
+def _pct(x: float) -> str:
+    return f"{100 * x:.2g} %" if x < 0.001 else f"{100 * x:.3g} %"
+
+
+def map_predictions(corpus: str, verdict: str, maps=None, shares=None) -> list[dict]:
+    """Per map of :func:`map_readings`: what it predicts for ``corpus`` (its natural far share
+    beyond W = 64 at T = 256, bytes) in the primary and the secondary reading of TEXT_RULE.md
+    section 6, and the verdict read against the primary one. Without the far-share result the
+    committed map's primary prediction (*not lazy*) stands alone."""
+    maps = maps if maps is not None else map_readings()
+    shares = shares if shares is not None else load_far_shares()
+    row = far_at(shares[(corpus, "byte")], MAP_T, MAP_W) if (corpus, "byte") in shares else None
+    if row is None:
+        return [{**maps[0], "share": None, "primary": "not lazy", "secondary": None,
+                 "reading": map_prediction(verdict)}]  # fmt: skip
+    out = []
+    for m in maps:
+        primary = predict(row["share"], m["rho"], m["per"])
+        out.append({**m, "share": row["share"], "primary": primary,
+                    "secondary": predict(row["share"], m["rho"], 1.0),
+                    "reading": map_prediction(verdict, primary)})  # fmt: skip
+    return out
+
+
+def prediction_lines(corpus: str, preds: list[dict]) -> list[str]:
+    """TEXT_STUDY.md's lines on the map's prediction, one per map."""
+    out = []
+    for p in preds:
+        if p["share"] is None:
+            out.append(f"- the laziness map's prediction (TEXT_RULE.md section 6, primary "
+                       f"reading): {p['reading']}.")  # fmt: skip
+            continue
+        rho, lo, hi = p["rho"]
+        per = p["per"]
+        out.append(
+            f"- the laziness map's prediction (TEXT_RULE.md section 6), {p['label']}: ρ*(T/4) = "
+            f"{_pct(rho)} of the episodes (95 % interval {_pct(lo)}–{_pct(hi)}, {p['method']}), "
+            f"{_pct(rho * per)} of the targets ({_pct(lo * per)}–{_pct(hi * per)}), against "
+            f"{corpus}'s far share beyond 64 of {_pct(p['share'])} of its targets: primary "
+            f"reading (per target) **{p['reading']}**; secondary reading (the text's share "
+            f"read as the episodes') {_secondary(p['secondary'])}."
+        )
+    return out
+
+
+def _secondary(pred: str) -> str:
+    if pred == "cannot predict":
+        return "cannot predict (the share lies inside ρ*'s interval)"
+    return f"predicts {pred}"
+
+
+def prediction_summary(preds: list[dict]) -> str:
+    """REPORT.md's clause: the verdict against each map's primary prediction."""
+    if len(preds) == 1:
+        return preds[0]["reading"]
+    if len({p["reading"] for p in preds}) == 1:
+        return f"{preds[0]['reading']}, by the map the rule committed and by its rerun on clean ids"
+    return "; ".join(f"{p['label']}: {p['reading']}" for p in preds)
+
+
 def verdict_line(corpus: str, fam: str, res: dict, tokens: float) -> str:
     """'**SX on pystdlib** (W 8 vs 64, 30.7M tokens, seeds 0–4): **lazy** — ...'."""
     seeds = [p["seed"] for p in res["seeds"]]
@@ -164,8 +256,7 @@ def family_section(corpus: str, fam: str, cfg, runs, roles, tokens: float) -> li
     if "long128" in roles and runs.get(roles["long128"]):
         r128 = family_result(cfg, runs, roles, 128, "long128")
         lines.append("- " + verdict_line(corpus, fam, r128, tokens))
-    lines.append(f"- the laziness map's prediction (TEXT_RULE.md section 6, primary reading): "
-                 f"{map_prediction(res['verdict'])}.")  # fmt: skip
+    lines += prediction_lines(corpus, map_predictions(corpus, res["verdict"]))
     if "memory_half" in res:
         lines.append(f"- claim 3, memory half (stochastic 8 / 64 in place of the long window): "
                      f"**{res['memory_half']}**.")  # fmt: skip
@@ -278,7 +369,8 @@ def verdicts(ccfg=None, mains=None) -> list[dict]:
                 res = family_result(cfg, runs, roles)
                 if "long128" in roles and runs.get(roles["long128"]):
                     res["w128"] = family_result(cfg, runs, roles, 128, "long128")
-                out.append({**rec, **res, "map": map_prediction(res["verdict"])})
+                preds = map_predictions(corpus, res["verdict"])
+                out.append({**rec, **res, "map": prediction_summary(preds)})
     return out
 
 

@@ -220,6 +220,61 @@ def test_the_maps_prediction_is_read_against_the_verdict(tr):
     assert "0.0085 %" in rule and math.isclose(tr.RHO_STAR[0] * tr.ANSWERS_OF_TARGETS, 8.5e-5)
 
 
+def test_a_maps_prediction_is_its_interval_against_the_far_share(tr):
+    rho, per = (0.004, 0.001, 0.01), 0.05  # rho* 0.4 % [0.1, 1] % of the episodes, 5 % answers
+    # primary reading, on the targets' scale: the interval is [0.005, 0.05] % of the targets
+    assert tr.predict(0.0006, rho, per) == "not lazy"
+    assert tr.predict(0.00004, rho, per) == "lazy"
+    assert tr.predict(0.0003, rho, per) == "cannot predict"
+    # secondary reading: the text's share read as the episodes' share
+    assert tr.predict(0.0006, rho, 1.0) == "lazy" and tr.predict(0.02, rho, 1.0) == "not lazy"
+    assert tr.map_prediction("lazy", "lazy").startswith("confirmed")
+    assert tr.map_prediction("not lazy", "lazy") == "refuted (predicted lazy)"
+    assert "cannot predict" in tr.map_prediction("lazy", "cannot predict")
+    # the committed constants give the committed section 6: both corpora above the interval per
+    # target; on the secondary reading pystdlib (1.28 %) above it, KJV (0.30 %) inside it
+    assert tr.predict(0.0128, tr.RHO_STAR, tr.ANSWERS_OF_TARGETS) == "not lazy"
+    assert tr.predict(0.0030, tr.RHO_STAR, tr.ANSWERS_OF_TARGETS) == "not lazy"
+    assert tr.predict(0.0128, tr.RHO_STAR, 1.0) == "not lazy"
+    assert tr.predict(0.0030, tr.RHO_STAR, 1.0) == "cannot predict"
+
+
+def test_the_prediction_is_printed_with_both_maps_once_the_clean_one_is_complete(ts):
+    def lazy(n, k):  # k lazy seeds of n
+        return [{"kind": "lazy"}] * k + [{"kind": "memory"}] * (n - k)
+
+    cfg = type("Cfg", (), {"base": {"seq_len": 256, "data": {"synthetic": {"fraction": 0.5}}}})
+    cells = {(64, "0%"): lazy(5, 5), (64, "1%"): lazy(3, 0), (64, "2%"): lazy(3, 0)}
+    shares = {("pystdlib", "byte"): {"rows": [{"seq_len": 256, "windows": [
+        {"window": 64, "share": 0.02}]}]}}  # fmt: skip
+    old_only = ts.map_readings(("laziness.yaml", cfg, cells, None))
+    assert len(old_only) == 1  # the clean map pending: the committed prediction alone
+    maps = ts.map_readings((ts.L.CLEAN_MAP, cfg, cells, None))
+    assert len(maps) == 2
+    rho, lo, hi = maps[1]["rho"]
+    assert rho == pytest.approx(0.005)  # 5/5 lazy at 0 %, 0/3 at 1 %: half-way
+    assert 0 <= lo < rho < hi <= 0.02
+    assert maps[1]["per"] == pytest.approx(0.5 / (0.5 + 0.5 * 256))
+    preds = ts.map_predictions("pystdlib", "lazy", maps, shares)
+    assert [p["primary"] for p in preds] == ["not lazy", "not lazy"]
+    assert all(p["reading"] == "refuted (predicted not lazy)" for p in preds)
+    assert "by the map the rule committed and by its rerun" in ts.prediction_summary(preds)
+    # the two maps can disagree: a far share above the clean map's interval (its upper end is
+    # below 2 %: the 1 % cell's 0 of 3 leaves little posterior above one half) and inside the
+    # committed one's (0-1.25 %), read as the episodes' share
+    assert hi < 0.0125
+    mid = {("pystdlib", "byte"): {"rows": [{"seq_len": 256, "windows": [
+        {"window": 64, "share": (hi + 0.0125) / 2}]}]}}  # fmt: skip
+    second = ts.map_predictions("pystdlib", "lazy", maps, mid)
+    assert [p["secondary"] for p in second] == ["cannot predict", "not lazy"]
+    lines = ts.prediction_lines("pystdlib", preds)
+    assert len(lines) == 2 and "Jeffreys posterior per cell" in lines[1]
+    assert "2 % of its targets" in lines[0]
+    # without the far-share result: the committed primary prediction only
+    bare = ts.map_predictions("pystdlib", "partial", maps, {})
+    assert len(bare) == 1 and bare[0]["reading"].startswith("neither")
+
+
 def test_the_committed_report_is_made_from_the_committed_runs(ts, tmp_path):
     path = ts.write_report(tmp_path, "python experiments/regime_study/textstudy.py")
     assert path.read_text() == (HERE / ts.REPORT).read_text()
