@@ -607,6 +607,18 @@ def test_the_committed_claims_and_map_are_what_the_archives_give(tmp_path):
     assert got.read_text() == (HERE / "LAZINESS.md").read_text()
 
 
+def test_the_map_of_record_is_the_clean_rerun_and_each_run_records_clean_ids():
+    # issue 50: 72 + 6 runs, every JSON recording episode ids after the tokenizer's vocabulary
+    lz = _laziness_module()
+    name, cfg, cells, pending = lz.map_of_record()
+    assert name == lz.CLEAN_MAP and pending is None
+    files = sorted((HERE / "results" / "laziness_clean").glob("*/seed*.json"))
+    assert len(files) == sum(len(v) for v in cells.values()) == 72 + 6
+    for f in files:
+        ids = json.loads(f.read_text())["episode_ids"]
+        assert ids["first"] >= ids["tokenizer_vocab"] and ids["last"] >= ids["first"], f
+
+
 def test_the_committed_reports_name_no_local_path():
     # generated reports say where their inputs are relative to the study, never as this
     # checkout's absolute path
