@@ -26,8 +26,7 @@ import laziness as L  # noqa: E402
 import provenance as P  # noqa: E402
 import textonly as X  # noqa: E402
 import textstudy as TS  # noqa: E402
-from farshare import CORPORA, TOKENIZERS, answers_of_targets, load_far_shares  # noqa: E402
-from farshare import far_at as _far  # noqa: E402
+from farshare import CORPORA, TOKENIZERS, answers_of_targets, far_at, load_far_shares  # noqa: E402
 from sections import (  # noqa: E402
     _exact,
     _numeric_columns,
@@ -75,7 +74,7 @@ def far_share_section(lcfg, ccfg, cells, shares) -> list[str]:
         for w in row["windows"]:
             cells_ = []
             for k in keys:
-                f = _far(shares[k], row["seq_len"], w["window"])
+                f = far_at(shares[k], row["seq_len"], w["window"])
                 cells_.append(
                     "–" if f is None
                     else f"{100 * f['share']:.2f} [{100 * f['ci'][0]:.2f}–{100 * f['ci'][1]:.2f}]"
@@ -83,7 +82,7 @@ def far_share_section(lcfg, ccfg, cells, shares) -> list[str]:
             rows.append([str(row["seq_len"]), f"{w['window']} (T/{w['divisor']})", *cells_])
     lines += C._table(head, rows) + [""]
     kjv = shares.get(("kjv", "byte"))
-    study = _far(kjv, T, W) if kjv else None
+    study = far_at(kjv, T, W) if kjv else None
     rho_star = L.rho_star_value(
         [(float(c[:-1]) / 100, L.lazy_share(cells[(W, c)])) for c in _numeric_columns(cells, W)]
     ) if (W, "0%") in cells else math.nan  # fmt: skip
@@ -104,7 +103,7 @@ def far_share_section(lcfg, ccfg, cells, shares) -> list[str]:
             "supervision than its episodes, of another "
             "kind (copying a span of text, not recalling one value)."
         )
-    paper = [(k, _far(shares[k], 16384, 128), _far(shares[k], 16384, 2048)) for k in keys]
+    paper = [(k, far_at(shares[k], 16384, 128), far_at(shares[k], 16384, 2048)) for k in keys]
     paper = [(k, a, b) for k, a, b in paper if a and b]
     if paper:
         lines.append(
@@ -325,7 +324,7 @@ def readme_block(settings, cells, shares=None, pending=None) -> str:
             out.append(f"When the memory emerged {text}")
     if shares:
         kjv = shares.get(("kjv", "byte"))
-        w = _far(kjv, ccfg.base["seq_len"], ccfg.base["window"]["long"]) if kjv else None
+        w = far_at(kjv, ccfg.base["seq_len"], ccfg.base["window"]["long"]) if kjv else None
         if w:
             out.append(
                 f"Text alone puts {100 * w['share']:.2f} % of KJV's targets beyond the claims' "

@@ -250,13 +250,17 @@ def _of_planned(n: int, planned: int) -> str:
     return "" if n >= planned else f" (from {n} of {planned} seeds; the rest not run yet)"
 
 
-def family_section(corpus: str, fam: str, cfg, runs, roles, tokens: float) -> list[str]:
+def family_section(
+    corpus: str, fam: str, cfg, runs, roles, tokens: float, maps=None, shares=None
+) -> list[str]:
+    """TEXT_STUDY.md's section on one family and corpus; ``maps`` and ``shares``: as
+    :func:`map_predictions` takes them (read once per report by the caller)."""
     res = family_result(cfg, runs, roles)
     lines = [f"### {fam} on {corpus}", "", "- " + verdict_line(corpus, fam, res, tokens)]
     if "long128" in roles and runs.get(roles["long128"]):
         r128 = family_result(cfg, runs, roles, 128, "long128")
         lines.append("- " + verdict_line(corpus, fam, r128, tokens))
-    lines += prediction_lines(corpus, map_predictions(corpus, res["verdict"]))
+    lines += prediction_lines(corpus, map_predictions(corpus, res["verdict"], maps, shares))
     if "memory_half" in res:
         lines.append(f"- claim 3, memory half (stochastic 8 / 64 in place of the long window): "
                      f"**{res['memory_half']}**.")  # fmt: skip
@@ -351,6 +355,7 @@ def verdicts(ccfg=None, mains=None) -> list[dict]:
     ccfg = ccfg or load_sweep(HERE / CONTROLS)
     mains = mains if mains is not None else [(c, load_sweep(HERE / f)) for c, f in MAIN]
     _, controls = control_table(ccfg, load_runs(ccfg))
+    maps, shares = map_readings(), load_far_shares()
     out = []
     for corpus, cfg in mains:
         runs = load_runs(cfg)
@@ -369,7 +374,7 @@ def verdicts(ccfg=None, mains=None) -> list[dict]:
                 res = family_result(cfg, runs, roles)
                 if "long128" in roles and runs.get(roles["long128"]):
                     res["w128"] = family_result(cfg, runs, roles, 128, "long128")
-                preds = map_predictions(corpus, res["verdict"])
+                preds = map_predictions(corpus, res["verdict"], maps, shares)
                 out.append({**rec, **res, "map": prediction_summary(preds)})
     return out
 
@@ -453,6 +458,7 @@ def write_report(out: Path, command: str, ccfg=None, mains=None) -> Path:
     table, controls = control_table(ccfg, cruns)
     lines += table + [""] if any(cruns.values()) else ["No control is archived yet.", ""]
     lines += ["## 2. Verdicts by the rule", ""]
+    maps, shares = map_readings(), load_far_shares()
     for corpus, cfg in mains:
         runs = load_runs(cfg)
         b = cfg.base
@@ -469,7 +475,7 @@ def write_report(out: Path, command: str, ccfg=None, mains=None) -> Path:
             if not any(runs.get(n) for n in roles.values()):
                 lines += [f"### {fam} on {corpus}", "", "- no main run archived yet.", ""]
                 continue
-            lines += family_section(corpus, fam, cfg, runs, roles, tokens)
+            lines += family_section(corpus, fam, cfg, runs, roles, tokens, maps, shares)
     lines += ["## 3. Copy gain per run and range", ""]
     for corpus, cfg in mains:
         runs = load_runs(cfg)
