@@ -66,22 +66,31 @@ def main(argv=None) -> int:
     train_idx, held_idx = split_documents(docs, 0.1)
     train = tokens_of(docs, train_idx)[: args.fit_tokens]
     held = tokens_of(docs, held_idx)[: args.heldout_tokens or None]
-    print(f"pystdlib: {len(train):,} training tokens fitted, {len(held):,} held out "
-          f"(read in {time.perf_counter() - t0:.1f} s)")  # fmt: skip
+    print(
+        f"pystdlib: {len(train):,} training tokens fitted, {len(held):,} held out "
+        f"(read in {time.perf_counter() - t0:.1f} s)"
+    )
     rows = []
     with tempfile.TemporaryDirectory() as folder:
         # the first call finds an empty folder: it fits (timed once) and writes the tables
         t_fit, first = timed(lambda: NgramBaseline.cached(train, args.context, folder))
-        t_read = timeit(lambda: NgramBaseline.cached(train, args.context, folder),
-                        repeat=args.rounds, warmup=1)  # fmt: skip
+        t_read = timeit(
+            lambda: NgramBaseline.cached(train, args.context, folder), repeat=args.rounds, warmup=1
+        )
         again = NgramBaseline.cached(train, args.context, folder)
         same = all(
             np.array_equal(a[0], b[0]) and np.array_equal(a[1], b[1])
             for a, b in zip(first.tables, again.tables, strict=True)
         )
-        rows.append({"stage": "n-gram baseline", "first (s)": f"{t_fit:.2f}",
-                     "kept (s)": f"{t_read:.3f}", "ratio": f"{t_fit / t_read:.0f}x",
-                     "same result": "yes" if same else "NO"})  # fmt: skip
+        rows.append(
+            {
+                "stage": "n-gram baseline",
+                "first (s)": f"{t_fit:.2f}",
+                "kept (s)": f"{t_read:.3f}",
+                "ratio": f"{t_fit / t_read:.0f}x",
+                "same result": "yes" if same else "NO",
+            }
+        )
         buckets = copy_ranges([8, 32, 64, 128, 256, 1024], 256, [32, 64])
         cache: dict = {}
 
@@ -96,9 +105,15 @@ def main(argv=None) -> int:
             and all(np.array_equal(getattr(a, f), getattr(b, f)) for f in ("pos", "orig", "repl"))
             for a, b in zip(cold, warm, strict=True)
         )
-        rows.append({"stage": "copy events (7 ranges)", "first (s)": f"{t_cold:.2f}",
-                     "kept (s)": f"{t_warm:.3f}", "ratio": f"{t_cold / t_warm:.0f}x",
-                     "same result": "yes" if same else "NO"})  # fmt: skip
+        rows.append(
+            {
+                "stage": "copy events (7 ranges)",
+                "first (s)": f"{t_cold:.2f}",
+                "kept (s)": f"{t_warm:.3f}",
+                "ratio": f"{t_cold / t_warm:.0f}x",
+                "same result": "yes" if same else "NO",
+            }
+        )
     print_table(rows, ["stage", "first (s)", "kept (s)", "ratio", "same result"])
     return 0
 

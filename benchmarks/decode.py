@@ -172,13 +172,22 @@ def compare(args) -> int:
         print_weights(dc, res, steps, repeats)
     agree = []
     if args.agreement_model:
-        print(f"\n## greedy agreement with float32 ({args.agreement_model}, "
-              f"{len(dc.PROMPTS)} prompts x {args.agreement_tokens} new tokens)")  # fmt: skip
+        print(
+            f"\n## greedy agreement with float32 ({args.agreement_model}, "
+            f"{len(dc.PROMPTS)} prompts x {args.agreement_tokens} new tokens)"
+        )
         agree = dc.agreement(args.agreement_model, formats, args.agreement_tokens)
-        table = [{"weights": a["weights"], "prefix": f"{a['prefix']:.3f}",
-                  "overall": f"{a['overall']:.3f}", "forced": f"{a['forced']:.4f}",
-                  "max |dlogit|": f"{a['max_logit_diff']:.3f}",
-                  "logit std": f"{a['logit_std']:.2f}"} for a in agree]  # fmt: skip
+        table = [
+            {
+                "weights": a["weights"],
+                "prefix": f"{a['prefix']:.3f}",
+                "overall": f"{a['overall']:.3f}",
+                "forced": f"{a['forced']:.4f}",
+                "max |dlogit|": f"{a['max_logit_diff']:.3f}",
+                "logit std": f"{a['logit_std']:.2f}",
+            }
+            for a in agree
+        ]
         print_table(table, list(table[0]))
         print(
             "# prefix: fraction of new tokens before the first that differs; overall: of all"

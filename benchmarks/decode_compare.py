@@ -141,13 +141,28 @@ def swax_cells(preset: str, contexts, batches, steps: int, repeats: int) -> list
             e = per_step(lambda k, r=run: r(k, False), steps, repeats)
             c = per_step(lambda k, r=run: r(k, True), steps, repeats)
             eager, comp = e["best"], c["best"]
-            rows.append(dict(preset=preset, context=T, batch=B, eager=eager, compiled=comp,
-                             eager_median=e["median"], compiled_median=c["median"],
-                             eager_wall=e["wall"], compiled_wall=c["wall"],
-                             compile_s=compile_s, flops=step_flops(model, T) * B,
-                             bytes=_step_bytes(model, state)))  # fmt: skip
-            print(f"  swax {preset} {T:,} x{B}: eager {eager * 1e3:.2f} ms, compiled "
-                  f"{comp * 1e3:.2f} ms", file=sys.stderr, flush=True)  # fmt: skip
+            rows.append(
+                dict(
+                    preset=preset,
+                    context=T,
+                    batch=B,
+                    eager=eager,
+                    compiled=comp,
+                    eager_median=e["median"],
+                    compiled_median=c["median"],
+                    eager_wall=e["wall"],
+                    compiled_wall=c["wall"],
+                    compile_s=compile_s,
+                    flops=step_flops(model, T) * B,
+                    bytes=_step_bytes(model, state),
+                )
+            )
+            print(
+                f"  swax {preset} {T:,} x{B}: eager {eager * 1e3:.2f} ms, compiled "
+                f"{comp * 1e3:.2f} ms",
+                file=sys.stderr,
+                flush=True,
+            )
     return rows
 
 
@@ -185,13 +200,25 @@ def weights_cells(preset: str, contexts, formats, steps: int, repeats: int) -> l
         f32_bytes = _step_bytes(model, state)
         for f, m in models.items():
             best = min(times[f])
-            rows.append(dict(preset=preset, context=T, weights=f, compiled=best,
-                             compiled_median=statistics.median(times[f]),
-                             float32=min(times["float32"]), compile_s=runs[f][1],
-                             weight_bytes=decode_weight_bytes(m), f32_bytes=f32_bytes,
-                             bytes=decode_weight_bytes(m) + state.nbytes()))  # fmt: skip
-            print(f"  swax {preset} {T:,} x1 {f} weights: compiled {best * 1e3:.3f} ms",
-                  file=sys.stderr, flush=True)  # fmt: skip
+            rows.append(
+                dict(
+                    preset=preset,
+                    context=T,
+                    weights=f,
+                    compiled=best,
+                    compiled_median=statistics.median(times[f]),
+                    float32=min(times["float32"]),
+                    compile_s=runs[f][1],
+                    weight_bytes=decode_weight_bytes(m),
+                    f32_bytes=f32_bytes,
+                    bytes=decode_weight_bytes(m) + state.nbytes(),
+                )
+            )
+            print(
+                f"  swax {preset} {T:,} x1 {f} weights: compiled {best * 1e3:.3f} ms",
+                file=sys.stderr,
+                flush=True,
+            )
     return rows
 
 
@@ -228,14 +255,20 @@ def weights_table(rows: list[dict], bandwidth: float) -> list[dict]:
     out = []
     for r in rows:
         mem32, mem = r["f32_bytes"] / bandwidth, r["bytes"] / bandwidth
-        out.append({
-            "preset": r["preset"], "context": f"{r['context']:,}", "weights": r["weights"],
-            "compiled ms": f"{r['compiled'] * 1e3:.3f}",
-            "x float32": f"{r['float32'] / r['compiled']:.2f}",
-            "weight MB": f"{r['weight_bytes'] / 1e6:.2f}",
-            "mem f32 ms": f"{mem32 * 1e3:.3f}", "x mem f32": f"{r['compiled'] / mem32:.2f}",
-            "mem ms": f"{mem * 1e3:.3f}", "x mem": f"{r['compiled'] / mem:.2f}",
-        })  # fmt: skip
+        out.append(
+            {
+                "preset": r["preset"],
+                "context": f"{r['context']:,}",
+                "weights": r["weights"],
+                "compiled ms": f"{r['compiled'] * 1e3:.3f}",
+                "x float32": f"{r['float32'] / r['compiled']:.2f}",
+                "weight MB": f"{r['weight_bytes'] / 1e6:.2f}",
+                "mem f32 ms": f"{mem32 * 1e3:.3f}",
+                "x mem f32": f"{r['compiled'] / mem32:.2f}",
+                "mem ms": f"{mem * 1e3:.3f}",
+                "x mem": f"{r['compiled'] / mem:.2f}",
+            }
+        )
     return out
 
 
@@ -250,8 +283,10 @@ def weights_targets(rows: list[dict], bandwidth: float, rate: str = "") -> list[
         for name, b in (("float32 bytes", r["f32_bytes"]), ("its own bytes", r["bytes"])):
             x = r["compiled"] / (b / bandwidth)
             ok = "yes" if x <= 2 else "NO"
-            lines.append(f"small {r['context']:,} x1 {r['weights']} compiled / memory bound "
-                         f"({name}{rate}): {x:.2f} (need <= 2: {ok})")  # fmt: skip
+            lines.append(
+                f"small {r['context']:,} x1 {r['weights']} compiled / memory bound "
+                f"({name}{rate}): {x:.2f} (need <= 2: {ok})"
+            )
     return lines
 
 
@@ -297,8 +332,15 @@ def llama_cell(llama, context: int, batch: int, steps: int, repeats: int) -> dic
         cache = DynamicCache(config=c)
         for layer, (kk, vv) in enumerate(keys):
             cache.update(kk, vv, layer)  # each step concatenates into new tensors: these stay
-        llama.generate(ids, attention_mask=mask, cache=cache, max_new_tokens=k,
-                       min_new_tokens=k, do_sample=False, pad_token_id=0)  # fmt: skip
+        llama.generate(
+            ids,
+            attention_mask=mask,
+            cache=cache,
+            max_new_tokens=k,
+            min_new_tokens=k,
+            do_sample=False,
+            pad_token_id=0,
+        )
 
     run(2)  # warm-up
     return per_step(run, steps, repeats)
@@ -319,22 +361,34 @@ def measure(presets, contexts, batches, steps, long_steps, repeats, max_kv_gib, 
         for r in (r for r in rows if r["preset"] == preset):
             gib = kv_gib(llama, r["batch"], r["context"])
             if gib > max_kv_gib:
-                skipped.append(f"llama {preset} {r['context']:,} x{r['batch']}: its cache "
-                               f"would be {gib:.1f} GiB (> --max-kv-gib {max_kv_gib})")  # fmt: skip
+                skipped.append(
+                    f"llama {preset} {r['context']:,} x{r['batch']}: its cache "
+                    f"would be {gib:.1f} GiB (> --max-kv-gib {max_kv_gib})"
+                )
                 continue
             n = long_steps if r["context"] * r["batch"] > 8192 else steps
             t = llama_cell(llama, r["context"], r["batch"], n, repeats)
             r["llama"], r["llama_median"], r["llama_wall"] = t["best"], t["median"], t["wall"]
-            print(f"  llama {preset} {r['context']:,} x{r['batch']}: "
-                  f"{r['llama'] * 1e3:.2f} ms", file=sys.stderr, flush=True)  # fmt: skip
+            print(
+                f"  llama {preset} {r['context']:,} x{r['batch']}: {r['llama'] * 1e3:.2f} ms",
+                file=sys.stderr,
+                flush=True,
+            )
     copies.append(copy_bandwidth())
     cache.append(copy_bandwidth(CACHE_MIB))
     bandwidth = max(copies)
     for r in rows:
         r["bound"] = r["flops"] / peak.flops
         r["mem"] = r["bytes"] / bandwidth
-    return {"rows": rows, "weights": wrows, "peak": peak, "bandwidth": bandwidth,
-            "copies": copies, "cache_bandwidth": max(cache), "skipped": skipped}  # fmt: skip
+    return {
+        "rows": rows,
+        "weights": wrows,
+        "peak": peak,
+        "bandwidth": bandwidth,
+        "copies": copies,
+        "cache_bandwidth": max(cache),
+        "skipped": skipped,
+    }
 
 
 def table_rows(rows: list[dict]) -> list[dict]:
@@ -344,16 +398,23 @@ def table_rows(rows: list[dict]) -> list[dict]:
     out = []
     for r in rows:
         llama = r.get("llama")
-        out.append({
-            "preset": r["preset"], "context": f"{r['context']:,}", "batch": r["batch"],
-            "eager ms": ms(r["eager"]), "compiled ms": ms(r["compiled"]),
-            "x eager": f"{r['eager'] / r['compiled']:.2f}",
-            "tok/s": f"{r['batch'] / r['compiled']:,.0f}",
-            "llama ms": ms(llama),
-            "x llama": "" if llama is None else f"{llama / r['compiled']:.2f}",
-            "bound ms": ms(r["bound"]), "x bound": f"{r['compiled'] / r['bound']:.1f}",
-            "mem ms": ms(r["mem"]), "x mem": f"{r['compiled'] / r['mem']:.1f}",
-        })  # fmt: skip
+        out.append(
+            {
+                "preset": r["preset"],
+                "context": f"{r['context']:,}",
+                "batch": r["batch"],
+                "eager ms": ms(r["eager"]),
+                "compiled ms": ms(r["compiled"]),
+                "x eager": f"{r['eager'] / r['compiled']:.2f}",
+                "tok/s": f"{r['batch'] / r['compiled']:,.0f}",
+                "llama ms": ms(llama),
+                "x llama": "" if llama is None else f"{llama / r['compiled']:.2f}",
+                "bound ms": ms(r["bound"]),
+                "x bound": f"{r['compiled'] / r['bound']:.1f}",
+                "mem ms": ms(r["mem"]),
+                "x mem": f"{r['compiled'] / r['mem']:.1f}",
+            }
+        )
     return out
 
 
@@ -363,8 +424,9 @@ def targets(rows: list[dict]) -> list[str]:
 
     def verdict(name, value, need, more=True):
         ok = value >= need if more else value <= need
-        lines.append(f"{name}: {value:.2f} (need {'>=' if more else '<='} {need}: "
-                     f"{'yes' if ok else 'NO'})")  # fmt: skip
+        lines.append(
+            f"{name}: {value:.2f} (need {'>=' if more else '<='} {need}: {'yes' if ok else 'NO'})"
+        )
 
     find = {(r["preset"], r["context"], r["batch"]): r for r in rows}
     for (p, T, B), r in sorted(find.items()):
@@ -378,8 +440,12 @@ def targets(rows: list[dict]) -> list[str]:
             gain = (B / r["compiled"]) / (1 / one["compiled"])
             verdict(f"{p} {T:,} tok/s x{B} / x1", gain, 8 if B == 16 else B / 2)
         if p == "small":
-            verdict(f"small {T:,} x{B} compiled / compute bound", r["compiled"] / r["bound"], 5,
-                    more=False)  # fmt: skip
+            verdict(
+                f"small {T:,} x{B} compiled / compute bound",
+                r["compiled"] / r["bound"],
+                5,
+                more=False,
+            )
     return lines
 
 

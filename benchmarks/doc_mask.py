@@ -86,16 +86,21 @@ def main(argv=None) -> int:
         f"tokens per step; float32; documents ~ exponential, mean {args.mean_doc:g} tokens; "
         f"median of {args.rounds} interleaved rounds after 1 warm-up step"
     )
-    print(f"{'preset':>6} {'pattern':>7} {'seq':>6} {'docs/row':>8} {'plain tok/s':>12} "
-          f"{'doc_mask tok/s':>15} {'masked/plain':>13}")  # fmt: skip
+    print(
+        f"{'preset':>6} {'pattern':>7} {'seq':>6} {'docs/row':>8} {'plain tok/s':>12} "
+        f"{'doc_mask tok/s':>15} {'masked/plain':>13}"
+    )
     for preset in args.presets:
         for pattern in args.patterns:
             for seq in args.seq:
                 plain, masked, per_row = measure(
                     preset, pattern, seq, args.tokens_per_step, args.rounds, args.mean_doc
                 )
-                print(f"{preset:>6} {pattern:>7} {seq:>6} {per_row:>8.1f} {plain:>12,.0f} "
-                      f"{masked:>15,.0f} {masked / plain:>12.2f}x", flush=True)  # fmt: skip
+                print(
+                    f"{preset:>6} {pattern:>7} {seq:>6} {per_row:>8.1f} {plain:>12,.0f} "
+                    f"{masked:>15,.0f} {masked / plain:>12.2f}x",
+                    flush=True,
+                )
     return 0
 
 

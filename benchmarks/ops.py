@@ -263,9 +263,12 @@ def main(argv=None) -> int:
             pas = "fwd+bwd" if backward else "fwd"
             fns = {"swax": make_case(ours, inputs, backward)}
             fns.update(
-                {n: make_case(fn, inputs, backward) for n, fn in refs.items()
-                 if not (backward and n in FWD_ONLY)}
-            )  # fmt: skip
+                {
+                    n: make_case(fn, inputs, backward)
+                    for n, fn in refs.items()
+                    if not (backward and n in FWD_ONLY)
+                }
+            )
             try:
                 times = timeit_interleaved(fns, repeat=args.repeat, budget_s=args.budget)
             except (RuntimeError, MemoryError) as e:  # a reference out of memory

@@ -109,15 +109,28 @@ def compare_flex(args) -> int:
                 for fn in (run, run_flex):  # compile flex's shapes outside the timing
                     with forced_backends(swa="flex") if fn is run_flex else _null():
                         run(ids=warm)
-                t = timeit_interleaved({"swax": run, "flex": run_flex}, repeat=args.rounds,
-                                       warmup=0, budget_s=args.budget)  # fmt: skip
-                rows.append({"preset": preset, "pattern": pattern, "window": w,
-                             "tokens": f"{tokens:,}", "swax_tok_s": f"{tokens / t['swax']:,.0f}",
-                             "flex_tok_s": f"{tokens / t['flex']:,.0f}",
-                             "x_vs_flex": f"{t['flex'] / t['swax']:.2f}"})  # fmt: skip
+                t = timeit_interleaved(
+                    {"swax": run, "flex": run_flex},
+                    repeat=args.rounds,
+                    warmup=0,
+                    budget_s=args.budget,
+                )
+                rows.append(
+                    {
+                        "preset": preset,
+                        "pattern": pattern,
+                        "window": w,
+                        "tokens": f"{tokens:,}",
+                        "swax_tok_s": f"{tokens / t['swax']:,.0f}",
+                        "flex_tok_s": f"{tokens / t['flex']:,.0f}",
+                        "x_vs_flex": f"{t['flex'] / t['swax']:.2f}",
+                    }
+                )
                 print(f"  measured {preset} {pattern} {tokens}", file=sys.stderr, flush=True)
-    print(f"# prefill in chunks of {args.chunk}, random weights, float32; medians of up to "
-          f"{args.rounds} interleaved rounds")  # fmt: skip
+    print(
+        f"# prefill in chunks of {args.chunk}, random weights, float32; medians of up to "
+        f"{args.rounds} interleaved rounds"
+    )
     print_table(rows, list(rows[0]))
     return 0
 

@@ -97,12 +97,26 @@ def make_shard_set(folder: Path, tokens: int, block: np.ndarray, shard_tokens: i
 def train_peak_rss(folder: Path, run_dir: Path, steps: int, seq_len: int) -> tuple[float, float]:
     """(peak RSS in MiB, seconds) of ``swax train`` on the shard set, in its own process."""
     cmd = [
-        sys.executable, "-m", "swax", "train", f"data.source={folder}", f"run_dir={run_dir}",
-        "model.d_model=64", "model.n_layers=2", "model.n_heads=2", f"seq_len={seq_len}",
-        "batch_size=8", f"steps={steps}", "window.short=32", "window.long=128",
-        "log.val_batches=2", "log.every=1", "log.val_every=0", "optim.warmup_steps=1",
+        sys.executable,
+        "-m",
+        "swax",
+        "train",
+        f"data.source={folder}",
+        f"run_dir={run_dir}",
+        "model.d_model=64",
+        "model.n_layers=2",
+        "model.n_heads=2",
+        f"seq_len={seq_len}",
+        "batch_size=8",
+        f"steps={steps}",
+        "window.short=32",
+        "window.long=128",
+        "log.val_batches=2",
+        "log.every=1",
+        "log.val_every=0",
+        "optim.warmup_steps=1",
         "threads=1",
-    ]  # fmt: skip
+    ]
     t0 = time.perf_counter()
     p = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     out = p.stdout.read()

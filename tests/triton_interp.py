@@ -83,10 +83,18 @@ B = ti.InterpreterBuilder
 _orig = {
     name: getattr(B, name)
     for name in (
-        "create_masked_load", "create_masked_store", "cast_impl", "create_fp_to_fp",
-        "create_bitcast", "binary_op", "unary_op", "ternary_op", "create_fma", "create_fabs",
+        "create_masked_load",
+        "create_masked_store",
+        "cast_impl",
+        "create_fp_to_fp",
+        "create_bitcast",
+        "binary_op",
+        "unary_op",
+        "ternary_op",
+        "create_fma",
+        "create_fabs",
     )
-}  # fmt: skip
+}
 
 
 def _masked_load(self, ptrs, mask, other, cache_modifier, eviction_policy, is_volatile):
@@ -240,11 +248,17 @@ def _install() -> None:
     ti._get_np_dtype = _np_dtype
     ti._validate_np_data_size = _validate
     for name, fn in (
-        ("create_masked_load", _masked_load), ("create_masked_store", _masked_store),
-        ("cast_impl", _cast), ("create_fp_to_fp", _fp_to_fp), ("create_bitcast", _bitcast),
-        ("binary_op", _binary), ("unary_op", _unary), ("ternary_op", _ternary),
-        ("create_fma", _fma), ("create_fabs", _fabs),
-    ):  # fmt: skip
+        ("create_masked_load", _masked_load),
+        ("create_masked_store", _masked_store),
+        ("cast_impl", _cast),
+        ("create_fp_to_fp", _fp_to_fp),
+        ("create_bitcast", _bitcast),
+        ("binary_op", _binary),
+        ("unary_op", _unary),
+        ("ternary_op", _ternary),
+        ("create_fma", _fma),
+        ("create_fabs", _fabs),
+    ):
         setattr(B, name, fn)
     # the casts are bound at class creation as lambdas calling self.cast_impl: nothing to redo
     ti._swax_int32_loop = _int32_loop  # copied into each kernel's globals by the interpreter

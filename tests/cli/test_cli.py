@@ -247,8 +247,12 @@ sys.exit(M.main(["info", "--preset", "tiny"]))
 def test_an_internal_error_shows_its_traceback(exc):
     """Only a SwaxError (a user error) is one line: any other exception is a bug, and its
     traceback is what a report needs; the exit status is Python's 1, not the usage error's 2."""
-    r = subprocess.run([sys.executable, "-c", INTERNAL_ERROR.format(exc=exc)],
-                       capture_output=True, text=True, timeout=120)  # fmt: skip
+    r = subprocess.run(
+        [sys.executable, "-c", INTERNAL_ERROR.format(exc=exc)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert r.returncode == 1, (r.returncode, r.stderr)
     assert "Traceback (most recent call last)" in r.stderr, r.stderr
     assert r.stderr.strip().splitlines()[-1] == f"{exc}: an internal bug (test)", r.stderr
@@ -593,11 +597,20 @@ def test_generate_keeps_cpu_flex_off_unless_asked(tmp_path, capsys, monkeypatch)
 
     monkeypatch.setattr(swa_flex, "_flex_cpu_call", recorder)
     monkeypatch.setattr(swa_flex, "_flex_cpu_template", lambda: None)
-    monkeypatch.setattr(swa_flex, "_FLEX_CPU_STATE", {"failed": None, "shapes": set(),
-                                                      "announced": True})  # fmt: skip
+    monkeypatch.setattr(
+        swa_flex, "_FLEX_CPU_STATE", {"failed": None, "shapes": set(), "announced": True}
+    )
     monkeypatch.delenv("SWAX_CPU_FLEX", raising=False)
-    args = ["generate", "--model", str(d), "--prompt", "x" * 300, "--max-new-tokens", "2",
-            "--no-stream"]  # fmt: skip
+    args = [
+        "generate",
+        "--model",
+        str(d),
+        "--prompt",
+        "x" * 300,
+        "--max-new-tokens",
+        "2",
+        "--no-stream",
+    ]
     r = run_inprocess(capsys, *args)
     assert r.returncode == 0, r.stderr
     assert "300 prompt tokens" in r.stderr and calls == []
@@ -668,8 +681,18 @@ def test_generate_ctrl_c_prints_what_was_generated(capsys, monkeypatch):
     from swax.cli import main
 
     monkeypatch.setattr(G, "generate", _fake_generate(list(b"In the"), KeyboardInterrupt()))
-    rc = main(["generate", "--preset", "tiny", "--no-stream", "--max-new-tokens", "1000",
-               "--threads", "1"])  # fmt: skip
+    rc = main(
+        [
+            "generate",
+            "--preset",
+            "tiny",
+            "--no-stream",
+            "--max-new-tokens",
+            "1000",
+            "--threads",
+            "1",
+        ]
+    )
     out, err = capsys.readouterr()
     assert rc == 130
     assert out.strip() == "In the"
@@ -687,8 +710,9 @@ def test_generate_without_streaming_shows_progress(capsys, monkeypatch):
 
     monkeypatch.setattr(G, "_Streamer", Every)
     monkeypatch.setattr(G, "generate", _fake_generate(list(b"abc")))
-    rc = main(["generate", "--preset", "tiny", "--no-stream", "--max-new-tokens", "3",
-               "--threads", "1"])  # fmt: skip
+    rc = main(
+        ["generate", "--preset", "tiny", "--no-stream", "--max-new-tokens", "3", "--threads", "1"]
+    )
     out, err = capsys.readouterr()
     assert rc == 0 and out.strip() == "abc"
     assert "generating: 3 of 3 new tokens" in err
@@ -699,7 +723,8 @@ def test_streaming_holds_back_a_split_character(capsys, monkeypatch):
     from swax.cli import main
 
     monkeypatch.setattr(G, "generate", _fake_generate(list("é a".encode())))  # C3 A9 20 61
-    rc = main(["generate", "--preset", "tiny", "--stream", "--max-new-tokens", "4",
-               "--threads", "1"])  # fmt: skip
+    rc = main(
+        ["generate", "--preset", "tiny", "--stream", "--max-new-tokens", "4", "--threads", "1"]
+    )
     out, _ = capsys.readouterr()
     assert rc == 0 and out == "é a\n"

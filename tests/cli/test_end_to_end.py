@@ -28,8 +28,19 @@ def test_prefill_131k_tokens_without_quadratic_tensors():
 
 
 def test_copy_probe_benchmark_smoke():
-    r = run(["benchmarks/copy_probe.py", "--fit-tokens", "200000", "--heldout-tokens", "100000",
-             "--events", "50", "--rounds", "1"])  # fmt: skip
+    r = run(
+        [
+            "benchmarks/copy_probe.py",
+            "--fit-tokens",
+            "200000",
+            "--heldout-tokens",
+            "100000",
+            "--events",
+            "50",
+            "--rounds",
+            "1",
+        ]
+    )
     assert r.returncode == 0, r.stderr[-3000:]
     rows = [ln for ln in r.stdout.splitlines() if ln.lstrip().startswith(("n-gram", "copy ev"))]
     assert len(rows) == 2 and all(ln.split()[-1] == "yes" for ln in rows), r.stdout
@@ -223,17 +234,23 @@ def test_readme_commands_after_make_demo(tmp_path):
     assert len(commands) >= 10
     os.symlink(sys.prefix, tmp_path / ".venv")
     env = {**os.environ, "SWAX_THREADS": "1"}
-    demo = subprocess.run([str(tmp_path / ".venv/bin/swax"), "demo", "steps=30", "--context",
-                           "4096"], cwd=tmp_path, env=env, capture_output=True, text=True,
-                          timeout=900)  # fmt: skip
+    demo = subprocess.run(
+        [str(tmp_path / ".venv/bin/swax"), "demo", "steps=30", "--context", "4096"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert demo.returncode == 0, demo.stderr[-2000:]
     _assert_clean(demo.stdout + demo.stderr, "swax demo")
     assert "swax train" in commands[0] and not any("swax train" in c for c in commands[1:])
     for cmd in commands + commands:
         # the README extends the 400-step demo run by 20 steps; here the demo ran 30
         cmd = re.sub(r"resume=true steps=\d+", "resume=true steps=40", cmd)
-        r = subprocess.run(["bash", "-c", cmd], cwd=tmp_path, env=env, capture_output=True,
-                           text=True, timeout=900)  # fmt: skip
+        r = subprocess.run(
+            ["bash", "-c", cmd], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900
+        )
         assert r.returncode == 0, f"{cmd}\n{r.stdout[-1500:]}\n{r.stderr[-2500:]}"
         _assert_clean(r.stdout + r.stderr, cmd)
 
@@ -261,8 +278,14 @@ def test_the_documented_demo_losses_are_a_fresh_runs(tmp_path):
     prints, within 0.01: the table quotes two threads, this runs one, and the two sum in
     different orders (1.281 and 1.288 after 400 steps)."""
     env = {**os.environ, "SWAX_THREADS": "1"}
-    r = subprocess.run([sys.executable, "-m", "swax", "demo", "--context", "2048"], cwd=tmp_path,
-                       env=env, capture_output=True, text=True, timeout=2400)  # fmt: skip
+    r = subprocess.run(
+        [sys.executable, "-m", "swax", "demo", "--context", "2048"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=2400,
+    )
     assert r.returncode == 0, r.stderr[-2000:]
     found = re.search(r"untrained (\d+\.\d+) -> trained (\d+\.\d+)", r.stdout)
     assert found, r.stdout[-2000:]

@@ -12,9 +12,15 @@ from swax.probes.episodes import episode_accuracy
 from swax.train import train
 from tests.train.test_train import small_cfg
 
-MQAR = ["data.synthetic.task=mqar", "data.synthetic.fraction=1.0", "data.synthetic.num_needles=2",
-        "data.synthetic.num_queries=2", "data.synthetic.min_distance=4", "window.kind=fixed",
-        "window.fixed=8"]  # fmt: skip
+MQAR = [
+    "data.synthetic.task=mqar",
+    "data.synthetic.fraction=1.0",
+    "data.synthetic.num_needles=2",
+    "data.synthetic.num_queries=2",
+    "data.synthetic.min_distance=4",
+    "window.kind=fixed",
+    "window.fixed=8",
+]
 
 
 @pytest.fixture(scope="module")
@@ -26,9 +32,22 @@ def run(tmp_path_factory):
 
 def test_eval_recall_reads_the_run_and_writes_the_study_format(run, tmp_path, capsys):
     out = tmp_path / "res"
-    args = ["eval", "recall", "--model", str(run / "model"), "--lengths", "1x,2x",
-            "--samples", "6", "--out", str(out), "--threads", "1",
-            "--bucket-samples", "4"]  # fmt: skip
+    args = [
+        "eval",
+        "recall",
+        "--model",
+        str(run / "model"),
+        "--lengths",
+        "1x,2x",
+        "--samples",
+        "6",
+        "--out",
+        str(out),
+        "--threads",
+        "1",
+        "--bucket-samples",
+        "4",
+    ]
     assert main(args) == 0
     res = json.loads((out / "recall.json").read_text())
     assert res["windows"] == {"long": 32, "train": 8} and res["seq_len"] == 64
@@ -40,10 +59,12 @@ def test_eval_recall_reads_the_run_and_writes_the_study_format(run, tmp_path, ca
         model = SwaxLM.from_pretrained(run / "model").eval()
         tok = load_model_tokenizer(run / "model")
         _, val = build_datasets(DataConfig(), tok, seq_len=1, seed=0)
-        cfg = SyntheticConfig(task="mqar", fraction=1.0, num_needles=2, num_queries=2,
-                              min_distance=4)  # fmt: skip
-        ref = episode_accuracy(model, tok, val.tokens, [64, 128], 6, cfg, window=window,
-                               seed=42, progress=False)  # fmt: skip
+        cfg = SyntheticConfig(
+            task="mqar", fraction=1.0, num_needles=2, num_queries=2, min_distance=4
+        )
+        ref = episode_accuracy(
+            model, tok, val.tokens, [64, 128], 6, cfg, window=window, seed=42, progress=False
+        )
         for n in (64, 128):
             assert got[str(n)]["acc"] == ref[n]["acc"] and got[str(n)]["n"] == 12
     text = capsys.readouterr().out
@@ -67,16 +88,40 @@ def test_eval_recall_says_when_the_model_never_trained_on_retrieval(tmp_path, ca
     """A run folder (standing for its model/) whose data had no episodes: the reading line says
     that recall near chance is expected."""
     train(small_cfg(tmp_path, "steps=1", name="text"))
-    args = ["eval", "recall", "--model", str(tmp_path / "text"), "--lengths", "1x",
-            "--samples", "2", "--bucket-samples", "0", "--out", str(tmp_path / "o")]  # fmt: skip
+    args = [
+        "eval",
+        "recall",
+        "--model",
+        str(tmp_path / "text"),
+        "--lengths",
+        "1x",
+        "--samples",
+        "2",
+        "--bucket-samples",
+        "0",
+        "--out",
+        str(tmp_path / "o"),
+    ]
     assert main(args) == 0
     text = capsys.readouterr().out
     assert "not trained on retrieval" in text and "data.synthetic.fraction is 0" in text
 
 
 def test_eval_recall_bucket_edges_are_checked(run, tmp_path, capsys):
-    args = ["eval", "recall", "--model", str(run / "model"), "--lengths", "1x",
-            "--samples", "2", "--out", str(tmp_path / "o"), "--buckets", "32,8,64"]  # fmt: skip
+    args = [
+        "eval",
+        "recall",
+        "--model",
+        str(run / "model"),
+        "--lengths",
+        "1x",
+        "--samples",
+        "2",
+        "--out",
+        str(tmp_path / "o"),
+        "--buckets",
+        "32,8,64",
+    ]
     assert main(args) == 2
     err = capsys.readouterr().err.strip()
     assert "--buckets: expected SHORT,LONG,T" in err and "'32,8,64'" in err and "\n" not in err
@@ -100,8 +145,18 @@ def test_demo_recall_trains_both_models_and_prints_recall_by_length(tmp_path):
     import subprocess
     import sys
 
-    cmd = [sys.executable, "-m", "swax", "demo", "recall", "--run-dir", str(tmp_path / "d"),
-           "steps=60", "--threads", "1"]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "swax",
+        "demo",
+        "recall",
+        "--run-dir",
+        str(tmp_path / "d"),
+        "steps=60",
+        "--threads",
+        "1",
+    ]
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
     assert r.returncode == 0, r.stderr[-2000:]
     assert "short W=8" in r.stdout and "long W=64" in r.stdout and "(32x train)" in r.stdout

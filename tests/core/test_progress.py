@@ -56,8 +56,21 @@ def test_a_piped_evaluation_has_no_carriage_return(tmp_path):
     model = tmp_path / "m"
     SwaxLM(SwaxConfig(d_model=32, n_layers=2, n_heads=2, window=16)).save_pretrained(model)
     env = {**os.environ, "SWAX_PROGRESS_SECONDS": "0", "SWAX_THREADS": "1"}
-    cmd = [sys.executable, "-m", "swax", "eval", "ppl", "--model", str(model), "--lengths",
-           "64,128", "--samples", "2", "--out", str(tmp_path / "o")]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "swax",
+        "eval",
+        "ppl",
+        "--model",
+        str(model),
+        "--lengths",
+        "64,128",
+        "--samples",
+        "2",
+        "--out",
+        str(tmp_path / "o"),
+    ]
     r = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
     assert r.returncode == 0, r.stderr
     assert "\r" not in r.stderr + r.stdout

@@ -65,8 +65,15 @@ def test_copy_events_match_a_plain_python_reference(context, vocab):
     rows = rng.integers(0, vocab, (5, 97))
     base = NgramBaseline(train, context)
     ev = copy_events(rows, context, base)
-    got = list(zip(ev.row.tolist(), ev.pos.tolist(), ev.reach.tolist(),
-                   ev.copy_right.tolist(), ev.only_copy.tolist()))  # fmt: skip
+    got = list(
+        zip(
+            ev.row.tolist(),
+            ev.pos.tolist(),
+            ev.reach.tolist(),
+            ev.copy_right.tolist(),
+            ev.only_copy.tolist(),
+        )
+    )
     want = _naive_events(rows, context, _naive_baseline(train.tolist(), context))
     assert got == want
     assert sum(w[3] for w in want) > 5 and sum(w[4] for w in want) > 0  # the test sees events
@@ -169,8 +176,23 @@ def test_far_share_command_prints_a_table_and_writes_json(tmp_path, capsys):
         phrase = "".join(rng.choice(list("abcdefghij"), 10))
         (src / f"{i}.txt").write_text(phrase + " filler text " * 20 + phrase)
     out = tmp_path / "r" / "share.json"
-    rc = main(["data", "far-share", str(src), "--seq-lens", "256", "--divisors", "8,4",
-               "--held-out", "0.5", "--samples", "20", "--out", str(out)])  # fmt: skip
+    rc = main(
+        [
+            "data",
+            "far-share",
+            str(src),
+            "--seq-lens",
+            "256",
+            "--divisors",
+            "8,4",
+            "--held-out",
+            "0.5",
+            "--samples",
+            "20",
+            "--out",
+            str(out),
+        ]
+    )
     assert rc == 0
     printed = capsys.readouterr().out
     assert "| 256 | 32 (T/8) |" in printed and "| 256 | 64 (T/4) |" in printed

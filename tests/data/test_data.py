@@ -556,8 +556,9 @@ def test_loader_checks_ids_against_the_vocab_size_once(tmp_path):
     # MQAR episode ids after the byte tokenizer's 257 ids, a model of 257 ids
     tok = ByteTokenizer()
     text = np.frombuffer(b"and the earth was without form " * 40, dtype=np.uint8).astype(int)
-    syn = SyntheticConfig(task="mqar", fraction=1.0, num_needles=2, num_queries=1,
-                          min_distance=8, mqar_noise=0)  # fmt: skip
+    syn = SyntheticConfig(
+        task="mqar", fraction=1.0, num_needles=2, num_queries=1, min_distance=8, mqar_noise=0
+    )
     loader = PackedLoader(text, 64, 1, synthetic=syn, tokenizer=tok, vocab_size=257)
     with pytest.raises(SwaxError, match=r"token id 2\d\d at position \d+ of synthetic episode"):
         loader.next_batch()

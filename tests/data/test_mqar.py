@@ -295,9 +295,16 @@ def test_answer_weight_weights_the_answers_in_the_training_loss():
     text = np.frombuffer(b"in the beginning was the word " * 200, dtype=np.uint8).astype(np.int32)
     ds = TokenDataset(text, tok.eot_id, 1, "x", tok)
     cfg = SyntheticConfig(
-        task="mqar", fraction=0.5, num_needles=1, num_queries=1, answers_only=True,
-        min_distance=8, mqar_noise=0, answer_weight=7.0, mqar_first_id=128,
-    )  # fmt: skip
+        task="mqar",
+        fraction=0.5,
+        num_needles=1,
+        num_queries=1,
+        answers_only=True,
+        min_distance=8,
+        mqar_noise=0,
+        answer_weight=7.0,
+        mqar_first_id=128,
+    )
     loader = PackedLoader(ds, 64, 8, synthetic=cfg, tokenizer=tok)
     x, y, w = loader.next_batch()
     supervised = y != -100
@@ -328,9 +335,16 @@ def test_supervise_filler_trains_on_text_but_not_on_pairs_or_query_keys():
     text = np.frombuffer(b"and the earth was without form " * 300, dtype=np.uint8).astype(np.int32)
     ds = TokenDataset(text, tok.eot_id, 1, "x", tok)
     cfg = SyntheticConfig(
-        task="mqar", fraction=1.0, num_needles=3, num_queries=2, answers_only=True,
-        min_distance=8, mqar_noise=0, supervise_filler=True, mqar_first_id=128,
-    )  # fmt: skip
+        task="mqar",
+        fraction=1.0,
+        num_needles=3,
+        num_queries=2,
+        answers_only=True,
+        min_distance=8,
+        mqar_noise=0,
+        supervise_filler=True,
+        mqar_first_id=128,
+    )
     loader = PackedLoader(ds, 80, 4, synthetic=cfg, tokenizer=tok)
     keys, values, _ = (set(r.tolist()) for r in mqar_ids(cfg))
     x, y = loader.next_batch()
@@ -352,8 +366,14 @@ def test_distractors_make_the_answer_a_lookup_by_key():
     """With value tokens scattered in the filler the queried value is not the only value in
     the context: the token after the key's first occurrence answers every query (a binding
     retriever), the last value seen before the query answers few (no binding)."""
-    cfg = SyntheticConfig(task="mqar", mqar_first_id=128, num_needles=1, num_queries=1,
-                          min_distance=8, mqar_distractors=0.25)  # fmt: skip
+    cfg = SyntheticConfig(
+        task="mqar",
+        mqar_first_id=128,
+        num_needles=1,
+        num_queries=1,
+        min_distance=8,
+        mqar_distractors=0.25,
+    )
     keys, values, noise = (set(r.tolist()) for r in mqar_ids(cfg))
     rng = np.random.default_rng(0)
     n, bound, last_value, share = 400, 0, 0, []
@@ -384,10 +404,10 @@ def test_episode_ids_are_checked_against_a_shard_set_chunk_by_chunk(tmp_path, mo
     src.mkdir()
     rng = np.random.default_rng(0)
     for i in range(30):
-        (src / f"{i}.txt").write_text(" ".join("".join(rng.choice(list("abcxyz"), 5))
-                                               for _ in range(60)))  # fmt: skip
-    prepare_shards(str(src), tmp_path / "set", shard_tokens=3000, val_fraction=0.1,
-                   progress=False)  # fmt: skip
+        (src / f"{i}.txt").write_text(
+            " ".join("".join(rng.choice(list("abcxyz"), 5)) for _ in range(60))
+        )
+    prepare_shards(str(src), tmp_path / "set", shard_tokens=3000, val_fraction=0.1, progress=False)
     tok = ByteTokenizer()
     train, _ = build_datasets(DataConfig(source=str(tmp_path / "set")), tok, 64, 0)
     stream = np.asarray(train.tokens[0 : len(train.tokens)])

@@ -78,9 +78,18 @@ def prepared(corpus, tmp_path_factory):
     src, docs = corpus
     out = tmp_path_factory.mktemp("shards") / "set"
     r = swax(
-        "data", "prepare", str(src), "--out", str(out), "--shard-tokens", "300000",
-        "--workers", "2", "--val-fraction", "0.05",
-    )  # fmt: skip
+        "data",
+        "prepare",
+        str(src),
+        "--out",
+        str(out),
+        "--shard-tokens",
+        "300000",
+        "--workers",
+        "2",
+        "--val-fraction",
+        "0.05",
+    )
     assert r.returncode == 0, r.stderr
     return out
 
@@ -113,9 +122,14 @@ def test_prepare_gpt2_matches_encode(tmp_path):
     src = tmp_path / "docs.jsonl"
     src.write_text("".join(json.dumps({"body": d}) + "\n" for d in docs))
     prepare_shards(
-        str(src), tmp_path / "out", "gpt2", shard_tokens=5000, field="body", val_fraction=0.1,
+        str(src),
+        tmp_path / "out",
+        "gpt2",
+        shard_tokens=5000,
+        field="body",
+        val_fraction=0.1,
         progress=False,
-    )  # fmt: skip
+    )
     tok = load_tokenizer("gpt2")
     train_ref, val_ref, _, _ = reference_streams(docs, tok.encode, tok.eot_id, 0.1)
     train, index = read_split(tmp_path / "out", "train")
@@ -136,9 +150,13 @@ def test_prepare_uint32_for_a_large_vocabulary(tmp_path):
     docs = [" ".join(f"w{i}" for i in rng.integers(0, 70_000, 50)) for _ in range(30)]
     (tmp_path / "d.jsonl").write_text("".join(json.dumps({"text": d}) + "\n" for d in docs))
     prepare_shards(
-        str(tmp_path / "d.jsonl"), tmp_path / "out", str(tmp_path / "tokenizer.json"),
-        shard_tokens=400, val_fraction=0, progress=False,
-    )  # fmt: skip
+        str(tmp_path / "d.jsonl"),
+        tmp_path / "out",
+        str(tmp_path / "tokenizer.json"),
+        shard_tokens=400,
+        val_fraction=0,
+        progress=False,
+    )
     ref = [int(w[1:]) for d in docs for w in [*d.split(), "w70000"]]
     tokens, index = read_split(tmp_path / "out", "train")
     assert index["dtype"] == "uint32" and index["eot_id"] == 70_000
@@ -305,18 +323,31 @@ def test_train_from_shards_cli_and_exact_resume(prepared, tmp_path):
     assert r.returncode == 0, r.stderr
     assert "validation loss" in r.stdout
     # the wrong tokenizer is one clear error line
-    r = swax("train", *SMALL, f"data.source={prepared}", "data.tokenizer=gpt2", "steps=1",
-             f"run_dir={tmp_path / 'g'}")  # fmt: skip
+    r = swax(
+        "train",
+        *SMALL,
+        f"data.source={prepared}",
+        "data.tokenizer=gpt2",
+        "steps=1",
+        f"run_dir={tmp_path / 'g'}",
+    )
     assert r.returncode == 2 and r.stderr.strip().startswith("swax: error: data.tokenizer='gpt2'")
     assert len(r.stderr.strip().splitlines()) == 1
 
     def cfg(name, *extra):
         return load_train_config(
             None,
-            [*SMALL, f"data.source={prepared}", "steps=6", "checkpoint.every=3",
-             "data.synthetic.fraction=0.25", "data.synthetic.compact=true",
-             f"run_dir={tmp_path / name}", *extra],
-        )  # fmt: skip
+            [
+                *SMALL,
+                f"data.source={prepared}",
+                "steps=6",
+                "checkpoint.every=3",
+                "data.synthetic.fraction=0.25",
+                "data.synthetic.compact=true",
+                f"run_dir={tmp_path / name}",
+                *extra,
+            ],
+        )
 
     full = train(cfg("a"))
 
@@ -395,8 +426,20 @@ def test_prepare_interrupted_by_a_signal_resumes_byte_identically(
     src, _ = corpus
     out = tmp_path / "sig"
     hold, release = os.pipe()
-    args = ["data", "prepare", str(src), "--out", str(out), "--shard-tokens", "300000",
-            "--workers", str(workers), "--val-fraction", "0.05", "--no-progress"]  # fmt: skip
+    args = [
+        "data",
+        "prepare",
+        str(src),
+        "--out",
+        str(out),
+        "--shard-tokens",
+        "300000",
+        "--workers",
+        str(workers),
+        "--val-fraction",
+        "0.05",
+        "--no-progress",
+    ]
     p = subprocess.Popen(
         [sys.executable, "-c", _HELD_PREPARE, str(hold), "700", *args],
         pass_fds=(hold,),
@@ -437,9 +480,19 @@ def test_a_set_without_validation_says_why_and_training_names_it(tmp_path):
     assert (
         "warning: no validation data: --val-fraction 0.02 put none of its 3 documents" in r.stderr
     )
-    r = swax("train", f"data.source={tmp_path / 'set'}", "steps=1", "seq_len=32", "batch_size=2",
-             "window.long=16", "window.short=8", "model.d_model=16", "optim.warmup_steps=0",
-             f"run_dir={tmp_path / 'run'}", "threads=1")  # fmt: skip
+    r = swax(
+        "train",
+        f"data.source={tmp_path / 'set'}",
+        "steps=1",
+        "seq_len=32",
+        "batch_size=2",
+        "window.long=16",
+        "window.short=8",
+        "model.d_model=16",
+        "optim.warmup_steps=0",
+        f"run_dir={tmp_path / 'run'}",
+        "threads=1",
+    )
     assert r.returncode == 0, r.stderr
     assert "has no validation data (--val-fraction 0.02 put none of its 3 documents" in r.stderr
     assert "no validation data" in r.stdout and "nan" not in r.stdout

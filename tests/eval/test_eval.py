@@ -699,8 +699,9 @@ def test_niah_reports_prefill_and_decode_throughput(tmp_path):
     cfg = SwaxConfig(d_model=32, n_layers=2, n_heads=2, vocab_size=tok.vocab_size, window=16)
     model = SwaxLM(cfg).eval()
     calls: list[int] = []
-    model.register_forward_pre_hook(lambda m, args, kw: calls.append(args[0].shape[1]),
-                                    with_kwargs=True)  # fmt: skip
+    model.register_forward_pre_hook(
+        lambda m, args, kw: calls.append(args[0].shape[1]), with_kwargs=True
+    )
     model.embed.register_forward_pre_hook(
         lambda m, args: calls.append(1) if args[0].ndim == 1 else None
     )
@@ -728,8 +729,9 @@ def test_niah_reports_prefill_and_decode_throughput(tmp_path):
         def last_timing(self):
             return inner.last_timing
 
-    res = run_niah(Spy(), tok, ["niah_single_1"], [1024, 2048], samples=2, out_dir=tmp_path,
-                   progress=False)  # fmt: skip
+    res = run_niah(
+        Spy(), tok, ["niah_single_1"], [1024, 2048], samples=2, out_dir=tmp_path, progress=False
+    )
     data = json.loads((tmp_path / "results.json").read_text())["throughput"]
     assert set(data) == {"1024", "2048"}
     for length, (pre, dec) in want.items():

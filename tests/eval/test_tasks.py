@@ -801,8 +801,18 @@ def test_the_table_gives_an_interval_where_the_standard_error_is_zero():
     Wilson interval instead (hand-computed: z²/(n+z²) = 3.8415/8.8415 = 43.45 % for 0 of 5)."""
     from swax.eval.tasks import format_table
 
-    res = {"arc_easy": {"metrics": {"n": 5, "num_fewshot": 0, "acc": 0.0, "acc_stderr": 0.0,
-                                    "acc_norm": 0.4, "acc_norm_stderr": 0.2449}}}  # fmt: skip
+    res = {
+        "arc_easy": {
+            "metrics": {
+                "n": 5,
+                "num_fewshot": 0,
+                "acc": 0.0,
+                "acc_stderr": 0.0,
+                "acc_norm": 0.4,
+                "acc_norm_stderr": 0.2449,
+            }
+        }
+    }
     table = format_table(res)
     assert "[0.00, 43.45] 95 %" in table
     assert "± 24.49" in table and "± 0.00" not in table

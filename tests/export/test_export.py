@@ -152,8 +152,15 @@ def test_hf_beam_search_equals_beam_search_without_a_cache(exported, transformer
     _, _, out = exported[pattern]
     hf = load_hf(transformers, out)
     prompt = torch.randint(0, 256, (2, 21), generator=torch.Generator().manual_seed(3))
-    kw = dict(max_new_tokens=12, num_beams=beams, num_return_sequences=2, do_sample=False,
-              early_stopping=True, return_dict_in_generate=True, output_scores=True)  # fmt: skip
+    kw = dict(
+        max_new_tokens=12,
+        num_beams=beams,
+        num_return_sequences=2,
+        do_sample=False,
+        early_stopping=True,
+        return_dict_in_generate=True,
+        output_scores=True,
+    )
     fed = []
     hook = hf.embed.register_forward_hook(lambda m, args, y: fed.append(args[0].shape[1]))
     got = hf.generate(prompt, **kw)

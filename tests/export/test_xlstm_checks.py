@@ -70,8 +70,9 @@ def test_import_refusals(folder, tmp_path, capsys, change, needles):
 def test_ignore_field_lets_a_harmless_key_through(folder, tmp_path, capsys):
     src = variant(folder, tmp_path, config={"force_bos_token_insert": True})
     out = tmp_path / "out"
-    r = run_inprocess(capsys, "import", "xlstm", str(src), str(out), "--ignore-field",
-                      "force_bos_token_insert")  # fmt: skip
+    r = run_inprocess(
+        capsys, "import", "xlstm", str(src), str(out), "--ignore-field", "force_bos_token_insert"
+    )
     assert r.returncode == 0, r.stderr
     assert SwaxLM.from_pretrained(out).config.layer_pattern == "X"
 
@@ -92,8 +93,9 @@ def test_import_refuses_missing_and_pickled_sources_and_keeps_out(folder, tmp_pa
     assert_one_line_error(r, "not empty", "nothing was overwritten")
     assert [p.name for p in out.iterdir()] == ["keep.txt"]
     assert (out / "keep.txt").read_text() == "mine"
-    r = run_inprocess(capsys, "import", "xlstm", str(folder), str(tmp_path / "o"), "--add-swa",
-                      "--heads", "3")  # fmt: skip
+    r = run_inprocess(
+        capsys, "import", "xlstm", str(folder), str(tmp_path / "o"), "--add-swa", "--heads", "3"
+    )
     assert_one_line_error(r, "--heads 3")
 
 

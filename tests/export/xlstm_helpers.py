@@ -111,6 +111,8 @@ def assert_float32_close(got: torch.Tensor, ref64: torch.Tensor, ref32: torch.Te
     assert err <= NOISE_FACTOR * own + FLOOR, (err, own)
     diff = max_err(got, ref32)
     assert diff <= ACCEPT, diff
-    print(f"|swax - f64| {err:.2e}, |transformers f32 - f64| {own:.2e}, |swax - transformers| "
-          f"{diff:.2e}")  # fmt: skip
+    print(
+        f"|swax - f64| {err:.2e}, |transformers f32 - f64| {own:.2e}, |swax - transformers| "
+        f"{diff:.2e}"
+    )
     return diff

@@ -382,8 +382,9 @@ def test_compiled_cuda_decode_matches_eager_after_the_model_changes(change):
     from swax.generate import generate
 
     torch.manual_seed(0)
-    cfg = SwaxConfig(vocab_size=256, d_model=64, n_layers=2, n_heads=2, layer_pattern="SX",
-                     window=16)  # fmt: skip
+    cfg = SwaxConfig(
+        vocab_size=256, d_model=64, n_layers=2, n_heads=2, layer_pattern="SX", window=16
+    )
     model = SwaxLM(cfg).cuda().eval()
     ids = torch.randint(0, 256, (2, 12), device="cuda")
     first = generate(model, ids, 64, compile=True)
@@ -409,8 +410,17 @@ def test_compiled_cuda_decode_matches_eager_for_256_steps(pattern):
     from swax.generate import generate
 
     torch.manual_seed(0)
-    cfg = SwaxConfig(vocab_size=61, d_model=32, n_layers=2, n_heads=4, n_kv_heads=2, window=8,
-                     chunk_size=16, layer_pattern=pattern, init_std=0.5)  # fmt: skip
+    cfg = SwaxConfig(
+        vocab_size=61,
+        d_model=32,
+        n_layers=2,
+        n_heads=4,
+        n_kv_heads=2,
+        window=8,
+        chunk_size=16,
+        layer_pattern=pattern,
+        init_std=0.5,
+    )
     model = SwaxLM(cfg).cuda().eval()
     ids = torch.randint(0, 61, (4, 13), device="cuda")
     eager = generate(model, ids, 256, compile=False)
@@ -418,7 +428,9 @@ def test_compiled_cuda_decode_matches_eager_for_256_steps(pattern):
     assert min(len(set(r)) for r in eager[:, 13:].tolist()) >= 10  # not one token repeated
     for t, p in [(0.8, 0.9), (1.5, 0.6)]:
         kw = dict(temperature=t, top_k=20, top_p=p, seed=3)
-        assert torch.equal(generate(model, ids, 32, compile=True, **kw),
-                           generate(model, ids, 32, compile=False, **kw))  # fmt: skip
+        assert torch.equal(
+            generate(model, ids, 32, compile=True, **kw),
+            generate(model, ids, 32, compile=False, **kw),
+        )
     modes = [key[0][-1] for key in model.__dict__["_swax_decode_steps"]]
     assert modes.count((20, True)) == 1

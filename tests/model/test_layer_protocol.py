@@ -126,8 +126,17 @@ def test_a_blocks_single_token_step_is_its_forward_on_the_last_token(kind, extra
     from swax.model import Block
 
     torch.manual_seed(0)
-    cfg = SwaxConfig(vocab_size=VOCAB, d_model=32, n_layers=1, n_heads=4, window=8,
-                     chunk_size=4, layer_pattern=kind, init_std=0.3, **extra)  # fmt: skip
+    cfg = SwaxConfig(
+        vocab_size=VOCAB,
+        d_model=32,
+        n_layers=1,
+        n_heads=4,
+        window=8,
+        chunk_size=4,
+        layer_pattern=kind,
+        init_std=0.3,
+        **extra,
+    )
     block = Block(cfg, kind).to_empty(device="cpu").double()
     block.reset_parameters(0.3, 0.2)
     block = block.double()

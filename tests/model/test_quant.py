@@ -35,8 +35,9 @@ FORMATS = ["int8", "bf16"]
 
 def model_for(seed: int = 0, **overrides) -> SwaxLM:
     torch.manual_seed(seed)
-    cfg = dict(vocab_size=VOCAB, d_model=32, n_layers=4, n_heads=4, window=8, chunk_size=16,
-               init_std=0.5)  # fmt: skip
+    cfg = dict(
+        vocab_size=VOCAB, d_model=32, n_layers=4, n_heads=4, window=8, chunk_size=16, init_std=0.5
+    )
     return SwaxLM(SwaxConfig(**(cfg | overrides))).eval()
 
 
@@ -235,8 +236,9 @@ def test_greedy_decode_eager_and_compiled(fmt):
 
 def test_agreement_counts_divergence():
     model = model_for()
-    prompts = [torch.randint(0, VOCAB, (9,), generator=torch.Generator().manual_seed(s))
-               for s in range(2)]  # fmt: skip
+    prompts = [
+        torch.randint(0, VOCAB, (9,), generator=torch.Generator().manual_seed(s)) for s in range(2)
+    ]
     same = greedy_agreement(model, model, prompts, 16)
     assert same["prefix"] == same["overall"] == same["forced"] == 1.0
     assert same["max_logit_diff"] == 0.0
@@ -260,8 +262,20 @@ def test_bad_uses_are_clear_errors(tmp_path):
 
 @pytest.mark.parametrize("fmt", ["int8", "bf16", "float32"])
 def test_generate_command_takes_weights(capsys, fmt):
-    r = run_inprocess(capsys, "generate", "--preset", "tiny", "--weights", fmt, "--prompt",
-                      "abc", "--max-new-tokens", "4", "--no-stream", "--no-compile")  # fmt: skip
+    r = run_inprocess(
+        capsys,
+        "generate",
+        "--preset",
+        "tiny",
+        "--weights",
+        fmt,
+        "--prompt",
+        "abc",
+        "--max-new-tokens",
+        "4",
+        "--no-stream",
+        "--no-compile",
+    )
     assert r.returncode == 0, r.stderr
     assert ("4 new tokens" in r.stderr) and ((f"{fmt} weights" in r.stderr) == (fmt != "float32"))
 

@@ -320,8 +320,9 @@ def test_cpu_dispatch_by_gradient_window_and_length(monkeypatch):
     from swax.ops.registry import BackendUnavailableError
     from swax.ops.swa import flex as swa_flex
 
-    monkeypatch.setattr(swa_flex, "_FLEX_CPU_STATE", {"failed": None, "shapes": set(),
-                                                      "announced": False})  # fmt: skip
+    monkeypatch.setattr(
+        swa_flex, "_FLEX_CPU_STATE", {"failed": None, "shapes": set(), "announced": False}
+    )
     monkeypatch.delenv("SWAX_CPU_FLEX", raising=False)
 
     def pick(tq, window, grad=False, no_grad=False, name=None, dtype=torch.float32, **kw):
@@ -382,8 +383,9 @@ def test_cpu_dispatch_by_gradient_window_and_length(monkeypatch):
     failed = {"failed": "compiling it failed (test)", "shapes": set(), "announced": True}
     monkeypatch.setattr(swa_flex, "_FLEX_CPU_STATE", failed)
     assert pick(4096, 2048) == "blockwise_fwd"
-    monkeypatch.setattr(swa_flex, "_FLEX_CPU_STATE", {"failed": None, "shapes": set(),
-                                                      "announced": True})  # fmt: skip
+    monkeypatch.setattr(
+        swa_flex, "_FLEX_CPU_STATE", {"failed": None, "shapes": set(), "announced": True}
+    )
     monkeypatch.setattr(swa_flex, "_flex_cpu_template", lambda: "no template (test)")
     assert pick(4096, 2048) == "blockwise_fwd"
     assert named(4096, 2048) == "no template (test)"
@@ -467,8 +469,9 @@ def test_cpu_flex_dispatch_matches_naive(monkeypatch):
     if reason:
         pytest.skip(f"flex attention does not compile on this CPU: {reason}")
     torch._dynamo.reset()
-    monkeypatch.setattr(swa_flex, "_FLEX_CPU_STATE", {"failed": None, "shapes": set(),
-                                                      "announced": False})  # fmt: skip
+    monkeypatch.setattr(
+        swa_flex, "_FLEX_CPU_STATE", {"failed": None, "shapes": set(), "announced": False}
+    )
 
     def run(tq, tk, hkv):
         q, k, v = (t.detach() for t in _inputs(1, 2, hkv, tq, tk, 16, 16, torch.float32))

@@ -72,8 +72,11 @@ def test_positions_and_spans():
 def test_bad_doc_ids_are_errors(bad):
     model = SwaxLM(SwaxConfig(vocab_size=50, d_model=16, n_layers=2, n_heads=2, window=4))
     ids = torch.zeros(2, 8, dtype=torch.long)
-    doc = {"float": torch.zeros(2, 8), "shape": torch.zeros(2, 7, dtype=torch.long),
-           "decreasing": torch.tensor([[0, 0, 1, 0, 1, 1, 1, 1]] * 2)}[bad]  # fmt: skip
+    doc = {
+        "float": torch.zeros(2, 8),
+        "shape": torch.zeros(2, 7, dtype=torch.long),
+        "decreasing": torch.tensor([[0, 0, 1, 0, 1, 1, 1, 1]] * 2),
+    }[bad]
     with pytest.raises(ValueError, match="doc_ids"):
         model(ids, doc_ids=doc)
 
@@ -92,15 +95,17 @@ def test_attention_op_per_document(window, backend):
     (q, k, v), _ = _seq_inputs(0)
     k, v = k[:, :1], v[:, :1]  # grouped-query attention: 2 query heads share one key head
     doc = packed_ids()
-    out = sliding_window_attention(q.float(), k.float(), v.float(), window, backend=backend,
-                                   doc_ids=doc)  # fmt: skip
+    out = sliding_window_attention(
+        q.float(), k.float(), v.float(), window, backend=backend, doc_ids=doc
+    )
     plain = sliding_window_attention(q.float(), k.float(), v.float(), window, backend=backend)
     errs, off = [], []
     for b, s in docs_of():
         args = (q[b : b + 1, :, s], k[b : b + 1, :, s], v[b : b + 1, :, s], window)
         ref = sliding_window_attention(*args, backend="reference")  # float64, alone
-        tol = floor_and_tol(sliding_window_attention(*(a.float() for a in args[:3]), window,
-                                                     backend=backend), ref)  # fmt: skip
+        tol = floor_and_tol(
+            sliding_window_attention(*(a.float() for a in args[:3]), window, backend=backend), ref
+        )
         errs.append(max_err(out[b : b + 1, :, s], ref) / tol)
         off.append(max_err(plain[b : b + 1, :, s], ref) / tol)
     assert max(errs) <= 1
@@ -247,9 +252,15 @@ def test_layer_packed_equals_documents_alone(kind):
 def _model(pattern, **kw):
     torch.manual_seed(5)
     cfg = dict(
-        vocab_size=61, d_model=32, n_layers=2 * len(pattern), n_heads=4, window=16,
-        chunk_size=16, layer_pattern=pattern, mlstm_igate_bias_init=-2.0,
-    )  # fmt: skip
+        vocab_size=61,
+        d_model=32,
+        n_layers=2 * len(pattern),
+        n_heads=4,
+        window=16,
+        chunk_size=16,
+        layer_pattern=pattern,
+        mlstm_igate_bias_init=-2.0,
+    )
     return SwaxLM(SwaxConfig(**{**cfg, **kw}))
 
 
@@ -338,8 +349,9 @@ def test_loader_document_starts_match_the_separators():
     stream = []
     for _ in range(40):
         stream += list(rng.integers(1, 50, rng.integers(1, 30))) + [eot]
-    loader = PackedLoader(np.array(stream, np.int32), seq_len=32, micro_batch=4, seed=1,
-                          doc_mask=True)  # fmt: skip
+    loader = PackedLoader(
+        np.array(stream, np.int32), seq_len=32, micro_batch=4, seed=1, doc_mask=True
+    )
     x, y, w, doc = loader.next_batch()
     assert torch.all(w == 1)
     for row, d in zip(x.tolist(), doc.tolist()):
@@ -372,8 +384,7 @@ def _run(tmp_path, source, name, *extra):
     from swax.train import train
     from tests.train.test_train import losses, small_cfg
 
-    cfg = small_cfg(tmp_path, f"data.source={source}", "data.val_fraction=0.05", *extra,
-                    name=name)  # fmt: skip
+    cfg = small_cfg(tmp_path, f"data.source={source}", "data.val_fraction=0.05", *extra, name=name)
     train(cfg)
     return losses(tmp_path / name)
 
@@ -416,8 +427,7 @@ def test_train_with_doc_mask_on_a_shard_set_resumes_exactly(tmp_path):
     from swax.data.prepare import prepare_shards
 
     src = _short_documents(tmp_path / "docs")
-    prepare_shards(str(src), tmp_path / "set", shard_tokens=4000, val_fraction=0.05,
-                   progress=False)  # fmt: skip
+    prepare_shards(str(src), tmp_path / "set", shard_tokens=4000, val_fraction=0.05, progress=False)
     full = _masked_run_resumes_exactly(tmp_path, tmp_path / "set", "shards")
     plain = _run(tmp_path, tmp_path / "set", "p", "steps=6", "checkpoint.every=3")
     assert plain[1] != full[1]

@@ -153,12 +153,24 @@ def _train_cfg(tmp_path, **log):
     from swax.train.config import load_train_config
 
     over = [
-        f"run_dir={tmp_path / 'run'}", "steps=6", "seq_len=64", "batch_size=4", "threads=1",
-        "window.kind=fixed", "window.short=8", "window.long=16", "model.d_model=32",
-        "model.n_layers=2", "data.synthetic.task=mqar", "data.synthetic.fraction=0.5",
-        "data.synthetic.answers_only=true", "data.synthetic.min_distance=2", "log.val_every=0",
-        "log.tensorboard=false", "log.every=1",
-    ]  # fmt: skip
+        f"run_dir={tmp_path / 'run'}",
+        "steps=6",
+        "seq_len=64",
+        "batch_size=4",
+        "threads=1",
+        "window.kind=fixed",
+        "window.short=8",
+        "window.long=16",
+        "model.d_model=32",
+        "model.n_layers=2",
+        "data.synthetic.task=mqar",
+        "data.synthetic.fraction=0.5",
+        "data.synthetic.answers_only=true",
+        "data.synthetic.min_distance=2",
+        "log.val_every=0",
+        "log.tensorboard=false",
+        "log.every=1",
+    ]
     return load_train_config(None, over + [f"log.{k}={v}" for k, v in log.items()])
 
 

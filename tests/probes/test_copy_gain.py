@@ -116,8 +116,11 @@ def _by(rows):
 
 def test_lazy_attention_gains_only_inside_its_window(setup):
     held, base, buckets = setup
-    rows = _by(copy_gain_by_bucket(Copier(memory=False), held, buckets, base, 40, 32,
-                                   probe_window=8, batch_size=16))  # fmt: skip
+    rows = _by(
+        copy_gain_by_bucket(
+            Copier(memory=False), held, buckets, base, 40, 32, probe_window=8, batch_size=16
+        )
+    )
     inside, beyond = rows["short_long"], rows["long_T"]
     assert inside["n"] >= 10 and beyond["n"] >= 10
     assert inside["gain"]["ci"][0] > 1.0  # the copy is worth nats inside the window
@@ -128,8 +131,11 @@ def test_lazy_attention_gains_only_inside_its_window(setup):
 
 def test_a_memory_gains_beyond_the_window_and_the_reset_removes_it(setup):
     held, base, buckets = setup
-    rows = _by(copy_gain_by_bucket(Copier(memory=True), held, buckets, base, 40, 32,
-                                   probe_window=8, batch_size=16))  # fmt: skip
+    rows = _by(
+        copy_gain_by_bucket(
+            Copier(memory=True), held, buckets, base, 40, 32, probe_window=8, batch_size=16
+        )
+    )
     for key in ("long_T", "T_2T"):
         r = rows[key]
         assert r["n"] >= 10, key
@@ -170,8 +176,11 @@ def test_a_planted_copy_gains_in_its_range_only(planted):
     ln(1 + (V − 1)e^−20)); those planted 150 apart, beyond its reach, are worth nothing; the
     ranges where nothing was planted have no events."""
     held, base, ranges = planted
-    rows = _by(copy_gain_by_bucket(Copier(memory=False, vocab=BIG_V), held, ranges, base, 30, 100,
-                                   batch_size=16, eot=EOT))  # fmt: skip
+    rows = _by(
+        copy_gain_by_bucket(
+            Copier(memory=False, vocab=BIG_V), held, ranges, base, 30, 100, batch_size=16, eot=EOT
+        )
+    )
     hand = math.log(BIG_V) - math.log1p((BIG_V - 1) * math.exp(-20.0))
     near, far = rows["r32_64"], rows["r128_256"]
     assert near["n"] == 30 and far["n"] == 30
@@ -195,8 +204,9 @@ def test_a_pure_sliding_window_model_gains_nothing_beyond_its_window(planted):
     torch.manual_seed(0)
     cfg = SwaxConfig(d_model=32, n_layers=1, n_heads=2, layer_pattern="S", vocab_size=BIG_V)
     model = SwaxLM(cfg).eval()
-    rows = copy_gain_by_bucket(model, held, ranges, base, 30, 16, probe_window=8, batch_size=16,
-                               eot=EOT)  # fmt: skip
+    rows = copy_gain_by_bucket(
+        model, held, ranges, base, 30, 16, probe_window=8, batch_size=16, eot=EOT
+    )
     read = [r for r in rows if r["n"]]
     assert {r["key"] for r in read} == {"r32_64", "r128_256", "beyond_32"}
     for r in read:
@@ -232,8 +242,15 @@ def test_document_ids_split_at_end_of_text():
 
 def test_copy_ranges_fine_then_pooled():
     r = copy_ranges([8, 32, 64, 128, 256, 1024], 256, pooled=[32, 64, 128])
-    assert [x.key for x in r] == ["r8_32", "r32_64", "r64_128", "r128_256", "r256_1024",
-                                  "beyond_32", "beyond_64"]  # fmt: skip
+    assert [x.key for x in r] == [
+        "r8_32",
+        "r32_64",
+        "r64_128",
+        "r128_256",
+        "r256_1024",
+        "beyond_32",
+        "beyond_64",
+    ]
     assert [x.length for x in r] == [256, 256, 256, 256, 1024, 256, 256]
     assert (r[5].lo, r[5].hi) == (32, 256)
     for bad in ([8], [8, 8], [0, 4], [32, 8]):

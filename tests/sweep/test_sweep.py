@@ -274,8 +274,12 @@ def test_the_archive_keeps_each_finished_run_and_the_sweep_resumes_from_it(tmp_p
     train_ds, _ = build_datasets(DataConfig(), tok, seq_len=1, seed=0)
     loader = PackedLoader(train_ds, 64, 2, synthetic=tc.data.synthetic, tokenizer=tok)
     ids = np.concatenate(mqar_ids(loader.synthetic))
-    assert saved["episode_ids"] == {"task": "mqar", "first": int(ids.min()),
-                                    "last": int(ids.max()), "tokenizer_vocab": 257}  # fmt: skip
+    assert saved["episode_ids"] == {
+        "task": "mqar",
+        "first": int(ids.min()),
+        "last": int(ids.max()),
+        "tokenizer_vocab": 257,
+    }
     assert int(ids.min()) >= 257 and len(ids) == int(ids.max()) - int(ids.min()) + 1
     shutil.rmtree(tmp_path / "out")
     again = run_sweep(cfg, progress=False)["m"][0]
@@ -294,13 +298,20 @@ def test_the_archive_records_the_episode_ids_of_each_kind_of_run(tmp_path):
     })  # fmt: skip
     cfg = load_sweep(_write(tmp_path, data))
     got = {n: episode_ids(train_config(cfg, n, 0)) for n in cfg.runs}
-    assert got["legacy"] == {"task": "mqar", "first": 128, "last": 128 + 8 + 8 + 4 - 1,
-                             "tokenizer_vocab": 257}  # fmt: skip
+    assert got["legacy"] == {
+        "task": "mqar",
+        "first": 128,
+        "last": 128 + 8 + 8 + 4 - 1,
+        "tokenizer_vocab": 257,
+    }
     assert got["needle"] == {"task": "needle"} and got["text"] is None
     path = tmp_path / "a" / "seed0.json"
     archive_result(path, {"x": 1}, {"steps": 2, "other": 3}, got["legacy"])
-    assert json.loads(path.read_text()) == {"x": 1, "summary": {"steps": 2},
-                                            "episode_ids": got["legacy"]}  # fmt: skip
+    assert json.loads(path.read_text()) == {
+        "x": 1,
+        "summary": {"steps": 2},
+        "episode_ids": got["legacy"],
+    }
 
 
 def test_mean_spread_and_aggregate():

@@ -37,8 +37,9 @@ def to_old_layout(ck):
     Returns the RNG state it holds."""
     rng = load_file(str(ck / "rng.safetensors"))
     weights = load_file(str(ck / "model.safetensors"))
-    save_file({**weights, **{f"__rng__.{k}": v for k, v in rng.items()}},
-              str(ck / "model.safetensors"))  # fmt: skip
+    save_file(
+        {**weights, **{f"__rng__.{k}": v for k, v in rng.items()}}, str(ck / "model.safetensors")
+    )
     (ck / "rng.safetensors").unlink()
     state = json.loads((ck / "trainer.json").read_text())
     state["checksums"] = {name: sha256_file(ck / name) for name in OLD_FILES}

@@ -151,16 +151,33 @@ def test_a_killed_worker_is_restarted_and_the_run_ends_bit_identical(tmp_path):
     # dist.timeout_s: a restarted gloo group can hang connecting its ranks (seen once in CI:
     # both restarted workers waited in ProcessGroupGloo's connectFullMesh for 15 min); with a
     # short timeout that attempt fails and torchrun restarts again
-    args = [*ARGS, "steps=16", "checkpoint.every=3", "log.val_every=0", "resume=auto",
-            "dist.timeout_s=60"]  # fmt: skip
+    args = [
+        *ARGS,
+        "steps=16",
+        "checkpoint.every=3",
+        "log.val_every=0",
+        "resume=auto",
+        "dist.timeout_s=60",
+    ]
     ref = tmp_path / "ref"
     run_swax([*args, f"run_dir={ref}"], nproc=2)
     rng = random.Random()
     kill_after, victim = rng.randint(4, 12), rng.randint(0, 1)
     note = f"(killed rank {victim} after step {kill_after})"
     run = tmp_path / "elastic"
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
-           "--max-restarts=4", "-m", "swax", "train", *args, f"run_dir={run}"]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc-per-node=2",
+        "--max-restarts=4",
+        "-m",
+        "swax",
+        "train",
+        *args,
+        f"run_dir={run}",
+    ]
     with open(tmp_path / "log.txt", "w") as log:
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
         t0 = time.time()

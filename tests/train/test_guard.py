@@ -119,9 +119,14 @@ def test_non_finite_loss_rolls_back_at_once(tmp_path):
 def test_rollbacks_are_limited_and_stop_with_one_line(tmp_path):
     cfg = load_train_config(
         None,
-        [*SMALL, f"run_dir={tmp_path / 'r'}", "steps=8", "checkpoint.every=2",
-         "guard.max_rollbacks=2"],
-    )  # fmt: skip
+        [
+            *SMALL,
+            f"run_dir={tmp_path / 'r'}",
+            "steps=8",
+            "checkpoint.every=2",
+            "guard.max_rollbacks=2",
+        ],
+    )
     with pytest.raises(TrainingError) as e, injected(nan_loss=[2, 3, 4]):
         train(cfg)
     msg = str(e.value)
@@ -306,8 +311,11 @@ def test_a_monitor_that_cannot_fit_its_episodes_is_refused_before_training(tmp_p
     cfg = load_train_config(
         None, [*SMALL, f"run_dir={tmp_path / 'm'}", "steps=4", "log.laziness_every=2"]
     )
-    with pytest.raises(ConfigError, match=r"log.laziness_every=2: the monitor's episodes do not "
-                       r"fit: episode length \d+ too short.*raise seq_len \(now 32\)"):  # fmt: skip
+    with pytest.raises(
+        ConfigError,
+        match=r"log.laziness_every=2: the monitor's episodes do not "
+        r"fit: episode length \d+ too short.*raise seq_len \(now 32\)",
+    ):
         train(cfg)
     assert not (tmp_path / "m" / "checkpoints").exists()
     assert not (tmp_path / "m" / "metrics.jsonl").exists()

@@ -43,8 +43,11 @@ def test_known_gpus_use_their_datasheet(monkeypatch):
     measured = []
     monkeypatch.setattr(P, "measure_matmul", lambda *a, **k: measured.append(1) or 1.0)
     cuda = torch.device("cuda")
-    for name, tflops in (("NVIDIA H100 80GB HBM3", 989), ("NVIDIA H100 PCIe", 756),
-                         ("NVIDIA A100-SXM4-40GB", 312)):  # fmt: skip
+    for name, tflops in (
+        ("NVIDIA H100 80GB HBM3", 989),
+        ("NVIDIA H100 PCIe", 756),
+        ("NVIDIA A100-SXM4-40GB", 312),
+    ):
         monkeypatch.setattr(P, "device_name", lambda device, name=name: name)
         peak = P.peak_flops(cuda)
         assert abs(peak.flops / 1e12 - tflops) < 1, (name, peak.flops)

@@ -186,8 +186,10 @@ def test_another_process_holding_the_run_is_named_and_its_kill_frees_it(tmp_path
     """A second process holds the run folder: train() is refused naming its pid; killed with
     SIGKILL (no clean-up at all), it leaves no stale lock to remove by hand."""
     run_dir = tmp_path / "held"
-    code = ("import sys, time; from swax.train.runctl import RunLock; lock = RunLock(sys.argv[1]); "
-            "lock.acquire(); print('held', flush=True); time.sleep(600)")  # fmt: skip
+    code = (
+        "import sys, time; from swax.train.runctl import RunLock; lock = RunLock(sys.argv[1]); "
+        "lock.acquire(); print('held', flush=True); time.sleep(600)"
+    )
     child = subprocess.Popen(
         [sys.executable, "-c", code, str(run_dir)], stdout=subprocess.PIPE, text=True
     )
@@ -427,8 +429,9 @@ def small_disk(tmp_path):
         pytest.skip("a full disk is tested on a small tmpfs, which needs root to mount")
     mnt = tmp_path / "disk"
     mnt.mkdir()
-    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(mnt)],
-                       capture_output=True, text=True)  # fmt: skip
+    r = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(mnt)], capture_output=True, text=True
+    )
     if r.returncode != 0:
         pytest.skip(f"cannot mount a tmpfs here: {r.stderr.strip()}")
     try:
@@ -462,8 +465,9 @@ def test_a_full_disk_stops_with_one_line_and_resume_after_freeing_is_exact(tmp_p
     assert proc.wait(timeout=600) == 2
     err = proc.communicate()[1].strip().splitlines()
     assert "Traceback" not in "\n".join(err)
-    assert err[-1].startswith("swax: error: no space left on the device writing checkpoint "
-                              "step_000006 to "), err[-3:]  # fmt: skip
+    assert err[-1].startswith(
+        "swax: error: no space left on the device writing checkpoint step_000006 to "
+    ), err[-3:]
     assert latest_checkpoint(run).name == "step_000003"
     assert not list((run / "checkpoints").glob("*.tmp"))  # the partial one is gone
     filler.unlink()
@@ -472,8 +476,11 @@ def test_a_full_disk_stops_with_one_line_and_resume_after_freeing_is_exact(tmp_p
     assert_same_weights(run, tmp_path / "ref")
     # an export onto a full disk: one line, exit 2, nothing half-written left as the folder
     filler = _fill(small_disk, 16 * 1024)
-    r = subprocess.run([sys.executable, "-m", "swax", "export", "hf", str(run / "model"),
-                        str(small_disk / "hf")], capture_output=True, text=True)  # fmt: skip
+    r = subprocess.run(
+        [sys.executable, "-m", "swax", "export", "hf", str(run / "model"), str(small_disk / "hf")],
+        capture_output=True,
+        text=True,
+    )
     assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr[-2000:]
     assert r.stderr.strip().splitlines()[-1].startswith("swax: error: no space left on the device")
     assert not (small_disk / "hf").exists() or not any((small_disk / "hf").iterdir())

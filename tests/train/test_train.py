@@ -103,8 +103,16 @@ def test_per_layer_draws_go_to_the_layers_that_take_a_window():
     the model config lays them out (SwaxConfig.layer_windows); X and A layers get None."""
     from swax.train.schedules import PerLayerWindows, window_schedule
 
-    cfg = load_train_config(None, ["window.per_layer=true", "model.layer_pattern=SXSA",
-                                   "window.short=8", "window.long=32", "steps=100"])  # fmt: skip
+    cfg = load_train_config(
+        None,
+        [
+            "window.per_layer=true",
+            "model.layer_pattern=SXSA",
+            "window.short=8",
+            "window.long=32",
+            "steps=100",
+        ],
+    )
     sched = window_schedule(cfg, cfg.model)
     assert isinstance(sched, PerLayerWindows) and sched.long == 32
     draws = [sched(s) for s in range(90)]
@@ -116,8 +124,9 @@ def test_per_layer_draws_go_to_the_layers_that_take_a_window():
     a, b = sched.sched(step)
     assert sched(step) == (a, None, b, None)
     # one S layer: one draw for the whole model
-    one = load_train_config(None, ["window.per_layer=true", "model.layer_pattern=SXA",
-                                   "model.n_layers=3"])  # fmt: skip
+    one = load_train_config(
+        None, ["window.per_layer=true", "model.layer_pattern=SXA", "model.n_layers=3"]
+    )
     assert isinstance(window_schedule(one, one.model), StochasticWindow)
 
 
@@ -628,8 +637,7 @@ def test_resume_auto_starts_fresh_then_resumes_exactly(tmp_path):
     train(small_cfg(tmp_path, "steps=2", name="nockpt"))
     shutil.rmtree(tmp_path / "nockpt" / "checkpoints")  # a run (model/) without checkpoints
     with pytest.raises(ConfigError, match="resume=auto: .* no intact checkpoint"):
-        train(small_cfg(tmp_path, "steps=2", "checkpoint.every=100", "resume=auto",
-                        name="nockpt"))  # fmt: skip
+        train(small_cfg(tmp_path, "steps=2", "checkpoint.every=100", "resume=auto", name="nockpt"))
 
 
 def test_the_model_section_is_a_swax_config_with_a_preset(tmp_path):
@@ -642,22 +650,25 @@ def test_the_model_section_is_a_swax_config_with_a_preset(tmp_path):
     yaml_file = tmp_path / "m.yaml"
     yaml_file.write_text("model:\n  layer_pattern: SD\n  n_layers: 2\nwindow:\n  long: 64\n")
     cfg = load_train_config(yaml_file, ["model.d_model=96"])
-    assert cfg.model == SwaxConfig.preset("tiny", layer_pattern="SD", n_layers=2, d_model=96,
-                                          window=64)  # fmt: skip
+    assert cfg.model == SwaxConfig.preset(
+        "tiny", layer_pattern="SD", n_layers=2, d_model=96, window=64
+    )
     # a window the model section sets must be the long window
     assert load_train_config(None, ["model.window=128"]).model.window == 128
     with pytest.raises(ConfigError, match=r"model.window=64 differs from window.long=128"):
         load_train_config(None, ["model.window=64"])
     with pytest.raises(ConfigError, match=r"model.window=256 differs from window.long=64"):
-        load_train_config(None, ["model.preset=125m", "model.window=256", "window.long=64",
-                                 "window.short=16"])  # fmt: skip
+        load_train_config(
+            None, ["model.preset=125m", "model.window=256", "window.long=64", "window.short=16"]
+        )
     # built in Python, the same rule
     from swax.train.config import TrainConfig, WindowConfig
 
     with pytest.raises(ConfigError, match=r"model.window=2048 differs from window.long=128"):
         TrainConfig(model=SwaxConfig.preset("125m"))
-    TrainConfig(model=SwaxConfig.preset("125m", window=512), window=WindowConfig(long=512),
-                seq_len=512)  # fmt: skip
+    TrainConfig(
+        model=SwaxConfig.preset("125m", window=512), window=WindowConfig(long=512), seq_len=512
+    )
 
 
 def test_train_help_keys_list_the_models_fields_and_preset():
@@ -693,11 +704,15 @@ def test_resume_compares_a_preset_field_by_field(tmp_path):
     with pytest.raises(ConfigError, match=r"model.d_model=128 \(of model.preset=tiny\) differs"):
         load_train_config(None, [f"run_dir={tmp_path / 'p'}", "resume=true", "model.preset=tiny"])
     with pytest.raises(ConfigError, match=r"model.n_layers=6 \(of model.preset=small\)"):
-        load_train_config(None, [f"run_dir={tmp_path / 'p'}", "resume=true", "model.preset=small",
-                                 "model.d_model=32"])  # fmt: skip
+        load_train_config(
+            None,
+            [f"run_dir={tmp_path / 'p'}", "resume=true", "model.preset=small", "model.d_model=32"],
+        )
     # the config.yaml of a run from before the typed model section: preset + overrides
-    old = dict(saved, model={"preset": "tiny", "d_model": 32, "n_layers": 2, "n_heads": 2,
-                             "layer_pattern": "SX"})  # fmt: skip
+    old = dict(
+        saved,
+        model={"preset": "tiny", "d_model": 32, "n_layers": 2, "n_heads": 2, "layer_pattern": "SX"},
+    )
     (tmp_path / "p" / "config.yaml").write_text(yaml.safe_dump(old, sort_keys=False))
     cfg = load_train_config(None, [f"run_dir={tmp_path / 'p'}", "resume=true", "steps=3"])
     assert cfg.model == again.model
@@ -758,8 +773,11 @@ def test_wandb_logger_offline_with_a_stand_in_module(tmp_path, monkeypatch, capf
                 assert logged[rec["step"]][key] == value
     assert calls["finish"] == 1
     fake.util.generate_id = lambda: "other"  # a resumed run keeps its W&B run
-    train(small_cfg(tmp_path, "steps=6", "checkpoint.every=2", "log.wandb=offline",
-                    "resume=true", name="w"))  # fmt: skip
+    train(
+        small_cfg(
+            tmp_path, "steps=6", "checkpoint.every=2", "log.wandb=offline", "resume=true", name="w"
+        )
+    )
     assert calls["init"][1]["id"] == "abc123"
     monkeypatch.setitem(sys.modules, "wandb", None)  # not installed
     capfd.readouterr()
@@ -845,11 +863,32 @@ def test_dashed_spellings_of_config_keys():
 
     p = build_parser()
     got = _dashed_overrides(
-        p, ["train", "--steps=10", "--optim.lr", "3e-4", "--seq-len", "64", "--threads", "1",
-            "x.yaml", "--model.d_model=32", "--help"],
-    )  # fmt: skip
-    assert got == ["train", "steps=10", "optim.lr=3e-4", "seq_len=64", "--threads", "1",
-                   "x.yaml", "model.d_model=32", "--help"]  # fmt: skip
+        p,
+        [
+            "train",
+            "--steps=10",
+            "--optim.lr",
+            "3e-4",
+            "--seq-len",
+            "64",
+            "--threads",
+            "1",
+            "x.yaml",
+            "--model.d_model=32",
+            "--help",
+        ],
+    )
+    assert got == [
+        "train",
+        "steps=10",
+        "optim.lr=3e-4",
+        "seq_len=64",
+        "--threads",
+        "1",
+        "x.yaml",
+        "model.d_model=32",
+        "--help",
+    ]
     assert _dashed_overrides(p, ["generate", "--steps=3"]) == ["generate", "--steps=3"]
 
 
@@ -919,8 +958,17 @@ def test_model_option_takes_a_run_folder(tmp_path, capsys):
 def test_train_header_reads_as_text(tmp_path, capsys):
     """The run's first lines: the window schedule in words (not a Python repr), the threads
     and where the count came from, and what the MFU is measured against."""
-    args = ["train", f"run_dir={tmp_path / 'r'}", *SMALL, "steps=2", "window.kind=stochastic",
-            "window.short=8", "window.long=32", "window.p_short=0.5", "threads=1"]  # fmt: skip
+    args = [
+        "train",
+        f"run_dir={tmp_path / 'r'}",
+        *SMALL,
+        "steps=2",
+        "window.kind=stochastic",
+        "window.short=8",
+        "window.long=32",
+        "window.p_short=0.5",
+        "threads=1",
+    ]
     assert cli(*args) == 0
     err = capsys.readouterr().err
     head = err.splitlines()[0]
