@@ -173,10 +173,14 @@ def judge(family: str, roles: dict[str, str], runs: dict[str, list[dict]], cfg=N
     names = claim_names(family)
     if not (s and lg and st):
         return [
-            {"claim": n, "verdict": "not yet run", "at": "",
-             "parts": [{"part": p, "verdict": "not yet run", "evidence": ""} for p in parts]}
+            {
+                "claim": n,
+                "verdict": "not yet run",
+                "at": "",
+                "parts": [{"part": p, "verdict": "not yet run", "evidence": ""} for p in parts],
+            }
             for n, parts in zip(names, PARTS)
-        ]  # fmt: skip
+        ]
     n_seeds = min(len(s), len(lg), len(st))
     at = setting_text(cfg, n_seeds) if cfg is not None else f"{n_seeds} seeds"
     parts = [claim_1(s), claim_2(s, lg, roles), claim_3(s, lg, st, roles)]
@@ -209,8 +213,10 @@ def claim_1(s: list[dict]) -> list[dict]:
             + V.paired_text(res, "Beyond T minus that half", 1, "0")
             + "."
         )
-    return [{"part": "beyond W_long", "verdict": sh["verdict"], "evidence": ev_a},
-            {"part": "beyond T", "verdict": b, "evidence": ev_b}]  # fmt: skip
+    return [
+        {"part": "beyond W_long", "verdict": sh["verdict"], "evidence": ev_a},
+        {"part": "beyond T", "verdict": b, "evidence": ev_b},
+    ]
 
 
 def claim_2(s: list[dict], lg: list[dict], roles: dict) -> list[dict]:
@@ -269,9 +275,7 @@ def quality(trio: list[tuple]) -> tuple[str, str]:
         f"{fmt(_mean([a for a, *_ in trio], 'text'), 4)}, long "
         f"{fmt(_mean([b for _, b, _ in trio], 'text'), 4)}, stochastic "
         f"{fmt(_mean([c for *_, c in trio], 'text'), 4)}. "
-        + V.paired_text(
-            cost, "The short window's cost (short minus long, paired by seed)", 4, "0"
-        )  # fmt: skip
+        + V.paired_text(cost, "The short window's cost (short minus long, paired by seed)", 4, "0")
         + ". "
     )
     read = [x - c["text"] for *_, c in trio if (x := c.get("text_short_read", math.nan)) == x]
@@ -360,7 +364,7 @@ def delay_lines(cfg, runs) -> list[str]:
                     ]
                     for r in p["rows"]
                 ],
-            ),  # fmt: skip
+            ),
             "",
             E.summary(p, tokens_m(cfg)),
             "",
@@ -387,8 +391,9 @@ def verdict_lines(cfg, runs) -> list[str]:
             at = f" ({c['at']})" if c["at"] else ""
             lines += [f"**{c['claim']}** — **{verdict}**{at}.", ""]
             if c["verdict"] != "not yet run":
-                lines += [f"- *{p['part']}*: **{p['verdict']}**. {p['evidence']}"
-                          for p in c["parts"]] + [""]  # fmt: skip
+                lines += [
+                    f"- *{p['part']}*: **{p['verdict']}**. {p['evidence']}" for p in c["parts"]
+                ] + [""]
     return lines
 
 
@@ -417,13 +422,22 @@ def run_rows(runs) -> list[list[str]]:
         return wilson_text(k, n) if n else fmt(r[key if key != "inside" else "inside"])
 
     return [
-        [name, str(r["seed"]), w(r, "inside"), w(r, "beyond"), w(r, "beyond_T"),
-         fmt(r["cut_inner"]), fmt(r["reset_beyond"]), r["kind"],
-         "–" if E.unreadable(r) else E.cell(E.censored(r)),
-         fmt(r["text"], 4), fmt(r["minutes"], 1)]
+        [
+            name,
+            str(r["seed"]),
+            w(r, "inside"),
+            w(r, "beyond"),
+            w(r, "beyond_T"),
+            fmt(r["cut_inner"]),
+            fmt(r["reset_beyond"]),
+            r["kind"],
+            "–" if E.unreadable(r) else E.cell(E.censored(r)),
+            fmt(r["text"], 4),
+            fmt(r["minutes"], 1),
+        ]
         for name, recs in runs.items()
         for r in recs
-    ]  # fmt: skip
+    ]
 
 
 def write_report(settings, out: Path, command: str) -> Path:
@@ -482,8 +496,19 @@ def write_report(settings, out: Path, command: str) -> Path:
         if ctrl:
             lines += ["### Controls", "", *ctrl, ""]
         lines += ["### When the memory emerged, paired by seed", "", *delay_lines(cfg, runs)]
-        head = ["run", "seed", "inside W_long", "beyond W_long", "beyond T", "cut", "reset",
-                "verdict", "memory emerged (M)", "text loss", "train min"]  # fmt: skip
+        head = [
+            "run",
+            "seed",
+            "inside W_long",
+            "beyond W_long",
+            "beyond T",
+            "cut",
+            "reset",
+            "verdict",
+            "memory emerged (M)",
+            "text loss",
+            "train min",
+        ]
         lines += ["### Every run", "", *_table(head, run_rows(runs)), ""]
     path = out / REPORT
     path.write_text("\n".join(lines))

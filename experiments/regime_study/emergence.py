@@ -60,8 +60,12 @@ def censored(r: dict) -> dict:
     for i in range(len(pts) - 1):
         if ok[i] and ok[i + 1]:
             lo = pts[i - 1]["tokens"] / 1e6 if i else 0.0
-            return {"lo": lo, "hi": pts[i]["tokens"] / 1e6, "kind": "interval" if i else "left",
-                    "note": ""}  # fmt: skip
+            return {
+                "lo": lo,
+                "hi": pts[i]["tokens"] / 1e6,
+                "kind": "interval" if i else "left",
+                "note": "",
+            }
     note = "crossed only at its last checkpoint" if ok and ok[-1] else ""
     return {"lo": pts[-1]["tokens"] / 1e6, "hi": math.inf, "kind": "right", "note": note}
 
@@ -105,14 +109,24 @@ def factor_text(f: tuple[float, float] | None) -> str:
 def pairs(short: list[dict], long: list[dict], stoch: list[dict]) -> dict:
     """The paired reading of one family: per seed the three censored times, the order and the
     factor; the sign test on the pairs whose order is known; the runs that never emerged."""
-    by = {role: {r["seed"]: censored(r) for r in recs}
-          for role, recs in (("short", short), ("long", long), ("stochastic", stoch))}  # fmt: skip
+    by = {
+        role: {r["seed"]: censored(r) for r in recs}
+        for role, recs in (("short", short), ("long", long), ("stochastic", stoch))
+    }
     seeds = sorted(set(by["short"]) & set(by["long"]))
     rows = []
     for seed in seeds:
         s, lg = by["short"][seed], by["long"][seed]
-        rows.append({"seed": seed, "short": s, "long": lg, "stochastic": by["stochastic"].get(seed),
-                     "order": order(s, lg), "factor": factor(s, lg)})  # fmt: skip
+        rows.append(
+            {
+                "seed": seed,
+                "short": s,
+                "long": lg,
+                "stochastic": by["stochastic"].get(seed),
+                "order": order(s, lg),
+                "factor": factor(s, lg),
+            }
+        )
     later = sum(r["order"] == "long later" for r in rows)
     earlier = sum(r["order"] == "short later" for r in rows)
     one, two = S.sign_test_p(later, earlier)

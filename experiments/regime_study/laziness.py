@@ -437,18 +437,42 @@ def write_report(cfg, cells, out: Path, command: str, pending=None, name: str = 
         "verdict here means lazy *within this budget*; the claims study trains 3× longer.",
         "",
     ]
-    head = ["W", "far", "seed", "inside W", "beyond W", "beyond T", "cut", "reset",
-            "n beyond", "verdict", "memory at (M tokens)", "text loss", "train min"]  # fmt: skip
+    head = [
+        "W",
+        "far",
+        "seed",
+        "inside W",
+        "beyond W",
+        "beyond T",
+        "cut",
+        "reset",
+        "n beyond",
+        "verdict",
+        "memory at (M tokens)",
+        "text loss",
+        "train min",
+    ]
     body = []
     for w in rows_w:
         for c in cols:
             for r in sorted(cells.get((w, c), []), key=lambda r: r["seed"]):
                 body.append(
-                    [str(w), c, str(r["seed"]), _wilson(r, "inside"), _wilson(r, "beyond"),
-                     _wilson(r, "beyond_T"), fmt(r["cut_inner"]), fmt(r["reset_beyond"]),
-                     str(r["n_beyond"]), r["kind"], fmt(r["emerged"], 1), fmt(r["text"], 3),
-                     fmt(r["minutes"], 1)]
-                )  # fmt: skip
+                    [
+                        str(w),
+                        c,
+                        str(r["seed"]),
+                        _wilson(r, "inside"),
+                        _wilson(r, "beyond"),
+                        _wilson(r, "beyond_T"),
+                        fmt(r["cut_inner"]),
+                        fmt(r["reset_beyond"]),
+                        str(r["n_beyond"]),
+                        r["kind"],
+                        fmt(r["emerged"], 1),
+                        fmt(r["text"], 3),
+                        fmt(r["minutes"], 1),
+                    ]
+                )
     lines += _table(head, body) + [""]
     if any_rec is None:
         lines += ["No run has finished yet.", ""]

@@ -42,8 +42,12 @@ def run_ids(ev: dict, cfg, name: str, seed: int) -> dict | None:
     if Path(cfg.archive).name in CLEAN_BEFORE_THE_FIELD:
         first = load_tokenizer(tcfg.data.tokenizer).vocab_size
         return {"first": first, "last": first + span - 1, "old": False, "recorded": False}
-    return {"first": LEGACY_FIRST_ID, "last": LEGACY_FIRST_ID + span - 1, "old": True,
-            "recorded": False}  # fmt: skip
+    return {
+        "first": LEGACY_FIRST_ID,
+        "last": LEGACY_FIRST_ID + span - 1,
+        "old": True,
+        "recorded": False,
+    }
 
 
 def label(ids: dict | None) -> str:

@@ -63,8 +63,9 @@ def far_share_section(lcfg, ccfg, cells, shares) -> list[str]:
         "interval over held-out documents:",
         "",
     ]
-    head = ["T", "W"] + [f"{c} / {t}" for c, _ in CORPORA for _, t in TOKENIZERS
-                         if (c, _) in shares or True]  # fmt: skip
+    head = ["T", "W"] + [
+        f"{c} / {t}" for c, _ in CORPORA for _, t in TOKENIZERS if (c, _) in shares or True
+    ]
     head = ["T", "W"]
     keys = [(c, t) for c, _ in CORPORA for t, _ in TOKENIZERS if (c, t) in shares]
     head += [f"{dict(CORPORA)[c].split(' (')[0]}, {dict(TOKENIZERS)[t]}" for c, t in keys]
@@ -76,16 +77,21 @@ def far_share_section(lcfg, ccfg, cells, shares) -> list[str]:
             for k in keys:
                 f = far_at(shares[k], row["seq_len"], w["window"])
                 cells_.append(
-                    "–" if f is None
+                    "–"
+                    if f is None
                     else f"{100 * f['share']:.2f} [{100 * f['ci'][0]:.2f}–{100 * f['ci'][1]:.2f}]"
-                )  # fmt: skip
+                )
             rows.append([str(row["seq_len"]), f"{w['window']} (T/{w['divisor']})", *cells_])
     lines += C._table(head, rows) + [""]
     kjv = shares.get(("kjv", "byte"))
     study = far_at(kjv, T, W) if kjv else None
-    rho_star = L.rho_star_value(
-        [(float(c[:-1]) / 100, L.lazy_share(cells[(W, c)])) for c in _numeric_columns(cells, W)]
-    ) if (W, "0%") in cells else math.nan  # fmt: skip
+    rho_star = (
+        L.rho_star_value(
+            [(float(c[:-1]) / 100, L.lazy_share(cells[(W, c)])) for c in _numeric_columns(cells, W)]
+        )
+        if (W, "0%") in cells
+        else math.nan
+    )
     lo, hi = L.rho_star_interval(cells, W, _numeric_columns(cells, W))
     old = " on old episode ids" if (L.ids_of(cells) or {}).get("old") else ""
     if study is not None:
@@ -302,7 +308,7 @@ def readme_block(settings, cells, shares=None, pending=None) -> str:
                 f"{rho_by_row(cells)[w].split(' (')[0]} {L.interval_text(*iv[w])} at "
                 f"W = T/{ccfg.base['seq_len'] // w}"
                 for w in sorted(iv)
-            )  # fmt: skip
+            )
             + " (95 % intervals from the cells' Jeffreys posteriors"
             + (f"; a map on {P.label(ids).split(' (')[0]}" if ids else "")
             + ("; its rerun on clean ids is pending" if pending is not None else "")
@@ -336,8 +342,7 @@ def readme_block(settings, cells, shares=None, pending=None) -> str:
     return " ".join(out)
 
 
-def write_report(out: Path, lcfg=None, settings=None, tcfg=None, shares=None,
-                 pending=None) -> Path:  # fmt: skip
+def write_report(out: Path, lcfg=None, settings=None, tcfg=None, shares=None, pending=None) -> Path:
     """REPORT.md in ``out`` from the archived results (default: the committed ones of the map
     of record (laziness.map_of_record), the claims settings, textonly.yaml and
     results/far_share)."""

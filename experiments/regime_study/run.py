@@ -281,8 +281,9 @@ SUPERSEDED = (
 """The note at the top of this report (the distance-bucket study replaces its readings)."""
 
 
-def write_report(cfg, cfg_path, results, agg, seq_len, mcfg, mresults, out, wall_s, quick,
-                 command, report_name) -> Path:  # fmt: skip
+def write_report(
+    cfg, cfg_path, results, agg, seq_len, mcfg, mresults, out, wall_s, quick, command, report_name
+) -> Path:
     main = [n for n in results if n in cfg.runs]
     first = report_name == "FIRST_STUDY.md"
     scale = "" if first else report_name.removesuffix(".md").split("_")[-1]
@@ -388,8 +389,11 @@ def main(argv=None) -> int:
     ap.add_argument("--scale", choices=sorted(SCALES), default="cpu")
     ap.add_argument("--quick", action="store_true", help="the reduced study (CI smoke test)")
     ap.add_argument("--jobs", type=int, default=None, help="runs at a time (default: config's)")
-    ap.add_argument("--report-dir", default=None, help="where the report goes (default: here, "
-                    "or the sweep's out_dir with --quick)")  # fmt: skip
+    ap.add_argument(
+        "--report-dir",
+        default=None,
+        help="where the report goes (default: here, or the sweep's out_dir with --quick)",
+    )
     args = ap.parse_args(argv)
     t0 = time.perf_counter()
     main_name, multi_name = SCALES[args.scale]
@@ -401,9 +405,7 @@ def main(argv=None) -> int:
             c.jobs = args.jobs
     results = run_sweep(cfg)
     mresults = run_sweep(mcfg) if mcfg else None
-    out = Path(args.report_dir) if args.report_dir else (
-        Path(cfg.out_dir) if args.quick else HERE
-    )  # fmt: skip
+    out = Path(args.report_dir) if args.report_dir else (Path(cfg.out_dir) if args.quick else HERE)
     out.mkdir(parents=True, exist_ok=True)
     command = (
         "python experiments/regime_study/run.py"
@@ -413,9 +415,19 @@ def main(argv=None) -> int:
     agg = aggregate(results)
     seq_len = next(iter(results.values()))[0]["seq_len"]
     report = write_report(
-        cfg, cfg_path, results, agg, seq_len, mcfg, mresults, out,
-        time.perf_counter() - t0, args.quick, command, REPORT_NAMES[args.scale],
-    )  # fmt: skip
+        cfg,
+        cfg_path,
+        results,
+        agg,
+        seq_len,
+        mcfg,
+        mresults,
+        out,
+        time.perf_counter() - t0,
+        args.quick,
+        command,
+        REPORT_NAMES[args.scale],
+    )
     print(f"report: {report}")
     for name, evs in results.items():
         assert all((run_dir(cfg, name, e["seed"]) / "eval.json").is_file() for e in evs)

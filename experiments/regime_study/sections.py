@@ -28,16 +28,17 @@ def rho_by_row(cells) -> dict[int, str]:
     """rho* per long window W of the map: the far share at which half the seeds stay lazy."""
     return {
         w: L.rho_star(
-            [(float(c[:-1]) / 100, L.lazy_share(cells[(w, c)]))
-             for c in _numeric_columns(cells, w)]
+            [(float(c[:-1]) / 100, L.lazy_share(cells[(w, c)])) for c in _numeric_columns(cells, w)]
         )
         for w in sorted({w for w, _ in cells})
-    }  # fmt: skip
+    }
 
 
 def rho_intervals(cells) -> dict[int, tuple[float, float]]:
-    return {w: L.rho_star_interval(cells, w, _numeric_columns(cells, w))
-            for w in sorted({w for w, _ in cells})}  # fmt: skip
+    return {
+        w: L.rho_star_interval(cells, w, _numeric_columns(cells, w))
+        for w in sorted({w for w, _ in cells})
+    }
 
 
 def map_section(lcfg, cells, pending=None) -> list[str]:
@@ -72,15 +73,16 @@ def map_section(lcfg, cells, pending=None) -> list[str]:
     iv = rho_intervals(cells)
     if len(iv) > 1:
         ws = sorted(iv)
-        overlap = all(iv[a][1] >= iv[b][0] and iv[b][1] >= iv[a][0]
-                      for a in ws for b in ws if a < b)  # fmt: skip
+        overlap = all(
+            iv[a][1] >= iv[b][0] and iv[b][1] >= iv[a][0] for a in ws for b in ws if a < b
+        )
         lines.append(
             "- ρ* by row, with its 95 % interval from the cells' Jeffreys posteriors (LAZINESS.md "
             "says why not a bootstrap): "
             + "; ".join(
                 f"W = {w}: {rho_by_row(cells)[w].split(' (')[0]} {L.interval_text(*iv[w])}"
                 for w in ws
-            )  # fmt: skip
+            )
             + (
                 ". The intervals overlap, so the map does not order the rows: with "
                 f"{min(len(v) for v in cells.values())} seeds per cell it cannot say whether a "
@@ -116,8 +118,13 @@ def claims_section(settings) -> list[str]:
             for c in C.judge(family, roles, runs, cfg):
                 seeds = c["at"].rsplit(", ", 1)[-1] if c["at"] else ""
                 for p in c["parts"]:
-                    rows.append([c["claim"].split(". ", 1)[0], p["part"],
-                                 p["verdict"] + (f" ({seeds})" if seeds else "")])  # fmt: skip
+                    rows.append(
+                        [
+                            c["claim"].split(". ", 1)[0],
+                            p["part"],
+                            p["verdict"] + (f" ({seeds})" if seeds else ""),
+                        ]
+                    )
         lines += [
             f"**{_rho_label(cfg)}** ({P.label(C.ids_of(runs))}):",
             "",
@@ -190,8 +197,9 @@ def delay_reading(settings) -> list[str]:
 def ids_paragraph(cells, settings) -> str:
     """Which episode ids each part of the study was trained with."""
     parts = [f"the map (section 1) was trained on {P.label(L.ids_of(cells))}"]
-    parts += [f"the claims at {_rho_label(cfg)} on {P.label(C.ids_of(runs))}"
-              for cfg, runs in settings]  # fmt: skip
+    parts += [
+        f"the claims at {_rho_label(cfg)} on {P.label(C.ids_of(runs))}" for cfg, runs in settings
+    ]
     return (
         "Episode ids: " + "; ".join(parts) + "; the text-only runs have no episodes. A table "
         "never mixes runs of two id ranges (provenance.py refuses it)."

@@ -15,10 +15,36 @@ import math
 import random
 
 # Student t quantiles by degrees of freedom (two-sided 95 %: 0.975; one-sided 80 % power: 0.80)
-T975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306,
-        9: 2.262, 10: 2.228, 15: 2.131, 20: 2.086, 30: 2.042}  # fmt: skip
-T80 = {1: 1.376, 2: 1.061, 3: 0.978, 4: 0.941, 5: 0.920, 6: 0.906, 7: 0.896, 8: 0.889,
-       9: 0.883, 10: 0.879, 15: 0.866, 20: 0.860, 30: 0.854}  # fmt: skip
+T975 = {
+    1: 12.706,
+    2: 4.303,
+    3: 3.182,
+    4: 2.776,
+    5: 2.571,
+    6: 2.447,
+    7: 2.365,
+    8: 2.306,
+    9: 2.262,
+    10: 2.228,
+    15: 2.131,
+    20: 2.086,
+    30: 2.042,
+}
+T80 = {
+    1: 1.376,
+    2: 1.061,
+    3: 0.978,
+    4: 0.941,
+    5: 0.920,
+    6: 0.906,
+    7: 0.896,
+    8: 0.889,
+    9: 0.883,
+    10: 0.879,
+    15: 0.866,
+    20: 0.860,
+    30: 0.854,
+}
 
 
 def _t(table: dict, df: int, z: float) -> float:
@@ -66,8 +92,14 @@ def paired(a: list[float], b: list[float]) -> dict:
     d = [x - y for x, y in zip(a, b) if x == x and y == y]
     n = len(d)
     if n == 0:
-        return {"mean": math.nan, "se": math.nan, "ci": (math.nan, math.nan), "mde": math.nan,
-                "p": math.nan, "n": 0}  # fmt: skip
+        return {
+            "mean": math.nan,
+            "se": math.nan,
+            "ci": (math.nan, math.nan),
+            "mde": math.nan,
+            "p": math.nan,
+            "n": 0,
+        }
     m = sum(d) / n
     se = math.sqrt(sum((x - m) ** 2 for x in d) / (n - 1) / n) if n > 1 else math.nan
     t = _t(T975, n - 1, 1.96)

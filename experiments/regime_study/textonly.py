@@ -149,7 +149,7 @@ def curve_lines(cfg, runs) -> list[str]:
                     + ", ".join(
                         f"{p['tokens'] / 1e6:.1f}M {p['gain'].get('long_T', math.nan):.2f}"
                         for p in pts
-                    )  # fmt: skip
+                    )
                 )
     return out
 
@@ -213,9 +213,17 @@ def write_report(
                     continue
                 row = g[key]
                 probes = row.get("probes", {})
-                rows.append([name, str(r["seed"]), row["bucket"], str(row["n"]),
-                             fmt_gain(row["gain"]), fmt_gain(probes.get("window_cut")),
-                             fmt_gain(probes.get("reset"))])  # fmt: skip
+                rows.append(
+                    [
+                        name,
+                        str(r["seed"]),
+                        row["bucket"],
+                        str(row["n"]),
+                        fmt_gain(row["gain"]),
+                        fmt_gain(probes.get("window_cut")),
+                        fmt_gain(probes.get("reset")),
+                    ]
+                )
     lines += _table(head, rows) + [""]
     lines += ["## Long against short, paired by seed", ""]
     roles = cfg.roles
@@ -224,7 +232,7 @@ def write_report(
             role: {
                 r["seed"]: gains(r).get(key, {}).get("gain", {}).get("mean", math.nan)
                 for r in runs.get(name, [])
-            }  # fmt: skip
+            }
             for role, name in roles.items()
         }
         seeds = sorted(set(vals["short"]) & set(vals["long"]))
@@ -249,9 +257,14 @@ def write_report(
         lines += ["## Reading", "", *read, ""]
     curve = curve_lines(cfg, runs)
     if curve:
-        lines += ["## Copy gain beyond W_long (within T) over training", "",
-                  "Tokens and the gain (nats, own window) at every kept checkpoint:", "",
-                  *curve, ""]  # fmt: skip
+        lines += [
+            "## Copy gain beyond W_long (within T) over training",
+            "",
+            "Tokens and the gain (nats, own window) at every kept checkpoint:",
+            "",
+            *curve,
+            "",
+        ]
     path = out / report
     path.write_text("\n".join(lines))
     return path

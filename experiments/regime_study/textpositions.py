@@ -152,8 +152,12 @@ def measure(cfg, family: dict, seed: int, samples: int, texts: dict) -> dict | N
 
 
 def run(cfg, samples: int) -> dict:
-    result = {"config": CONFIG, "samples": samples, "ranges": [list(r) for r in RANGES],
-              "families": {}}  # fmt: skip
+    result = {
+        "config": CONFIG,
+        "samples": samples,
+        "ranges": [list(r) for r in RANGES],
+        "families": {},
+    }
     texts: dict = {}
     for fam, roles in cfg.families.items():
         seeds = {}
@@ -198,10 +202,16 @@ def report_lines(result: dict) -> list[str]:
     for fam, seeds in result["families"].items():
         if not seeds:
             continue
-        lines += [f"## {fam}", "",
-                  "| seed | " + " | ".join(f"short / long / stoch at {n}" for n in names)
-                  + " | " + " | ".join(f"short − long at {n}" for n in names) + " |",
-                  "|---" * (1 + 2 * len(names)) + "|"]  # fmt: skip
+        lines += [
+            f"## {fam}",
+            "",
+            "| seed | "
+            + " | ".join(f"short / long / stoch at {n}" for n in names)
+            + " | "
+            + " | ".join(f"short − long at {n}" for n in names)
+            + " |",
+            "|---" * (1 + 2 * len(names)) + "|",
+        ]
         for seed, s in seeds.items():
             losses = [" / ".join(f"{s[r][i]:.4f}" for r in ROLES) for i in range(len(names))]
             diffs = [_ci(d) for d in s["short-long"]]
@@ -229,14 +239,16 @@ def far_lines(seeds: dict) -> list[str]:
         "text, so its worth is the memory's; at 8–63 the long window's attention reaches it "
         "too. Beside it, the loss gap at the same positions (the probe's unswapped loss).",
         "",
-        "| seed | " + " | ".join(f"swapped − full, short / long / stoch at {n}" for n in names)
+        "| seed | "
+        + " | ".join(f"swapped − full, short / long / stoch at {n}" for n in names)
         + " |",
         "|---" * (1 + len(names)) + "|",
-    ]  # fmt: skip
+    ]
     for seed, s in seeds.items():
         f = s["far"]
-        cells = [" / ".join(f"{f[r]['gain'][i]['mean']:.4f}" for r in ROLES)
-                 for i in range(len(names))]  # fmt: skip
+        cells = [
+            " / ".join(f"{f[r]['gain'][i]['mean']:.4f}" for r in ROLES) for i in range(len(names))
+        ]
         lines.append(f"| {seed} | " + " | ".join(cells) + " |")
     lines.append("")
     for i, n in enumerate(names):
@@ -263,9 +275,12 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--run", action="store_true", help="measure the trained models first")
     ap.add_argument("--samples", type=int, default=256, help="held-out stretches per run")
-    ap.add_argument("--quick", action="store_true",
-                    help="the quick study's runs (textstudy.py --quick --run, the CI smoke "
-                    "test); the JSON goes to the report folder")  # fmt: skip
+    ap.add_argument(
+        "--quick",
+        action="store_true",
+        help="the quick study's runs (textstudy.py --quick --run, the CI smoke "
+        "test); the JSON goes to the report folder",
+    )
     ap.add_argument("--report-dir", type=Path, default=HERE)
     args = ap.parse_args(argv)
     cfg = load_sweep(HERE / CONFIG, quick=args.quick)

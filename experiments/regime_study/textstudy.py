@@ -73,8 +73,17 @@ def _family_of(pattern: str) -> str:
 
 def control_table(ccfg, cruns) -> tuple[list[str], dict]:
     """The controls' table and {(corpus, family): control reading}."""
-    head = ["control", "corpus", "family", "input-gate bias", "tokens", *RANGES,
-            "reset beyond 32", "passes", "128 arm"]  # fmt: skip
+    head = [
+        "control",
+        "corpus",
+        "family",
+        "input-gate bias",
+        "tokens",
+        *RANGES,
+        "reset beyond 32",
+        "passes",
+        "128 arm",
+    ]
     rows, out = [], {}
     from swax.sweep import train_config
 
@@ -89,12 +98,19 @@ def control_table(ccfg, cruns) -> tuple[list[str], dict]:
             if key not in out or (c["passes"] and not out[key]["passes"]):
                 out[key] = {**c, "name": name}
             out[key]["tried"] = tried
-            rows.append([
-                name, str(t.data.source), fam, f"{t.model.mlstm_igate_bias_init:g}",
-                f"{rec.get('summary', {}).get('tokens', math.nan) / 1e6:.1f}M",
-                *[fmt(gain(rec, k)) for k in RANGES], fmt(gain(rec, "beyond_32", "reset")),
-                "yes" if c["passes"] else f"no: {c['why']}", "yes" if c["arm128"] else "no",
-            ])  # fmt: skip
+            rows.append(
+                [
+                    name,
+                    str(t.data.source),
+                    fam,
+                    f"{t.model.mlstm_igate_bias_init:g}",
+                    f"{rec.get('summary', {}).get('tokens', math.nan) / 1e6:.1f}M",
+                    *[fmt(gain(rec, k)) for k in RANGES],
+                    fmt(gain(rec, "beyond_32", "reset")),
+                    "yes" if c["passes"] else f"no: {c['why']}",
+                    "yes" if c["arm128"] else "no",
+                ]
+            )
     return _table(head, rows), out
 
 
@@ -114,18 +130,32 @@ def family_result(cfg, runs, roles: dict, w_long: int = 64, role: str = "long") 
     for s in seeds:
         gs, gl = gain(by["short"][s], key), gain(by[role][s], key)
         gt = gain(by.get("stochastic", {}).get(s), key) if w_long == 64 else None
-        per_seed.append({"seed": s, "short": gs, "long": gl, "stoch": gt,
-                         "reading": seed_reading(gs, gl),
-                         "stoch_reading": seed_reading(gs, gt) if gt else None})  # fmt: skip
+        per_seed.append(
+            {
+                "seed": s,
+                "short": gs,
+                "long": gl,
+                "stoch": gt,
+                "reading": seed_reading(gs, gl),
+                "stoch_reading": seed_reading(gs, gt) if gt else None,
+            }
+        )
     planned = len(cfg.seeds)
-    out = {"key": key, "w_long": w_long, "seeds": per_seed, "planned": planned,
-           "verdict": family_verdict([p["reading"] for p in per_seed], planned)}  # fmt: skip
+    out = {
+        "key": key,
+        "w_long": w_long,
+        "seeds": per_seed,
+        "planned": planned,
+        "verdict": family_verdict([p["reading"] for p in per_seed], planned),
+    }
     if w_long == 64:
         st = [p["stoch_reading"] for p in per_seed if p["stoch_reading"]]
         out["memory_half"] = memory_half(st, planned)
         trios = [s for s in seeds if s in by.get("stochastic", {})]  # the seeds with all three
-        loss = {r: [by[r][s].get("text_val_loss", math.nan) for s in trios]
-                for r in ("short", "long", "stochastic")}  # fmt: skip
+        loss = {
+            r: [by[r][s].get("text_val_loss", math.nan) for s in trios]
+            for r in ("short", "long", "stochastic")
+        }
         out["loss"] = {s: [loss[r][i] for r in loss] for i, s in enumerate(trios)}
         if len(trios) >= 2:
             out["quality"] = quality_half(loss["short"], loss["long"], loss["stochastic"])
@@ -157,16 +187,27 @@ def map_readings(record=None) -> list[dict]:
     clean ids is archived (the rule: "if its rho*(T/4) moves, the report prints the prediction
     with both"), that map, its rho*(T/4) and Jeffreys interval recomputed from its runs.
     ``record``: laziness.map_of_record()'s answer (default: the committed archives)."""
-    out = [{"label": "the map the rule committed (episode ids 128–175)", "rho": RHO_STAR,
-            "per": ANSWERS_OF_TARGETS, "method": "bootstrap over seeds"}]  # fmt: skip
+    out = [
+        {
+            "label": "the map the rule committed (episode ids 128–175)",
+            "rho": RHO_STAR,
+            "per": ANSWERS_OF_TARGETS,
+            "method": "bootstrap over seeds",
+        }
+    ]
     name, cfg, cells, _ = record or L.map_of_record()
     cols = _numeric_columns(cells, MAP_W)
     if name == L.CLEAN_MAP and cols:
         shares = [(float(c[:-1]) / 100, L.lazy_share(cells[(MAP_W, c)])) for c in cols]
         lo, hi = L.rho_star_interval(cells, MAP_W, cols)
-        out.append({"label": f"the map on clean episode ids ({L.CLEAN_MAP})",
-                    "rho": (L.rho_star_value(shares), lo, hi), "per": answers_of_targets(cfg),
-                    "method": "Jeffreys posterior per cell"})  # fmt: skip
+        out.append(
+            {
+                "label": f"the map on clean episode ids ({L.CLEAN_MAP})",
+                "rho": (L.rho_star_value(shares), lo, hi),
+                "per": answers_of_targets(cfg),
+                "method": "Jeffreys posterior per cell",
+            }
+        )
     return out
 
 
@@ -183,14 +224,27 @@ def map_predictions(corpus: str, verdict: str, maps=None, shares=None) -> list[d
     shares = shares if shares is not None else load_far_shares()
     row = far_at(shares[(corpus, "byte")], MAP_T, MAP_W) if (corpus, "byte") in shares else None
     if row is None:
-        return [{**maps[0], "share": None, "primary": "not lazy", "secondary": None,
-                 "reading": map_prediction(verdict)}]  # fmt: skip
+        return [
+            {
+                **maps[0],
+                "share": None,
+                "primary": "not lazy",
+                "secondary": None,
+                "reading": map_prediction(verdict),
+            }
+        ]
     out = []
     for m in maps:
         primary = predict(row["share"], m["rho"], m["per"])
-        out.append({**m, "share": row["share"], "primary": primary,
-                    "secondary": predict(row["share"], m["rho"], 1.0),
-                    "reading": map_prediction(verdict, primary)})  # fmt: skip
+        out.append(
+            {
+                **m,
+                "share": row["share"],
+                "primary": primary,
+                "secondary": predict(row["share"], m["rho"], 1.0),
+                "reading": map_prediction(verdict, primary),
+            }
+        )
     return out
 
 
@@ -199,8 +253,10 @@ def prediction_lines(corpus: str, preds: list[dict]) -> list[str]:
     out = []
     for p in preds:
         if p["share"] is None:
-            out.append(f"- the laziness map's prediction (TEXT_RULE.md section 6, primary "
-                       f"reading): {p['reading']}.")  # fmt: skip
+            out.append(
+                f"- the laziness map's prediction (TEXT_RULE.md section 6, primary "
+                f"reading): {p['reading']}."
+            )
             continue
         rho, lo, hi = p["rho"]
         per = p["per"]
@@ -262,8 +318,10 @@ def family_section(
         lines.append("- " + verdict_line(corpus, fam, r128, tokens))
     lines += prediction_lines(corpus, map_predictions(corpus, res["verdict"], maps, shares))
     if "memory_half" in res:
-        lines.append(f"- claim 3, memory half (stochastic 8 / 64 in place of the long window): "
-                     f"**{res['memory_half']}**.")  # fmt: skip
+        lines.append(
+            f"- claim 3, memory half (stochastic 8 / 64 in place of the long window): "
+            f"**{res['memory_half']}**."
+        )
     q = res.get("quality")
     if q:
         c, d = q["cost"], q["diff"]
@@ -282,31 +340,64 @@ def family_section(
                 "verdict above is applied as written. The loss by position "
                 "([TEXT_POSITIONS.md](TEXT_POSITIONS.md)) says where the difference lies."
             )
-    head = ["seed", f"G short ({res['key']})", "G long", "long / short", "reading", "G stoch",
-            "stoch / short", "text loss short / long / stoch"]  # fmt: skip
+    head = [
+        "seed",
+        f"G short ({res['key']})",
+        "G long",
+        "long / short",
+        "reading",
+        "G stoch",
+        "stoch / short",
+        "text loss short / long / stoch",
+    ]
     rows = []
     loss = res.get("loss", {})
     for p in res["seeds"]:
         lo = " / ".join(f"{x:.4f}" for x in loss[p["seed"]]) if p["seed"] in loss else "–"
-        rows.append([str(p["seed"]), fmt(p["short"]), fmt(p["long"]),
-                     _ratio(p["long"], p["short"]), p["reading"], fmt(p["stoch"]),
-                     _ratio(p["stoch"], p["short"]), lo])  # fmt: skip
+        rows.append(
+            [
+                str(p["seed"]),
+                fmt(p["short"]),
+                fmt(p["long"]),
+                _ratio(p["long"], p["short"]),
+                p["reading"],
+                fmt(p["stoch"]),
+                _ratio(p["stoch"], p["short"]),
+                lo,
+            ]
+        )
     lines += ["", *_table(head, rows), ""]
     return lines
 
 
 def run_table(runs, names: list[str]) -> list[str]:
-    head = ["run", "seed", "range", "events (available)", "documents", "gain (own window)",
-            "cut to 8", "reset"]  # fmt: skip
+    head = [
+        "run",
+        "seed",
+        "range",
+        "events (available)",
+        "documents",
+        "gain (own window)",
+        "cut to 8",
+        "reset",
+    ]
     rows = []
     for name in names:
         for rec in runs.get(name, []):
             for row in rec.get("copies", {}).get("buckets", []):
                 pr = row.get("probes", {})
-                rows.append([name, str(rec["seed"]), row["bucket"],
-                             f"{row['n']} ({row['available']})", str(row.get("docs", "–")),
-                             fmt(row["gain"] if row["n"] else None),
-                             fmt(pr.get("window_cut")), fmt(pr.get("reset"))])  # fmt: skip
+                rows.append(
+                    [
+                        name,
+                        str(rec["seed"]),
+                        row["bucket"],
+                        f"{row['n']} ({row['available']})",
+                        str(row.get("docs", "–")),
+                        fmt(row["gain"] if row["n"] else None),
+                        fmt(pr.get("window_cut")),
+                        fmt(pr.get("reset")),
+                    ]
+                )
     return _table(head, rows)
 
 
@@ -320,8 +411,9 @@ def curve_lines(runs, names: list[str], key_of) -> list[str]:
                 continue
             at = appeared_at(pts, key)
             when = f"appeared at {at:.1f}M" if at is not None else "not within the budget"
-            vals = ", ".join(f"{p['tokens'] / 1e6:.1f}M {p['gain'].get(key, math.nan):.3f}"
-                             for p in pts)  # fmt: skip
+            vals = ", ".join(
+                f"{p['tokens'] / 1e6:.1f}M {p['gain'].get(key, math.nan):.3f}" for p in pts
+            )
             out.append(f"- {name} seed {rec['seed']} ({key}): {when}; {vals}")
     return out
 
@@ -344,8 +436,12 @@ def paired_appearance(cfg, runs, key_of) -> list[str]:
                 cells.append("" if not rec else "never" if at is None else f"{at:.1f}M")
             if any(cells):
                 rows.append([str(seed), *cells])
-        out += [f"{fam}, millions of tokens until G beyond W_long appeared (a blank: not run yet):",
-                "", *_table(head, rows), ""]  # fmt: skip
+        out += [
+            f"{fam}, millions of tokens until G beyond W_long appeared (a blank: not run yet):",
+            "",
+            *_table(head, rows),
+            "",
+        ]
     return out
 
 
@@ -469,8 +565,12 @@ def write_report(out: Path, command: str, ccfg=None, mains=None) -> Path:
                 lines += [f"### {fam} on {corpus}", "", "- control not run yet.", ""]
                 continue
             if not c["passes"]:
-                lines += [f"### {fam} on {corpus}", "",
-                          f"- **cannot decide at this scale**: {failed(c)}.", ""]  # fmt: skip
+                lines += [
+                    f"### {fam} on {corpus}",
+                    "",
+                    f"- **cannot decide at this scale**: {failed(c)}.",
+                    "",
+                ]
                 continue
             if not any(runs.get(n) for n in roles.values()):
                 lines += [f"### {fam} on {corpus}", "", "- no main run archived yet.", ""]
@@ -482,10 +582,13 @@ def write_report(out: Path, command: str, ccfg=None, mains=None) -> Path:
         names = [n for n in cfg.runs if runs.get(n)]
         if names:
             lines += [f"### {CORPUS_NAMES.get(corpus, corpus)}", "", *run_table(runs, names), ""]
-    lines += ["## 4. When the memory's gain appeared", "",
-              "The first checkpoint at which G beyond W_long has its interval above 0 there and "
-              "at the next checkpoint; then G (own window, 256 events) at every checkpoint.",
-              ""]  # fmt: skip
+    lines += [
+        "## 4. When the memory's gain appeared",
+        "",
+        "The first checkpoint at which G beyond W_long has its interval above 0 there and "
+        "at the next checkpoint; then G (own window, 256 events) at every checkpoint.",
+        "",
+    ]
     for _, cfg in mains:
         runs = load_runs(cfg)
         names = [n for n in cfg.runs if runs.get(n)]

@@ -50,8 +50,14 @@ def share(k: int, n: int, above: bool = True) -> dict:
     half; 0: settled already)}."""
     lo, hi = S.clopper_pearson(k, n) if n else (math.nan, math.nan)
     v = CANNOT if n == 0 else decide(lo, hi, 50.0, above)
-    return {"k": k, "n": n, "ci": (lo, hi), "verdict": v, "above": above,
-            "settle": 0 if v != CANNOT else settle_share(k, n)}  # fmt: skip
+    return {
+        "k": k,
+        "n": n,
+        "ci": (lo, hi),
+        "verdict": v,
+        "above": above,
+        "settle": 0 if v != CANNOT else settle_share(k, n),
+    }
 
 
 def settle_share(k: int, n: int) -> int | None:
@@ -77,16 +83,30 @@ def paired(d: list[float], threshold: float = 0.0, above: bool = True) -> dict:
     out."""
     d = [x for x in d if x == x]
     n = len(d)
-    out = {"n": n, "d": d, "threshold": threshold, "above": above, "mean": math.nan,
-           "sd": math.nan, "se": math.nan, "ci": (math.nan, math.nan), "p": math.nan,
-           "mde": math.nan, "settle": None}  # fmt: skip
+    out = {
+        "n": n,
+        "d": d,
+        "threshold": threshold,
+        "above": above,
+        "mean": math.nan,
+        "sd": math.nan,
+        "se": math.nan,
+        "ci": (math.nan, math.nan),
+        "p": math.nan,
+        "mde": math.nan,
+        "settle": None,
+    }
     if n == 0:
         return {**out, "verdict": CANNOT, "why": "cannot be judged: no paired seeds"}
     m = sum(d) / n
     out.update(mean=m, p=S.sign_flip_p([x - threshold for x in d]))
     if n < 2:
-        return {**out, "verdict": CANNOT, "why": "cannot be judged: one seed has no spread",
-                "settle": MOST_SEEDS}  # fmt: skip
+        return {
+            **out,
+            "verdict": CANNOT,
+            "why": "cannot be judged: one seed has no spread",
+            "settle": MOST_SEEDS,
+        }
     sd = math.sqrt(sum((x - m) ** 2 for x in d) / (n - 1))
     se = sd / math.sqrt(n)
     t = S.t_quantile(0.975, n - 1)
@@ -99,13 +119,21 @@ def paired(d: list[float], threshold: float = 0.0, above: bool = True) -> dict:
             f"has no width (every seed differs by the same {m:.4g}), so the exact sign-flip "
             f"test decides, and with {n} seeds its p cannot go below {2 / 2**n:.3g}"
         )
-        return {**out, "verdict": CANNOT, "why": why,
-                "settle": None if m == threshold else max(MOST_SEEDS, n + 1)}  # fmt: skip
+        return {
+            **out,
+            "verdict": CANNOT,
+            "why": why,
+            "settle": None if m == threshold else max(MOST_SEEDS, n + 1),
+        }
     v = decide(*out["ci"], threshold, above)
     if v != CANNOT:
         return {**out, "verdict": v, "settle": 0, "why": ""}
-    return {**out, "verdict": CANNOT, "why": "contains",
-            "settle": settle_mean(m - threshold, sd, n)}  # fmt: skip
+    return {
+        **out,
+        "verdict": CANNOT,
+        "why": "contains",
+        "settle": settle_mean(m - threshold, sd, n),
+    }
 
 
 def settle_mean(gap: float, sd: float, n: int) -> int | None:

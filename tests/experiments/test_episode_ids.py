@@ -49,8 +49,14 @@ def _mqar_runs(config: str):
     for name, seed in all_jobs(cfg):
         t = train_config(cfg, name, seed)
         syn = t.data.synthetic
-        key = (t.data.source, t.data.format, t.data.tokenizer, t.data.val_fraction, t.seq_len,
-               repr(syn))  # fmt: skip
+        key = (
+            t.data.source,
+            t.data.format,
+            t.data.tokenizer,
+            t.data.val_fraction,
+            t.seq_len,
+            repr(syn),
+        )
         if syn.task == "mqar" and syn.fraction > 0 and key not in seen:
             seen.add(key)
             yield name, t
@@ -103,9 +109,20 @@ def test_the_archived_runs_ids_clash_with_kjv_and_say_where():
 def test_a_clash_on_the_command_line_is_one_line(tmp_path, capsys):
     from swax.cli.main import main
 
-    rc = main(["train", f"run_dir={tmp_path / 'r'}", "steps=1", "seq_len=64", "batch_size=2",
-               "window.long=32", "data.synthetic.task=mqar", "data.synthetic.fraction=0.5",
-               "data.synthetic.min_distance=2", "data.synthetic.mqar_first_id=128"])  # fmt: skip
+    rc = main(
+        [
+            "train",
+            f"run_dir={tmp_path / 'r'}",
+            "steps=1",
+            "seq_len=64",
+            "batch_size=2",
+            "window.long=32",
+            "data.synthetic.task=mqar",
+            "data.synthetic.fraction=0.5",
+            "data.synthetic.min_distance=2",
+            "data.synthetic.mqar_first_id=128",
+        ]
+    )
     err = capsys.readouterr().err.strip().splitlines()
     assert rc != 0
     assert len([line for line in err if "clash" in line]) == 1

@@ -77,11 +77,19 @@ def test_laziness_cells_read_the_grid_runs():
 
     def fake(name, acc_in, acc_far):
         return {
-            "name": name, "seed": 0, "pattern": "XS", "seq_len": 256, "val_loss": 1.0,
-            "windows": {"long": 32}, "deploy": "long", "text_val_loss": 1.5,
-            "episodes_long": {"256": {"acc": acc_in, "nll": 0.1}, "512": {"acc": acc_far,
-                                                                        "nll": 1.0}},
-        }  # fmt: skip
+            "name": name,
+            "seed": 0,
+            "pattern": "XS",
+            "seq_len": 256,
+            "val_loss": 1.0,
+            "windows": {"long": 32},
+            "deploy": "long",
+            "text_val_loss": 1.5,
+            "episodes_long": {
+                "256": {"acc": acc_in, "nll": 0.1},
+                "512": {"acc": acc_far, "nll": 1.0},
+            },
+        }
 
     results = {name: [fake(name, 90.0, 10.0 * i)] for i, name in enumerate(cfg.grid_runs)}
     cells = rs.laziness_cells(cfg, aggregate(results), 256)
@@ -101,8 +109,11 @@ def test_quick_study_writes_a_report_from_the_runs(tmp_path):
     assert "**A smoke run**" in text
     for f in ("recall_vs_length.png", "laziness_map.png"):
         assert (tmp_path / "r" / f).stat().st_size > 1000
-    for section in ("## The paper's claims in this regime", "## The laziness map",
-                    "## Multi-pair recall"):  # fmt: skip
+    for section in (
+        "## The paper's claims in this regime",
+        "## The laziness map",
+        "## Multi-pair recall",
+    ):
         assert section in text
     cfg = load_sweep(HERE / "sweep.yaml", quick=True)
     results = json.loads((tmp_path / "r" / "results.json").read_text())
@@ -166,14 +177,25 @@ def _fake_run(kind_inside, beyond, seed, T=256, W=32):
     def row(lo, hi, inside, acc):
         k = round(acc * 64 / 100)
         tally = {"correct": k, "n": 64, "acc": 100 * k / 64}
-        return {"lo": lo, "hi": hi, "inside_long": inside, **tally,
-                "probes": {"window_cut": dict(tally), "reset": dict(tally)}}  # fmt: skip
+        return {
+            "lo": lo,
+            "hi": hi,
+            "inside_long": inside,
+            **tally,
+            "probes": {"window_cut": dict(tally), "reset": dict(tally)},
+        }
 
     rows = [row(0, 8, True, kind_inside), row(8, W, True, kind_inside), row(W, T, False, beyond)]
     from swax.probes.buckets import verdict
 
-    return {"seq_len": T, "buckets": rows, "laziness": verdict(rows, 6.25, T), "seed": seed,
-            "text_val_loss": 1.6, "summary": {"elapsed": 240.0, "tokens": 10240000}}  # fmt: skip
+    return {
+        "seq_len": T,
+        "buckets": rows,
+        "laziness": verdict(rows, 6.25, T),
+        "seed": seed,
+        "text_val_loss": 1.6,
+        "summary": {"elapsed": 240.0, "tokens": 10240000},
+    }
 
 
 def test_laziness_report_is_built_from_the_archive(tmp_path):
@@ -212,8 +234,16 @@ def test_laziness_report_is_built_from_the_archive(tmp_path):
 @pytest.mark.slow
 @pytest.mark.parametrize("config", ["laziness.yaml", "laziness_clean.yaml"])
 def test_quick_laziness_map_runs_and_reports(tmp_path, config):
-    cmd = [sys.executable, str(HERE / "laziness.py"), "--config", config, "--quick", "--run",
-           "--report-dir", str(tmp_path / "r")]  # fmt: skip
+    cmd = [
+        sys.executable,
+        str(HERE / "laziness.py"),
+        "--config",
+        config,
+        "--quick",
+        "--run",
+        "--report-dir",
+        str(tmp_path / "r"),
+    ]
     r = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr[-3000:]
     text = (tmp_path / "r" / "LAZINESS.md").read_text()
@@ -259,9 +289,17 @@ def _rec(beyond, inside=100.0, beyond_t=None, text=1.6, seed=0):
 
     lazy = inside >= LAZY_INSIDE and beyond <= 6.25 + LAZY_MARGIN
     kind = "lazy" if lazy else "memory" if beyond >= 50 else "partial"
-    return {"seed": seed, "inside": inside, "beyond": beyond, "kind": kind, "text": text,
-            "beyond_T": beyond if beyond_t is None else beyond_t, "cut_inner": inside,
-            "reset_beyond": 6.0, "minutes": 15.0}  # fmt: skip
+    return {
+        "seed": seed,
+        "inside": inside,
+        "beyond": beyond,
+        "kind": kind,
+        "text": text,
+        "beyond_T": beyond if beyond_t is None else beyond_t,
+        "cut_inner": inside,
+        "reset_beyond": 6.0,
+        "minutes": 15.0,
+    }
 
 
 ROLES = {"short": "s", "long": "l", "stochastic": "st"}
@@ -324,8 +362,9 @@ def test_a_cost_within_the_seed_noise_cannot_be_shown():
     cl = _claims_module()
     noise = (0.03, -0.02, 0.01, -0.03, 0.02, -0.01)  # run-to-run noise the pairing keeps
     runs = _base(cost=0.0)
-    runs["s"] = [_rec(90, text=t + 0.002 + e, seed=i)
-                 for i, (t, e) in enumerate(zip(SEED_TEXT, noise))]  # fmt: skip
+    runs["s"] = [
+        _rec(90, text=t + 0.002 + e, seed=i) for i, (t, e) in enumerate(zip(SEED_TEXT, noise))
+    ]
     c3 = cl.judge("SX", ROLES, runs)[2]
     quality = c3["parts"][1]
     assert quality["verdict"] == "cannot be shown at this scale"
@@ -335,8 +374,9 @@ def test_a_cost_within_the_seed_noise_cannot_be_shown():
     assert f"detects (95 %, 80 % power) is {3.5139027291712472 * se:.4f}" in quality["evidence"]
     assert c3["verdict"] == "held in part"  # recall held, quality cannot be shown
     # a short window measurably *better* than the long one: no cost to recover
-    runs["s"] = [_rec(90, text=t - 0.015 + e / 10, seed=i)
-                 for i, (t, e) in enumerate(zip(SEED_TEXT, noise))]  # fmt: skip
+    runs["s"] = [
+        _rec(90, text=t - 0.015 + e / 10, seed=i) for i, (t, e) in enumerate(zip(SEED_TEXT, noise))
+    ]
     quality = cl.judge("SX", ROLES, runs)[2]["parts"][1]
     assert quality["verdict"] == "cannot be shown at this scale"
     assert "no cost to recover" in quality["evidence"]
@@ -354,8 +394,10 @@ def test_four_seeds_settle_no_share_and_say_how_many_would():
     assert "6 seeds would settle it" in c2["parts"][0]["evidence"]
     # recall beyond T far below half of that beyond W_long on every seed, with some spread:
     # did not hold (t interval -42.7 to -33.1), though the sign-flip p cannot go below 0.125
-    lost = [_rec(100, beyond_t=b, seed=i, text=t + 0.05)
-            for i, (b, t) in enumerate(zip((16, 12, 11, 9), SEED_TEXT))]  # fmt: skip
+    lost = [
+        _rec(100, beyond_t=b, seed=i, text=t + 0.05)
+        for i, (b, t) in enumerate(zip((16, 12, 11, 9), SEED_TEXT))
+    ]
     c1 = cl.judge("SX", ROLES, {**four, "s": lost})[0]
     assert c1["parts"][1]["verdict"] == "did not hold"
     assert "exact sign-flip p = 0.125" in c1["parts"][1]["evidence"]
@@ -378,8 +420,10 @@ def test_verdicts_name_where_they_were_made_and_print_intervals(tmp_path):
     text = cl.write_report([(cfg, runs)], tmp_path, "cmd").read_text()
     assert "— **held** (ρ = 1 %, 30.7M tokens, 6 seeds)." in text
     # the exact interval of 6 of 6: 0.025 ** (1/6) = 54 % to 100 %
-    assert "sx-long seeds that end lazy: 6 of 6 (95 % exact interval 54–100 %), which lies " \
-        "above one half" in text  # fmt: skip
+    assert (
+        "sx-long seeds that end lazy: 6 of 6 (95 % exact interval 54–100 %), which lies "
+        "above one half" in text
+    )
 
 
 def test_the_delay_reads_censored_emergence_per_family():
@@ -387,8 +431,16 @@ def test_the_delay_reads_censored_emergence_per_family():
     cfg = load_sweep(HERE / "claims_rho0.yaml")
 
     def run(seed, crossing):  # recall beyond W_long every 1M tokens, crossing at `crossing`
-        pts = [{"tokens": m * 1_000_000, "acc": 100.0 if crossing and m >= crossing else 5.0,
-                "cut": 100.0, "reset": 5.0, "n": 64} for m in range(1, 31)]  # fmt: skip
+        pts = [
+            {
+                "tokens": m * 1_000_000,
+                "acc": 100.0 if crossing and m >= crossing else 5.0,
+                "cut": 100.0,
+                "reset": 5.0,
+                "n": 64,
+            }
+            for m in range(1, 31)
+        ]
         return {**_rec(90, seed=seed), "emergence": pts}
 
     runs = {
@@ -417,8 +469,15 @@ def test_the_delay_reads_censored_emergence_per_family():
 
 
 def _quick(tmp_path, script, *args):
-    cmd = [sys.executable, str(HERE / script), "--quick", "--run", *args, "--report-dir",
-           str(tmp_path / "r")]  # fmt: skip
+    cmd = [
+        sys.executable,
+        str(HERE / script),
+        "--quick",
+        "--run",
+        *args,
+        "--report-dir",
+        str(tmp_path / "r"),
+    ]
     r = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr[-3000:]
 
@@ -434,8 +493,12 @@ def test_quick_rho0_claims_run_and_report(tmp_path):
     assert "left out of the delay reading: the runs have 4 episodes per checkpoint" in claims
     assert "clean episode ids 257–304" in claims  # recorded by the archive, read from it
     kept = json.loads((tmp_path / "runs/claims_rho0_quick/archive/sx-long/seed0.json").read_text())
-    assert kept["episode_ids"] == {"task": "mqar", "first": 257, "last": 304,
-                                   "tokenizer_vocab": 257}  # fmt: skip
+    assert kept["episode_ids"] == {
+        "task": "mqar",
+        "first": 257,
+        "last": 304,
+        "tokenizer_vocab": 257,
+    }
     points = kept["emergence"]["points"]
     assert [p["step"] for p in points] == [20, 40] and {"acc", "cut", "reset", "n"} <= set(
         points[0]
@@ -452,8 +515,14 @@ def test_quick_text_only_runs_and_reports(tmp_path):
 
 @pytest.mark.slow
 def test_quick_claims_study_runs_and_reports(tmp_path):
-    cmd = [sys.executable, str(HERE / "claims.py"), "--quick", "--run", "--report-dir",
-           str(tmp_path / "r")]  # fmt: skip
+    cmd = [
+        sys.executable,
+        str(HERE / "claims.py"),
+        "--quick",
+        "--run",
+        "--report-dir",
+        str(tmp_path / "r"),
+    ]
     r = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr[-3000:]
     text = (tmp_path / "r" / "CLAIMS.md").read_text()
@@ -511,8 +580,15 @@ def test_the_study_report_reads_the_map_and_the_claims_from_the_archive(tmp_path
         if archive == zcfg.archive:  # these record their ids; the others predate the field
             rec["episode_ids"] = clean
         p.write_text(json.dumps(rec))
-    far = {"rows": [{"seq_len": 256, "rows": 10, "windows": [
-        {"window": 32, "divisor": 8, "share": 0.005, "ci": [0.004, 0.006]}]}]}  # fmt: skip
+    far = {
+        "rows": [
+            {
+                "seq_len": 256,
+                "rows": 10,
+                "windows": [{"window": 32, "divisor": 8, "share": 0.005, "ci": [0.004, 0.006]}],
+            }
+        ]
+    }
     settings = [(c, report.C.load_runs(c)) for c in (ccfg, zcfg)]
     text = report.write_report(tmp_path, lcfg, settings, tcfg, {("kjv", "byte"): far}).read_text()
     # Jeffreys intervals (scipy.stats.beta.ppf): 2/2 from 33 %, 1/2 6-94 %
@@ -602,8 +678,9 @@ def test_the_committed_claims_and_map_are_what_the_archives_give(tmp_path):
     got = cl.write_report(cl.load_settings(), tmp_path, "python experiments/regime_study/claims.py")
     assert got.read_text() == (HERE / "CLAIMS.md").read_text()
     name, cfg, cells, pending = lz.map_of_record()
-    got = lz.write_report(cfg, cells, tmp_path, "python experiments/regime_study/laziness.py",
-                          pending, name)  # fmt: skip
+    got = lz.write_report(
+        cfg, cells, tmp_path, "python experiments/regime_study/laziness.py", pending, name
+    )
     assert got.read_text() == (HERE / "LAZINESS.md").read_text()
 
 

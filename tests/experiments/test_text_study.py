@@ -153,8 +153,14 @@ def test_the_summaries_carry_the_128_arm_by_its_own_reading(ts):
     res = ts.family_result(cfg, runs, roles)
     res["w128"] = ts.family_result(cfg, runs, roles, 128, "long128")
     assert res["verdict"] == "not lazy" and res["w128"]["verdict"] == "lazy"
-    r = {"corpus": "pystdlib", "family": "SX", "tokens": 30.7, "map": "m", **res,
-         "memory_half": "held"}  # fmt: skip
+    r = {
+        "corpus": "pystdlib",
+        "family": "SX",
+        "tokens": 30.7,
+        "map": "m",
+        **res,
+        "memory_half": "held",
+    }
     assert (
         "SX on pystdlib not lazy in 2 paired seeds (at W_long = 128: lazy in 2 paired seeds)"
         in ts.readme_sentence([r])
@@ -169,8 +175,11 @@ def test_a_family_whose_every_control_failed_names_each_attempt(ts):
     from swax.sweep import load_sweep
 
     ccfg = load_sweep(HERE / "text_controls.yaml")
-    flat = {"key": "beyond_32", "gain": g(0.0, -0.001, 0.001),
-            "probes": {"reset": g(0.0, 0.0, 0.0)}}  # fmt: skip
+    flat = {
+        "key": "beyond_32",
+        "gain": g(0.0, -0.001, 0.001),
+        "probes": {"reset": g(0.0, 0.0, 0.0)},
+    }
     rec = {"seed": 0, "copies": {"buckets": [flat]}, "summary": {"tokens": 16.4e6}}
     _, out = ts.control_table(ccfg, {"sx-kjv": [rec], "sx-kjv-b0": [rec], "sd-kjv": [rec]})
     sx, sd = out[("kjv", "SX")], out[("kjv", "SD")]
@@ -245,8 +254,11 @@ def test_the_prediction_is_printed_with_both_maps_once_the_clean_one_is_complete
 
     cfg = type("Cfg", (), {"base": {"seq_len": 256, "data": {"synthetic": {"fraction": 0.5}}}})
     cells = {(64, "0%"): lazy(5, 5), (64, "1%"): lazy(3, 0), (64, "2%"): lazy(3, 0)}
-    shares = {("pystdlib", "byte"): {"rows": [{"seq_len": 256, "windows": [
-        {"window": 64, "share": 0.02}]}]}}  # fmt: skip
+    shares = {
+        ("pystdlib", "byte"): {
+            "rows": [{"seq_len": 256, "windows": [{"window": 64, "share": 0.02}]}]
+        }
+    }
     old_only = ts.map_readings(("laziness.yaml", cfg, cells, None))
     assert len(old_only) == 1  # the clean map pending: the committed prediction alone
     maps = ts.map_readings((ts.L.CLEAN_MAP, cfg, cells, None))
@@ -263,8 +275,11 @@ def test_the_prediction_is_printed_with_both_maps_once_the_clean_one_is_complete
     # below 2 %: the 1 % cell's 0 of 3 leaves little posterior above one half) and inside the
     # committed one's (0-1.25 %), read as the episodes' share
     assert hi < 0.0125
-    mid = {("pystdlib", "byte"): {"rows": [{"seq_len": 256, "windows": [
-        {"window": 64, "share": (hi + 0.0125) / 2}]}]}}  # fmt: skip
+    mid = {
+        ("pystdlib", "byte"): {
+            "rows": [{"seq_len": 256, "windows": [{"window": 64, "share": (hi + 0.0125) / 2}]}]
+        }
+    }
     second = ts.map_predictions("pystdlib", "lazy", maps, mid)
     assert [p["secondary"] for p in second] == ["cannot predict", "not lazy"]
     lines = ts.prediction_lines("pystdlib", preds)
@@ -293,8 +308,9 @@ def test_the_rule_was_committed_before_the_first_main_run_result():
         pytest.skip("no git history here (an exported tree)")
     rule_time = int(first_rule.split()[0])
     for archive in ("text_code", "text_kjv"):
-        out = _git("log", "--format=%ct", "--reverse", "--",
-                   f"experiments/regime_study/results/{archive}")  # fmt: skip
+        out = _git(
+            "log", "--format=%ct", "--reverse", "--", f"experiments/regime_study/results/{archive}"
+        )
         for t in (out or "").split():
             assert int(t) >= rule_time, archive
 
@@ -303,15 +319,20 @@ def test_the_rule_was_committed_before_the_first_main_run_result():
 def test_quick_text_study_runs_and_reports(tmp_path):
     """The study end to end in its reduced form (the CI smoke test): the controls and the
     pystdlib runs trained, probed and archived, and TEXT_STUDY.md written from the archives."""
-    cmd = [sys.executable, str(HERE / "textstudy.py"), "--quick", "--run", "--report-dir",
-           str(tmp_path / "r")]  # fmt: skip
+    cmd = [
+        sys.executable,
+        str(HERE / "textstudy.py"),
+        "--quick",
+        "--run",
+        "--report-dir",
+        str(tmp_path / "r"),
+    ]
     r = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr[-3000:]
     report = (tmp_path / "r" / "TEXT_STUDY.md").read_text()
     for control in ("sd-code", "sx-code"):
         assert f"| {control} | pystdlib |" in report
-    ranges = ("(8, 32]", "(32, 64]", "(64, 128]", "(128, 256]", "(256, 1024]", "(32, T]",
-              "(64, T]")  # fmt: skip
+    ranges = ("(8, 32]", "(32, 64]", "(64, 128]", "(128, 256]", "(256, 1024]", "(32, T]", "(64, T]")
     for run in ("sx-short", "sx-long", "sx-stoch"):
         for rng in ranges:
             assert f"| {run} | 0 | {rng} | 8 (" in report, (run, rng)
@@ -321,8 +342,16 @@ def test_quick_text_study_runs_and_reports(tmp_path):
     assert report.count("- control not run yet.") == 2
     assert "sx-short seed 0 (beyond_64):" in report  # the curve over the kept checkpoints
     # the position split and far-context probe of the quick runs (textpositions.py)
-    cmd = [sys.executable, str(HERE / "textpositions.py"), "--quick", "--run", "--samples", "4",
-           "--report-dir", str(tmp_path / "r")]  # fmt: skip
+    cmd = [
+        sys.executable,
+        str(HERE / "textpositions.py"),
+        "--quick",
+        "--run",
+        "--samples",
+        "4",
+        "--report-dir",
+        str(tmp_path / "r"),
+    ]
     r = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-3000:]
     split = json.loads((tmp_path / "r" / "text_code_positions.json").read_text())

@@ -162,8 +162,10 @@ def test_the_issue_cells_change_their_verdicts():
     )
     assert parts[0]["verdict"] == CANNOT
     # claim 2 with 2 of 4 seeds lazy: cannot be shown (was "did not hold")
-    lazy = [{"seed": i, "kind": k, "beyond": 5.0, "inside": 100.0}
-            for i, k in enumerate(("memory", "lazy", "memory", "lazy"))]  # fmt: skip
+    lazy = [
+        {"seed": i, "kind": k, "beyond": 5.0, "inside": 100.0}
+        for i, k in enumerate(("memory", "lazy", "memory", "lazy"))
+    ]
     (c2,) = cl.claim_2(lazy, lazy, {"long": "sx-long"})
     assert c2["verdict"] == CANNOT and "2 of 4 (95 % exact interval 7–93 %)" in c2["evidence"]
 
@@ -172,8 +174,9 @@ def test_the_issue_cells_change_their_verdicts():
 
 
 def _curve(accs, every=1_000_000, n=64):
-    return {"emergence": [{"tokens": (i + 1) * every, "acc": a, "n": n}
-                          for i, a in enumerate(accs)]}  # fmt: skip
+    return {
+        "emergence": [{"tokens": (i + 1) * every, "acc": a, "n": n} for i, a in enumerate(accs)]
+    }
 
 
 def test_emergence_is_a_censored_time_that_the_next_checkpoint_confirms():
@@ -201,10 +204,18 @@ def test_pairs_are_ordered_only_where_censoring_does_not_hide_the_order():
     def run(seed, accs):
         return {"seed": seed, **_curve(accs)}
 
-    short = [run(0, [10, 60, 60, 60]), run(1, [60, 60, 60, 60]), run(2, [60, 60, 60, 60]),
-             run(3, [10, 10, 60, 60])]  # fmt: skip
-    long_ = [run(0, [10, 10, 10, 60, 60]), run(1, [60, 60, 60, 60]), run(2, [10, 10, 10, 10]),
-             run(3, [60, 60, 60, 60])]  # fmt: skip
+    short = [
+        run(0, [10, 60, 60, 60]),
+        run(1, [60, 60, 60, 60]),
+        run(2, [60, 60, 60, 60]),
+        run(3, [10, 10, 60, 60]),
+    ]
+    long_ = [
+        run(0, [10, 10, 10, 60, 60]),
+        run(1, [60, 60, 60, 60]),
+        run(2, [10, 10, 10, 10]),
+        run(3, [60, 60, 60, 60]),
+    ]
     d = E.pairs(short, long_, [])
     rows = {r["seed"]: r for r in d["rows"]}
     # seed 0: short in (1, 2], long in (3, 4]: long later, by 3/2 to 4/1
@@ -251,10 +262,18 @@ def test_archived_ids_are_read_from_the_field_or_the_archives_history(tmp_path):
     old_cfg = load_sweep(HERE / "claims.yaml")
     rho0 = load_sweep(HERE / "claims_rho0.yaml")
     # no field: results/claims used 128-175, results/claims_rho0 the ids after the vocabulary
-    assert P.run_ids({}, old_cfg, "sx-long", 0) == {"first": 128, "last": 175, "old": True,
-                                                     "recorded": False}  # fmt: skip
-    assert P.run_ids({}, rho0, "sx-long", 0) == {"first": 257, "last": 304, "old": False,
-                                                  "recorded": False}  # fmt: skip
+    assert P.run_ids({}, old_cfg, "sx-long", 0) == {
+        "first": 128,
+        "last": 175,
+        "old": True,
+        "recorded": False,
+    }
+    assert P.run_ids({}, rho0, "sx-long", 0) == {
+        "first": 257,
+        "last": 304,
+        "old": False,
+        "recorded": False,
+    }
     rec = {"episode_ids": {"task": "mqar", "first": 257, "last": 304, "tokenizer_vocab": 257}}
     assert P.run_ids(rec, old_cfg, "sx-long", 0)["recorded"] is True
     assert P.run_ids({"episode_ids": None}, old_cfg, "sx-long", 0) is None
@@ -266,16 +285,28 @@ def test_a_table_of_mixed_id_ranges_is_refused_in_one_line(tmp_path, capsys):
     cfg = tmp_path / "map.yaml"
     text = (HERE / "laziness.yaml").read_text().split("\nquick:")[0]  # no quick overrides
     cfg.write_text(text.replace("archive: results/laziness", "archive: kept"))
-    fake = {"seq_len": 256, "buckets": [], "laziness": {"inside_long": 100, "beyond_long": 5,
-            "beyond_T": 5, "kind": "lazy", "chance": 6.25}}  # fmt: skip
-    for seed, ids in ((0, None), (1, {"task": "mqar", "first": 257, "last": 304,
-                                      "tokenizer_vocab": 257})):  # fmt: skip
+    fake = {
+        "seq_len": 256,
+        "buckets": [],
+        "laziness": {
+            "inside_long": 100,
+            "beyond_long": 5,
+            "beyond_T": 5,
+            "kind": "lazy",
+            "chance": 6.25,
+        },
+    }
+    for seed, ids in (
+        (0, None),
+        (1, {"task": "mqar", "first": 257, "last": 304, "tokenizer_vocab": 257}),
+    ):
         p = tmp_path / "kept" / "grid-w32-far0.0-lawuniform" / f"seed{seed}.json"
         p.parent.mkdir(parents=True, exist_ok=True)
         p.write_text(json.dumps({**fake, **({"episode_ids": ids} if ids else {})}))
     with pytest.raises(SystemExit) as e:
-        lz.run(lambda: lz.main(["--quick", "--config", str(cfg), "--report-dir",
-                                str(tmp_path / "r")]))  # fmt: skip
+        lz.run(
+            lambda: lz.main(["--quick", "--config", str(cfg), "--report-dir", str(tmp_path / "r")])
+        )
     assert e.value.code == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "Traceback" not in err[0]
