@@ -11,11 +11,12 @@ different positions (batched decode of prompts of different lengths,
 that implements the protocol decodes here unchanged.
 
 One step (:func:`decode_logits`: every block's ``step``, then the head) updates the buffers in
-place, so no shape depends on the position; the next token is picked inside the same function
-(argmax, or the temperature / top-k / top-p distribution, whose temperature and top-p are
-tensors: one graph serves every value; its one multinomial draw follows outside, from the
-caller's seeded generator). The eager reference (``compile=False``) runs that same function
-uncompiled.
+place, so no shape depends on the position; the next token is picked by :mod:`swax.sampling`,
+the one module that picks: inside the same function :func:`~swax.sampling.pick_in_step` (argmax,
+or the temperature / top-k / top-p distribution, whose temperature and top-p are tensors: one
+graph serves every value), then outside it :func:`~swax.sampling.pick_after_step` (the
+distribution's one draw, from the caller's seeded generator). The eager reference
+(``compile=False``) runs that same function uncompiled.
 
 :func:`step_runner` compiles it once per (batch size, buffer shapes and dtypes, device, sampling
 mode) and keeps it on the model for later calls: ``torch.compile`` (inductor) on the CPU; on a
@@ -39,7 +40,7 @@ import torch
 from torch import nn
 
 from swax.layers.base import NoStaticForm
-from swax.sampling import Sampling, probs_from
+from swax.sampling import Sampling, pick_after_step, pick_in_step
 from swax.state import SwaxState, map_tensors
 
 log = logging.getLogger("swax")
@@ -151,10 +152,7 @@ def decode_logits(model: nn.Module, layers, tok: torch.Tensor, pos: torch.Tensor
 def _step(model, layers, tok, pos, mode, values):
     """One step: the next token (B,) for greedy decoding (``mode`` None), else the
     distribution to draw it from (B, vocab)."""
-    logits = decode_logits(model, layers, tok, pos)
-    if mode is None:
-        return logits.argmax(-1)
-    return probs_from(logits, mode, values)
+    return pick_in_step(decode_logits(model, layers, tok, pos), mode, values)
 
 
 class EagerStep:
@@ -465,9 +463,7 @@ class Decoder:
         """Feed ``ids`` (B,) and return the next ones: the argmax, or a draw from the step's
         distribution with the generator."""
         out = self.runner.run(self.static, ids, self.values)
-        if self.sampling.mode is None:
-            return out
-        return torch.multinomial(out, 1, generator=self.generator)[:, 0]
+        return pick_after_step(out, self.sampling.mode, self.generator)
 
     def swax_state(self, model: nn.Module) -> SwaxState:
         return self.static.to_swax_state(model)

@@ -1,7 +1,10 @@
 """Sampling the next token: greedy, or from softmax(logits / temperature) restricted to the top-k
-and to the nucleus of mass top-p; the one module that does it, for the prefill's first token
-(:func:`sample_next`) and inside the decode step (:func:`probs_from`, one graph for every value
-of temperature and top-p: they travel as a tensor)."""
+and to the nucleus of mass top-p; the one module that picks a token. The prefill's first token
+comes from :func:`sample_next`; a decode step (:mod:`swax.decode`) picks in two halves, both
+here: :func:`pick_in_step` inside the (compiled) step, the argmax or the distribution (one graph
+for every value of temperature and top-p: they travel as a tensor), then :func:`pick_after_step`
+outside it, the distribution's one draw from the caller's seeded generator. Both paths end in
+:func:`greedy` or :func:`draw`."""
 
 from __future__ import annotations
 
@@ -61,6 +64,35 @@ def probs_from(logits: torch.Tensor, mode: tuple[int | None, bool], values: torc
     return torch.full_like(logits, float("-inf")).scatter(-1, order, sorted_logits).softmax(-1)
 
 
+def greedy(logits: torch.Tensor) -> torch.Tensor:
+    """The most likely token ids (B,) of logits (B, vocab)."""
+    return logits.argmax(-1)
+
+
+def draw(probs: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
+    """One token id (B,) per row drawn from ``probs`` (B, vocab) with ``generator``."""
+    return torch.multinomial(probs, 1, generator=generator)[:, 0]
+
+
+def pick_in_step(logits: torch.Tensor, mode, values: torch.Tensor) -> torch.Tensor:
+    """The part of a pick a decode step computes (inside its graph): the ids (B,) for greedy
+    decoding (``mode`` None), else the distribution (B, vocab) to draw them from
+    (:func:`probs_from`)."""
+    if mode is None:
+        return greedy(logits)
+    return probs_from(logits, mode, values)
+
+
+def pick_after_step(
+    out: torch.Tensor, mode, generator: torch.Generator | None = None
+) -> torch.Tensor:
+    """The ids (B,) from what :func:`pick_in_step` returned: the greedy ids as they are, else
+    one draw from the distribution with ``generator``."""
+    if mode is None:
+        return out
+    return draw(out, generator)
+
+
 def sampling_probs(
     logits: torch.Tensor, temperature: float, top_k: int | None, top_p: float | None
 ) -> torch.Tensor:
@@ -80,9 +112,8 @@ def sample_next(
     """Next token ids (B,) from logits (B, vocab): greedy when temperature == 0, else sampling
     from softmax(logits / temperature) restricted to the top-k and to the nucleus of mass top_p."""
     if temperature == 0:
-        return logits.argmax(-1)
-    probs = sampling_probs(logits, temperature, top_k, top_p)
-    return torch.multinomial(probs, 1, generator=generator)[:, 0]
+        return greedy(logits)
+    return draw(sampling_probs(logits, temperature, top_k, top_p), generator)
 
 
 def check_sampling(temperature: float, top_k: int | None, top_p: float | None) -> None:
