@@ -81,16 +81,16 @@ format: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/ops.py
-	$(BIN)/python benchmarks/model.py
+	$(BIN)/python benchmarks/train_speed.py
 	$(BIN)/python benchmarks/decode.py
 	$(BIN)/python benchmarks/decode.py --compare --threads 1 --steps 128 --repeats 9
 	$(BIN)/python benchmarks/prefill.py
 
 # On a CUDA machine, with that machine's own torch (no venv, no network needed): the gpu test
 # tier, mlstm_kernels' gradients, op timings, training and decode speed, in at most 8 minutes
-# -> benchmarks/results/gpu_check.{json,md}. `python3 benchmarks/gpu_check.py --dry-run` lists it.
+# -> benchmarks/results/gpu_check.{json,md}. `python3 tools/gpu_check.py --dry-run` lists it.
 gpu-check:
-	$(PYTHON) benchmarks/gpu_check.py
+	$(PYTHON) tools/gpu_check.py
 
 clean:
 	rm -rf $(VENV) $(INTERP_VENV) .pytest_cache build *.egg-info

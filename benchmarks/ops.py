@@ -197,7 +197,7 @@ def swa_choice(inputs, window, backward, args) -> str:
         return select_backend("swa", args.swa_backend, q, k, v, window).name
 
 
-def main(argv=None) -> int:
+def parse_args(argv=None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--T", type=int, nargs="+", default=DEFAULT_T)
     ap.add_argument(
@@ -234,78 +234,53 @@ def main(argv=None) -> int:
         help="skip the autograd references above this length (slow, memory)",
     )
     ap.add_argument("--csv", default="benchmarks/results/ops.csv")
-    args = ap.parse_args(argv)
-    # one flex compilation per (T, W) for the reference: more than dynamo's default limit of 8,
-    # past which flex would run eagerly (unfused, T×T scores)
-    torch._dynamo.config.recompile_limit = max(64, torch._dynamo.config.recompile_limit)
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    torch.manual_seed(0)
-    ceiling = matmul_gflops()
-    print(f"# {machine_line()}")
-    print(f"# matmul ceiling: {ceiling:.1f} GFLOP/s (float32 2048³, this run)")
-    print(
-        f"# B={args.B} H={args.H} D={args.D} windows={args.window} chunk={args.chunk} float32; "
-        f"medians of up to {args.repeat} interleaved rounds\n"
+    return ap.parse_args(argv)
+
+
+def measure(op, T, W, backward, case, args, ceiling) -> dict:
+    """One row: swax and its references on one case (op, T, W, pass), timed interleaved."""
+    ours, inputs, flops, refs = case
+    pas = "fwd+bwd" if backward else "fwd"
+    fns = {"swax": make_case(ours, inputs, backward)}
+    fns.update(
+        {
+            n: make_case(fn, inputs, backward)
+            for n, fn in refs.items()
+            if not (backward and n in FWD_ONLY)
+        }
     )
-
     try:
-        from mlstm_kernels.torch import get_mlstm_kernel
-    except ImportError:
-        get_mlstm_kernel = None
-        print("# mlstm_kernels not installed: mLSTM references skipped")
+        times = timeit_interleaved(fns, repeat=args.repeat, budget_s=args.budget)
+    except (RuntimeError, MemoryError) as e:  # a reference out of memory
+        print(f"  {op} T={T} {pas}: failed ({str(e)[:60]}); measuring swax alone", file=sys.stderr)
+        times = timeit_interleaved({"swax": fns["swax"]}, repeat=args.repeat, budget_s=args.budget)
+    t = times["swax"]
+    gf = flops * (3.0 if backward else 1.0) / t / 1e9
+    row = {
+        "op": op,
+        "T": T,
+        **({"W": W} if W is not None else {}),
+        "pass": pas,
+        **({"swax_backend": swa_choice(inputs, W, backward, args)} if op == "swa" else {}),
+        "swax_tok_s": f"{args.B * T / t:,.0f}",
+        "GFLOP/s": f"{gf:.1f}",
+        "of_matmul": f"{gf / ceiling:.1%}",
+    }
+    for name in refs:
+        if name in times:
+            gr = flops * (3.0 if backward else 1.0) / times[name] / 1e9
+            row[f"{name}_tok_s"] = f"{args.B * T / times[name]:,.0f}"
+            if name == "flex":
+                row["flex_GFLOP/s"] = f"{gr:.1f}"
+                row["flex_of_matmul"] = f"{gr / ceiling:.1%}"
+            row[f"x_vs_{name}"] = f"{times[name] / t:.2f}"
+    print(f"  measured {op} T={T} W={W} {pas}", file=sys.stderr, flush=True)
+    return row
 
-    rows = []
-    grid = [(T, o, W) for T in args.T for o in args.ops for W in windows(o, args)]
-    for T, op, W in grid:
-        ours, inputs, flops, refs = cases_for(op, T, args, get_mlstm_kernel, W)
-        for backward in (False,) if args.fwd_only else (False, True):
-            pas = "fwd+bwd" if backward else "fwd"
-            fns = {"swax": make_case(ours, inputs, backward)}
-            fns.update(
-                {
-                    n: make_case(fn, inputs, backward)
-                    for n, fn in refs.items()
-                    if not (backward and n in FWD_ONLY)
-                }
-            )
-            try:
-                times = timeit_interleaved(fns, repeat=args.repeat, budget_s=args.budget)
-            except (RuntimeError, MemoryError) as e:  # a reference out of memory
-                print(
-                    f"  {op} T={T} {pas}: failed ({str(e)[:60]}); measuring swax alone",
-                    file=sys.stderr,
-                )
-                times = timeit_interleaved(
-                    {"swax": fns["swax"]}, repeat=args.repeat, budget_s=args.budget
-                )
-            t = times["swax"]
-            gf = flops * (3.0 if backward else 1.0) / t / 1e9
-            row = {
-                "op": op,
-                "T": T,
-                **({"W": W} if W is not None else {}),
-                "pass": pas,
-                **({"swax_backend": swa_choice(inputs, W, backward, args)} if op == "swa" else {}),
-                "swax_tok_s": f"{args.B * T / t:,.0f}",
-                "GFLOP/s": f"{gf:.1f}",
-                "of_matmul": f"{gf / ceiling:.1%}",
-            }
-            for name in refs:
-                if name in times:
-                    gr = flops * (3.0 if backward else 1.0) / times[name] / 1e9
-                    row[f"{name}_tok_s"] = f"{args.B * T / times[name]:,.0f}"
-                    if name == "flex":
-                        row["flex_GFLOP/s"] = f"{gr:.1f}"
-                        row["flex_of_matmul"] = f"{gr / ceiling:.1%}"
-                    row[f"x_vs_{name}"] = f"{times[name] / t:.2f}"
-            rows.append(row)
-            print(f"  measured {op} T={T} W={W} {pas}", file=sys.stderr, flush=True)
-    for op in args.ops:
-        op_rows = [r for r in rows if r["op"] == op]
-        print(f"\n## {op}")
-        print_table(op_rows, list(dict.fromkeys(c for r in op_rows for c in r)))
 
+def print_acceptance(rows, ceiling) -> None:
+    """The issues' targets, read from the rows (issue 5: mLSTM and SWA fwd+bwd against their
+    references; issue 22: SWA forward against compiled flex)."""
     print("\n## acceptance (issue 5)")
     for op, T, ref, need in (("mlstm", 4096, "native_custbw", 1.5), ("swa", 8192, "sdpa+mask", 3)):
         r = next(
@@ -327,6 +302,40 @@ def main(argv=None) -> int:
             same = " — swax runs compiled flex itself here" if r["swax_backend"] == "flex" else ""
             ok = "yes" if x >= 1 else "NO"
             print(f"swa T={r['T']} W={r['W']} fwd: {x:.2f}x flex ({ok}){same}")
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    # one flex compilation per (T, W) for the reference: more than dynamo's default limit of 8,
+    # past which flex would run eagerly (unfused, T×T scores)
+    torch._dynamo.config.recompile_limit = max(64, torch._dynamo.config.recompile_limit)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    torch.manual_seed(0)
+    ceiling = matmul_gflops()
+    print(f"# {machine_line()}")
+    print(f"# matmul ceiling: {ceiling:.1f} GFLOP/s (float32 2048³, this run)")
+    print(
+        f"# B={args.B} H={args.H} D={args.D} windows={args.window} chunk={args.chunk} float32; "
+        f"medians of up to {args.repeat} interleaved rounds\n"
+    )
+    try:
+        from mlstm_kernels.torch import get_mlstm_kernel
+    except ImportError:
+        get_mlstm_kernel = None
+        print("# mlstm_kernels not installed: mLSTM references skipped")
+
+    rows = []
+    grid = [(T, o, W) for T in args.T for o in args.ops for W in windows(o, args)]
+    for T, op, W in grid:
+        case = cases_for(op, T, args, get_mlstm_kernel, W)
+        for backward in (False,) if args.fwd_only else (False, True):
+            rows.append(measure(op, T, W, backward, case, args, ceiling))
+    for op in args.ops:
+        op_rows = [r for r in rows if r["op"] == op]
+        print(f"\n## {op}")
+        print_table(op_rows, list(dict.fromkeys(c for r in op_rows for c in r)))
+    print_acceptance(rows, ceiling)
     out = Path(args.csv)
     write_csv(rows, out)
     png = plot(

@@ -72,11 +72,11 @@ def test_decode_compare_benchmark_smoke(tmp_path):
     assert [line.split(",")[2] for line in weights[1:]] == ["float32", "int8", "bf16"]
 
 
-def test_model_benchmark_smoke(tmp_path):
-    out = tmp_path / "model.csv"
+def test_train_speed_benchmark_smoke(tmp_path):
+    out = tmp_path / "train_speed.csv"
     r = run(
         [
-            "benchmarks/model.py",
+            "benchmarks/train_speed.py",
             "--presets",
             "tiny",
             "--patterns",
@@ -96,7 +96,7 @@ def test_model_benchmark_smoke(tmp_path):
     assert r.returncode == 0, r.stderr
     rows = out.read_text().splitlines()
     assert len(rows) == 1 + 4, rows  # header + 2 patterns x 2 lengths
-    assert (tmp_path / "model.png").is_file()
+    assert (tmp_path / "train_speed.png").is_file()
 
 
 def test_decode_benchmark_smoke(tmp_path):

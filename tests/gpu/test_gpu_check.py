@@ -1,4 +1,4 @@
-"""benchmarks/gpu_check.py, the one command for the GPU paths: its plan on any machine, and its
+"""tools/gpu_check.py, the one command for the GPU paths: its plan on any machine, and its
 plumbing (every stage, the JSON and Markdown report) at toy sizes on the CPU (slow tier)."""
 
 import json
@@ -13,7 +13,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def _run(*args, timeout=600):
     return subprocess.run(
-        [sys.executable, "benchmarks/gpu_check.py", *args],
+        [sys.executable, "tools/gpu_check.py", *args],
         capture_output=True,
         text=True,
         cwd=ROOT,

@@ -483,7 +483,7 @@ def test_compile_gated_delta_and_swa():
     "script,args,expect",
     [
         (
-            "model.py",
+            "train_speed.py",
             [
                 "--presets",
                 "tiny",

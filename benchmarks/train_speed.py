@@ -12,8 +12,8 @@ sequence grows. The window of the sliding-window layers is the preset's (128).
 Printed per preset: a table of tokens/s and, per pattern, the ratio
 tokens/s(shortest) / tokens/s(longest) — the slowdown from 1k to 16k. Writes a CSV and a PNG.
 
-    python benchmarks/model.py                                  # tiny and small; SX SD X A
-    python benchmarks/model.py --presets tiny --patterns SX A --seq 1024 16384
+    python benchmarks/train_speed.py                                  # tiny and small; SX SD X A
+    python benchmarks/train_speed.py --presets tiny --patterns SX A --seq 1024 16384
 """
 
 from __future__ import annotations
@@ -124,7 +124,7 @@ def main(argv=None) -> int:
         help="seconds per pattern after which no further rounds are started",
     )
     ap.add_argument("--threads", type=int, default=None)
-    ap.add_argument("--csv", default="benchmarks/results/model.csv")
+    ap.add_argument("--csv", default="benchmarks/results/train_speed.csv")
     args = ap.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
