@@ -33,21 +33,32 @@ class LayerKind(NamedTuple):
     """One letter of ``layer_pattern``: what its mixer is called, whether it takes the attention
     window (a forward argument), the mixer class (a :class:`swax.layers.base.TokenMixer`; as
     ``"module:Class"``, which :func:`swax.model.mixer_class` imports, so that the config does not
-    import the layers) and the constructor arguments a SwaxConfig gives it."""
+    import the layers), its constructor arguments from a SwaxConfig, and the rest below: code
+    that needs to know what a letter stands for asks its kind, never a list of letters."""
 
     name: str
     windowed: bool
     mixer: str | type
     args: Callable[[SwaxConfig], dict]
+    recurrent: bool = False
+    """Its state is a recurrent memory (what the recurrent-reset probes empty)."""
+    rope: bool | Callable[[SwaxConfig], bool] = False
+    """It applies RoPE, or a function of the config that says whether (:meth:`uses_rope`)."""
+    state_grows: bool = False
+    """Its decode state grows with the context (a key/value cache), else it is constant."""
+
+    def uses_rope(self, cfg: SwaxConfig) -> bool:
+        """Whether this kind applies RoPE in a model of ``cfg``."""
+        return self.rope(cfg) if callable(self.rope) else self.rope
 
 
-def _attention_args(cfg: SwaxConfig, rope: bool) -> dict:
+def _attention_args(cfg: SwaxConfig, letter: str) -> dict:
     return dict(
         d_model=cfg.d_model,
         n_heads=cfg.n_heads,
         n_kv_heads=cfg.n_kv_heads,
         head_dim=cfg.head_dim,
-        rope=rope,
+        rope=LAYER_KINDS[letter].uses_rope(cfg),
         rope_base=cfg.rope_base,
         qk_norm=cfg.qk_norm,
         norm_eps=cfg.norm_eps,
@@ -82,9 +93,10 @@ LAYER_KINDS: dict[str, LayerKind] = {
         "sliding-window attention",
         windowed=True,
         mixer="swax.layers.attention:SlidingWindowAttention",
-        args=lambda cfg: _attention_args(cfg, rope=True),
+        args=lambda cfg: _attention_args(cfg, "S"),
+        rope=True,
     ),
-    "X": LayerKind("mLSTM", False, "swax.layers.mlstm:MLSTMLayer", _mlstm_args),
+    "X": LayerKind("mLSTM", False, "swax.layers.mlstm:MLSTMLayer", _mlstm_args, recurrent=True),
     "D": LayerKind(
         "Gated DeltaNet",
         windowed=False,
@@ -98,17 +110,21 @@ LAYER_KINDS: dict[str, LayerKind] = {
                 l2norm=cfg.gdn_l2norm,
             )
         ),
+        recurrent=True,
     ),
     "A": LayerKind(
         "full causal attention",
         windowed=False,
         mixer="swax.layers.attention:FullAttention",
-        args=lambda cfg: _attention_args(cfg, rope=cfg.full_attn_rope),
+        args=lambda cfg: _attention_args(cfg, "A"),
+        rope=lambda cfg: cfg.full_attn_rope,
+        state_grows=True,
     ),
 }
 """The layer kinds, by their letter in ``layer_pattern``: the one registry a new kind joins
 (docs/design.md, "A layer kind"). Error messages list the names; :meth:`SwaxConfig.layer_windows`
-reads ``windowed``; :class:`swax.model.Block` builds ``mixer(**args(config))``."""
+reads ``windowed``, the check of the attention head width ``uses_rope``, the recurrent-reset
+probes ``recurrent``; :class:`swax.model.Block` builds ``mixer(**args(config))``."""
 
 
 AttnBackend = Literal["auto", "flash", "flex", "blockwise_fwd", "blockwise", "reference"]
@@ -286,7 +302,7 @@ class SwaxConfig:
                 f"gdn_value_heads={vh} must be a multiple of recurrent_heads={rh} and divide the "
                 f"value width {int(self.d_model * self.v_dim_factor)} (v_dim_factor · d_model)"
             )
-        rotary = "S" in self.layer_pattern or ("A" in self.layer_pattern and self.full_attn_rope)
+        rotary = any(LAYER_KINDS[k].uses_rope(self) for k in set(self.layer_pattern))
         if rotary and self.attn_head_dim % 2:
             raise ConfigError(
                 f"attention head width {self.attn_head_dim} (head_dim, or d_model // n_heads) "

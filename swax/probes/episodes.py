@@ -33,22 +33,22 @@ from collections import defaultdict
 import numpy as np
 import torch
 
+from swax.config import LAYER_KINDS
 from swax.core.progress import progress_bar
 from swax.data.config import SyntheticConfig
 from swax.data.mqar import resolve_mqar_ids
 from swax.data.synthetic import make_episode
 
 DEPTH_BINS = 10
-RECURRENT_KINDS = ("X", "D")
-"""Layer letters whose state is the recurrent memory (reset by ``reset_recurrent``)."""
 
 
 def reset_recurrent_state(model, state):
-    """``state`` with the mLSTM and Gated DeltaNet layers' memory emptied (a fresh start for
-    them); attention layers keep their keys and values. A new state object: the argument is not
+    """``state`` with the recurrent layers' memory emptied (a fresh start for them: the layers
+    whose kind is ``recurrent`` in :data:`swax.config.LAYER_KINDS`, mLSTM and Gated DeltaNet);
+    attention layers keep their keys and values. A new state object: the argument is not
     modified."""
     kinds = model.config.layer_types
-    layers = tuple(None if k in RECURRENT_KINDS else s for k, s in zip(kinds, state.layers))
+    layers = tuple(None if LAYER_KINDS[k].recurrent else s for k, s in zip(kinds, state.layers))
     return dataclasses.replace(state, layers=layers)
 
 

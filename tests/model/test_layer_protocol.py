@@ -7,18 +7,23 @@ then give the tokens that recomputing the whole forward at every step gives (the
 reference, which never uses a state), and the traced step the eager step's tokens for 256 steps.
 """
 
+import ast
 import inspect
 import re
+from pathlib import Path
 
 import pytest
 import torch
 from torch import nn
 
+import swax
 import swax.decode as swax_decode
 from swax import SwaxConfig, SwaxLM
 from swax.config import LAYER_KINDS, LayerKind
+from swax.core.errors import ConfigError
 from swax.generate import generate, generate_batch
 from swax.layers.base import TokenMixer
+from swax.state import map_tensors
 
 VOCAB = 53
 
@@ -169,3 +174,109 @@ def test_no_layer_computes_its_projections_in_two_places():
         for name in names:
             assert len(re.findall(rf"self\.{name}\(", src)) == 1, (letter, name)
         assert len(re.findall(r"causal_conv1d\(", src)) <= 1, letter
+
+
+# ------------------------------------------------------------------------------ what a letter is
+
+RECURRENT = {"X", "D"}
+"""What the letters stand for, written down here as the reference the registry must answer."""
+ROPE = {"S": True, "X": False, "D": False, "A": None}  # None: as full_attn_rope says
+GROWS = {"A"}
+
+
+def test_the_registry_answers_what_each_kind_is():
+    for letter, kind in LAYER_KINDS.items():
+        assert kind.recurrent == (letter in RECURRENT), letter
+        assert kind.state_grows == (letter in GROWS), letter
+        for full_rope in (True, False):
+            cfg = SwaxConfig(d_model=32, n_heads=4, full_attn_rope=full_rope)
+            want = full_rope if ROPE[letter] is None else ROPE[letter]
+            assert kind.uses_rope(cfg) == want, (letter, full_rope)
+
+
+def numel(layer_state) -> int:
+    """Elements of one layer's state (a tuple of tensors, or an AttentionState)."""
+    count = []
+    map_tensors(layer_state, lambda t: count.append(t.numel()))
+    return sum(count)
+
+
+@pytest.mark.parametrize("full_rope", [True, False])
+def test_the_registry_matches_the_layers_it_builds(full_rope):
+    """Held to the built model: the mixers' own rope flag, a decode state that grows with the
+    context (prefill of 20 and of 40 tokens, window 8), the probe's reset."""
+    from swax.probes.episodes import reset_recurrent_state
+
+    torch.manual_seed(0)
+    cfg = SwaxConfig(
+        vocab_size=VOCAB,
+        d_model=32,
+        n_layers=4,
+        n_heads=4,
+        window=8,
+        chunk_size=8,
+        layer_pattern="SXDA",
+        full_attn_rope=full_rope,
+    )
+    model = SwaxLM(cfg).eval()
+    with torch.no_grad():
+        _, short = model(torch.randint(0, VOCAB, (1, 20)), return_state=True)
+        _, long = model(torch.randint(0, VOCAB, (1, 40)), return_state=True)
+    reset = reset_recurrent_state(model, long)
+    for i, (letter, block) in enumerate(zip(cfg.layer_types, model.blocks)):
+        kind = LAYER_KINDS[letter]
+        assert getattr(block.mixer, "rope", False) == kind.uses_rope(cfg), letter
+        sizes = [numel(s.layers[i]) for s in (short, long)]
+        assert (sizes[1] > sizes[0]) == kind.state_grows, (letter, sizes)
+        assert (reset.layers[i] is None) == kind.recurrent, letter
+        assert reset.layers[i] is None or reset.layers[i] is long.layers[i]
+
+
+def test_rope_needs_an_even_head_width_only_where_a_kind_uses_it():
+    odd = dict(d_model=32, n_heads=4, head_dim=9, n_layers=2)  # attention heads 9 wide
+    SwaxConfig(layer_pattern="XD", **odd)
+    SwaxConfig(layer_pattern="A", full_attn_rope=False, **odd)
+    for pattern in ("S", "A", "XA"):
+        with pytest.raises(ConfigError, match="must be even for RoPE"):
+            SwaxConfig(layer_pattern=pattern, **odd)
+
+
+def test_a_new_kind_says_what_it_is(toy_kind, monkeypatch):
+    """A toy kind registered as recurrent is reset by the recurrent-reset probe; registered as
+    not, it keeps its state: the probe asks the registry, not a list of letters."""
+    from swax.probes.episodes import reset_recurrent_state
+
+    with torch.no_grad():
+        _, state = toy_kind(torch.randint(0, VOCAB, (1, 6)), return_state=True)
+    assert reset_recurrent_state(toy_kind, state).layers[1] is state.layers[1]
+    monkeypatch.setitem(LAYER_KINDS, "T", LAYER_KINDS["T"]._replace(recurrent=True))
+    reset = reset_recurrent_state(toy_kind, state)
+    assert reset.layers[1] is None and reset.layers[0] is state.layers[0]
+
+
+def letter_tests(path) -> list[str]:
+    """Places in ``path`` that stand for what layer letters are: a membership test
+    (``"S" in pattern``, ``k in ("X", "D")``, ``k in "XD"``) or a collection of letters
+    (``RECURRENT_KINDS = ("X", "D")``): what the registry should be asked instead."""
+
+    def letters(node) -> bool:
+        if isinstance(node, (ast.Tuple, ast.List, ast.Set)) and node.elts:
+            return all(letters(e) for e in node.elts)
+        text = node.value if isinstance(node, ast.Constant) else None
+        return isinstance(text, str) and bool(text) and set(text) <= set("SXDA")
+
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Compare) and isinstance(node.ops[0], (ast.In, ast.NotIn)):
+            if letters(node.left) or letters(node.comparators[0]):
+                found.add(node.lineno)
+        if isinstance(node, (ast.Tuple, ast.List, ast.Set)) and len(node.elts) > 1:
+            if letters(node):
+                found.add(node.lineno)
+    return [f"{path.name}:{line}" for line in sorted(found)]
+
+
+def test_no_module_tests_layer_letters():
+    package = Path(swax.__file__).parent
+    found = [hit for p in sorted(package.rglob("*.py")) for hit in letter_tests(p)]
+    assert found == [], "ask swax.config.LAYER_KINDS instead: " + ", ".join(found)
