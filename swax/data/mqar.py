@@ -93,17 +93,6 @@ def mqar_overhead(cfg: SyntheticConfig) -> int:
     return 2 * cfg.num_needles + 2 * cfg.num_queries + cfg.min_distance
 
 
-def check_mqar_vocab(cfg: SyntheticConfig, vocab_size: int) -> None:
-    """Raise if the MQAR token ranges (resolved: ``mqar_first_id`` set) do not fit a
-    vocabulary of ``vocab_size`` ids."""
-    last = cfg.mqar_first_id + mqar_span(cfg)
-    if last > vocab_size:
-        raise SwaxError(
-            f"MQAR token ids {cfg.mqar_first_id}..{last - 1} (data.synthetic.mqar_first_id "
-            f"+ keys + values + noise) do not fit the vocabulary of {vocab_size} ids"
-        )
-
-
 SCAN_CHUNK = 1 << 24
 """Tokens read at a time by :func:`text_id_clashes` (a shard set is read shard by shard)."""
 

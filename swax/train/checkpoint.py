@@ -332,12 +332,6 @@ class Checkpoints:
         return state
 
 
-def save_checkpoint(run_dir: str | Path, step: int, model, optimizer, state: dict):
-    """Checkpoint ``step`` in ``run_dir`` in the full format from one process, keeping the last
-    two (:meth:`Checkpoints.write`; a run's own settings are its :class:`Checkpoints`)."""
-    return Checkpoints(Path(run_dir)).write(step, model, optimizer, state)
-
-
 def load_latest_checkpoint(
     run_dir: str | Path, model, optimizer, warn: Callable[[str], None], is_main: bool = True
 ) -> tuple[Path, dict]:

@@ -41,9 +41,6 @@ from swax.train.runctl import RunLock, StopSignals, TrainingStopped
 from swax.train.schedules import window_schedule
 from swax.train.step import TrainingError, evaluate, train_step
 
-# importable from here as before the loop's parts moved to their own modules
-from swax.train.step import _cross_entropy_sum, _target_weight  # noqa: F401  # isort: skip
-
 __all__ = [
     "RunState",
     "TrainingError",

@@ -289,7 +289,7 @@ def test_far_from_defaults_to_the_long_window():
 def test_answer_weight_weights_the_answers_in_the_training_loss():
     """The loader marks each answer with the weight and text with 1; the training loss is the
     weighted mean, checked against cross-entropy computed here token by token."""
-    from swax.train.trainer import _cross_entropy_sum, _target_weight
+    from swax.train.step import _cross_entropy_sum, _target_weight
 
     tok = ByteTokenizer()
     text = np.frombuffer(b"in the beginning was the word " * 200, dtype=np.uint8).astype(np.int32)

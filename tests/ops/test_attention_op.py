@@ -371,8 +371,6 @@ def test_cpu_dispatch_by_gradient_window_and_length(monkeypatch):
         assert named(4096, 2048) == by_name
         with swa.cpu_flex(True):
             assert pick(4096, 2048) == flex
-        with swa.cpu_flex_default(True):  # the former name of cpu_flex, kept
-            assert pick(4096, 2048) == flex and swa.cpu_flex_enabled()
         assert not swa.cpu_flex_enabled()
         assert pick(4096, 2048) == "blockwise_fwd"
         monkeypatch.setenv("SWAX_CPU_FLEX", "off")

@@ -289,15 +289,16 @@ def test_spike_skips_like_a_bad_gradient(tmp_path, monkeypatch):
 
 def test_non_finite_weights_are_never_saved(tmp_path):
     from swax import SwaxConfig, SwaxLM
-    from swax.train.checkpoint import save_checkpoint
+    from swax.train.checkpoint import Checkpoints
 
     model = SwaxLM(SwaxConfig.preset("tiny", d_model=32, n_layers=2, n_heads=2, window=16))
     opt = torch.optim.AdamW(model.parameters())
-    save_checkpoint(tmp_path, 1, model, opt, {"loader": {}})
+    checkpoints = Checkpoints(tmp_path)
+    checkpoints.write(1, model, opt, {"loader": {}})
     with torch.no_grad():
         model.embed.weight[0, 0] = float("nan")
     with pytest.raises(CheckpointError, match="not saving step 2: the weights hold non-finite"):
-        save_checkpoint(tmp_path, 2, model, opt, {"loader": {}})
+        checkpoints.write(2, model, opt, {"loader": {}})
     assert [p.name for p in list_checkpoints(tmp_path)] == ["step_000001"]
     load_checkpoint(list_checkpoints(tmp_path)[0], model, opt)
     assert torch.isfinite(model.embed.weight).all()

@@ -54,7 +54,6 @@ from swax.ops.swa.flex import (
     _flex_prefer,
     _flex_usable,
     cpu_flex,
-    cpu_flex_default,
     cpu_flex_enabled,
 )
 from swax.ops.swa.forward import _blockwise_fwd, _fwd_usable
@@ -63,7 +62,6 @@ from swax.ops.swa.reference import _reference
 __all__ = [
     "sliding_window_attention",
     "cpu_flex",
-    "cpu_flex_default",
     "cpu_flex_enabled",
     "CPU_FLEX_ENV",
     "CPU_FLEX_MIN_WINDOW",

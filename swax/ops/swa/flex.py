@@ -138,10 +138,6 @@ def cpu_flex(enabled: bool) -> Iterator[None]:
         _CPU_FLEX.reset(token)
 
 
-cpu_flex_default = cpu_flex
-"""The former name of :func:`cpu_flex` (``cpu_flex_default(allowed)``), kept for its callers."""
-
-
 def cpu_flex_enabled() -> bool:
     """Whether ``"auto"`` may take compiled flex on the CPU here: :data:`CPU_FLEX_ENV` when it
     says on or off, else the innermost :func:`cpu_flex` block, else True."""
