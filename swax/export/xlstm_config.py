@@ -3,9 +3,10 @@
 An xLSTM model is a swax model of layer pattern ``X`` with an untied head, a logit cap
 (``output_logit_soft_cap``) and transformers' MLP rounding (``mlp_rounding="xlstm"``): the
 ``xlstm-7b`` preset with the source's sizes. Every key of an xLSTM ``config.json`` is handled
-one of four ways (:data:`MAPPED`, :data:`REQUIRED`, :data:`NO_MATH`, or the checked
-``head_dim``); any other key is refused by name, as swax cannot tell whether it changes the
-computation (``ignore`` passes keys the user vouches for).
+one of five ways (:data:`MAPPED`, :data:`REQUIRED`, :data:`CHOICES`, :data:`NO_MATH`, or the
+checked ``head_dim``); any other key is refused by name, as swax cannot tell whether it changes
+the computation (``ignore`` passes keys the user vouches for). A value transformers' own
+xLSTMConfig refuses (a null cap, an unknown weight_mode) is refused too.
 """
 
 from __future__ import annotations
@@ -45,6 +46,8 @@ REQUIRED = {
     "add_post_norm": False,
 }
 """Keys that change the computation, with the only value swax (and transformers) implements."""
+CHOICES = {"weight_mode": ("single", "fused")}
+"""Keys that say how the tensors are laid out, with the values transformers takes."""
 NO_MATH = frozenset(
     {
         # how transformers runs the same function: kernels, modes, state dtypes, chunking
@@ -58,7 +61,6 @@ NO_MATH = frozenset(
         "max_inference_chunksize",
         "norm_reduction_force_float32",
         "use_cache",
-        "weight_mode",
         # the head is read from lm_head.weight whatever this says (transformers does not tie)
         "tie_word_embeddings",
         # token ids, bookkeeping and the generic keys of every transformers config
@@ -87,8 +89,9 @@ NO_MATH = frozenset(
 def _number(hf: dict, key: str, kind: type = float):
     value = hf[key]
     ok = isinstance(value, (int, float)) and not isinstance(value, bool)
-    if not ok or (kind is int and int(value) != value) or not math.isfinite(value):
-        raise ConfigError(f"xLSTM config field {key}={value!r} is not {kind.__name__}")
+    if not ok or not math.isfinite(value) or (kind is int and int(value) != value):
+        what = "an integer" if kind is int else "a number"
+        raise ConfigError(f"xLSTM config field {key}={value!r} is not {what}")
     return kind(value)
 
 
@@ -101,10 +104,15 @@ def check_keys(hf: dict, ignore: tuple[str, ...] = ()) -> None:
             "(transformers' xLSTM)"
         )
     for key, value in hf.items():
-        if key in ignore or key in MAPPED or key in NO_MATH:
+        if key in CHOICES and value not in CHOICES[key]:
+            raise ConfigError(
+                f"xLSTM config field {key}={value!r} is not one of {', '.join(CHOICES[key])}"
+            )
+        if key in ignore or key in MAPPED or key in NO_MATH or key in CHOICES:
             continue
         if key in ALIASES:
-            if value is not None and value != hf.get(ALIASES[key], value):
+            other = hf.get(ALIASES[key])
+            if value is not None and other is not None and value != other:
                 raise ConfigError(
                     f"xLSTM config field {key}={value!r} differs from "
                     f"{ALIASES[key]}={hf.get(ALIASES[key])!r}"
@@ -127,10 +135,12 @@ def swax_config_from_xlstm(hf: dict, ignore: tuple[str, ...] = (), **overrides) 
     :func:`check_keys` says. ``overrides`` set other fields (the window, or the add-SWA
     pattern). Missing keys take transformers' defaults (xLSTM 7B's)."""
     check_keys(hf, ignore)
-    hf = {**{k: v for k, v in hf.items() if v is not None}}
+    hf = dict(hf)
     for alias, key in ALIASES.items():
-        if key not in hf and alias in hf:
-            hf[key] = hf[alias]
+        if hf.get(key) is None and hf.get(alias) is not None:
+            hf[key] = hf[alias]  # as transformers' xLSTMConfig fills one from the other
+    # null is no value for the mapped keys (transformers refuses it): _number names it
+    hf = {k: v for k, v in hf.items() if v is not None or k in MAPPED}
     ints = ("vocab_size", "hidden_size", "num_hidden_layers", "num_heads")
     ints += ("chunk_size", "ffn_round_up_to_multiple_of")
     fields = {}
@@ -153,14 +163,6 @@ def swax_config_from_xlstm(hf: dict, ignore: tuple[str, ...] = (), **overrides) 
         return SwaxConfig.preset("xlstm-7b", **{**fields, **overrides})
     except ConfigError as e:
         raise ConfigError(f"the xLSTM config cannot be built in swax: {e}") from None
-
-
-def xlstm_mlp_width(hf: dict) -> int:
-    """transformers' SwiGLU width of an xLSTM config."""
-    d = hf.get("hidden_size", 4096)
-    return swiglu_hidden_dim(
-        d, hf.get("ffn_proj_factor", 2.667), hf.get("ffn_round_up_to_multiple_of", 64), "xlstm"
-    )
 
 
 def xlstm_config_from_swax(cfg: SwaxConfig, hidden: int) -> dict:
