@@ -210,9 +210,9 @@ class TrainConfig:
     init_from: str | None = None
     """Start from the weights of this swax model folder (e.g. one `swax import xlstm --add-swa`
     wrote) instead of random ones: its config.json is the model, model.* keys given (not
-    model.preset) override fields that keep the weights' shapes, and the model's window is the
-    run's window.long. The optimizer and schedules start fresh; a resumed run continues from its
-    checkpoint."""
+    model.preset) override fields that keep the weights' shapes, and the folder's window is the
+    run's window.long unless the run sets one. The optimizer and schedules start fresh; a resumed
+    run continues from its checkpoint."""
 
     def __post_init__(self) -> None:
         if self.threads != "auto" and (isinstance(self.threads, bool) or self.threads < 0):
@@ -284,9 +284,9 @@ class TrainConfig:
 
 def init_model_section(data: dict) -> dict:
     """Plain data with ``init_from: FOLDER``: its model section is FOLDER's config.json (less
-    its window, which is the run's window.long) with the section's own keys on top; a
-    ``preset`` there is an error. A complete model section (a resumed run's config.yaml) is
-    kept as it is."""
+    its window, which becomes the run's window.long unless the run sets one) with the
+    section's own keys on top; a ``preset`` there is an error. A complete model section (a
+    resumed run's config.yaml) is kept as it is."""
     src, model = data.get("init_from"), data.get("model", {})
     if not src or not isinstance(src, str) or not isinstance(model, dict):
         return data
@@ -304,8 +304,30 @@ def init_model_section(data: dict) -> dict:
         base = SwaxConfig.load(folder / "config.json").to_dict()
     except ConfigError as e:
         raise ConfigError(f"init_from={src}: {e}") from None
-    base.pop("window", None)
-    return {**data, "model": {**base, **model}}
+    window = base.pop("window")
+    data = {**data, "model": {**base, **model}}
+    return data if "window" in model else _folder_window(data, window, src)
+
+
+def _folder_window(data: dict, window: int, src: str) -> dict:
+    """``data`` whose window.long, unless it sets one, is ``window``: the init_from folder's
+    own (an import's --window). One the run cannot train at is an error naming where it is from."""
+    section = data.get("window", {})
+    if not isinstance(section, dict) or "long" in section:
+        return data  # set by the run (or a bad section, which its own check names)
+    seq_len = data.get("seq_len", TrainConfig.seq_len)
+    short = section.get("short", WindowConfig.short)
+    why = None
+    if isinstance(seq_len, int) and window > seq_len:
+        why = f"larger than seq_len={seq_len}"
+    elif section.get("kind", WindowConfig.kind) == "stochastic" and isinstance(short, int):
+        why = f"shorter than window.short={short}" if short > window else None
+    if why:
+        raise ConfigError(
+            f"init_from={src}: its window {window} (the run's window.long unless set) is {why}; "
+            "set window.long (and window.short) to the windows to train at"
+        )
+    return {**data, "window": {**section, "long": window}}
 
 
 # ------------------------------------------------------------------------------ loading
