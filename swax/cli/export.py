@@ -29,8 +29,10 @@ def cmd_export_onnx(cfg: C.ExportOnnxConfig) -> int:
 
 def cmd_export_xlstm(cfg: C.ExportXLSTMConfig) -> int:
 
-    out = export_xlstm(cfg.model_dir, cfg.out)
-    print(f"wrote {out}: transformers.AutoModelForCausalLM.from_pretrained({str(out)!r})")
+    out, tokenizer = export_xlstm(cfg.model_dir, cfg.out, cfg.overwrite)
+    print(
+        f"wrote {out}: transformers.AutoModelForCausalLM.from_pretrained({str(out)!r}); {tokenizer}"
+    )
     return 0
 
 

@@ -355,6 +355,8 @@ class ExportXLSTMConfig(Command):
     """The swax model folder (save_pretrained, swax train or swax import), with its tokenizer."""
     out: str = option(positional=True, metavar="OUT")
     """The folder to write; must not exist or be empty."""
+    overwrite: bool = False
+    """Replace an earlier export in OUT (a folder holding other files is refused even so)."""
 
 
 @dataclass
@@ -373,7 +375,8 @@ class ImportXLSTMConfig(Command):
     add_swa: bool = False
     """Insert a sliding-window attention block after each mLSTM block (pattern XS)."""
     window: int | None = option(None, bounds="[1, inf)")
-    """The model's default attention window (config.window; default 2048)."""
+    """The model's default attention window (config.window; default 2048): swax train
+    init_from=OUT trains at it unless the run sets window.long."""
     heads: int | None = option(None, bounds="[1, inf)")
     """Attention heads of the inserted blocks (default d_model / 128)."""
     dtype: Literal["keep", "float32", "bfloat16", "float16"] = "keep"
@@ -383,6 +386,8 @@ class ImportXLSTMConfig(Command):
     ignore_field: list[str] = option(default_factory=list, repeat=True, metavar="KEY")
     """A config.json key swax does not know and you know does not change the computation (may
     be given several times)."""
+    overwrite: bool = False
+    """Replace an earlier import in OUT (a folder holding other files is refused even so)."""
 
 
 # ---- swax data prepare (pre-tokenized shards; see swax.data.shards) ----

@@ -54,24 +54,56 @@ HF_OUTPUTS = (CONFIG_NAME, WEIGHTS_NAME, CHECKSUMS_NAME, *REMOTE_FILES, "tokeniz
 """The files ``swax export hf`` writes (what ``--overwrite`` may replace)."""
 
 
-def _check_out_dir(out: Path, what: str, overwrite: bool = False) -> None:
+def _check_out_dir(
+    out: Path,
+    what: str,
+    overwrite: bool = False,
+    outputs: tuple[str, ...] = HF_OUTPUTS,
+    command: str = "swax export hf",
+    source: tuple[str, Path] | None = None,
+) -> None:
     """A new or empty folder that files can be written in, or with ``overwrite`` one holding
-    only an earlier export's files (checked before any work; nothing is removed here)."""
+    only an earlier output of ``command`` (file names in ``outputs``), and never the folder it
+    is made from (``source``: its name in the command and its path). Checked before any work;
+    nothing is removed here."""
     if out.exists() and not out.is_dir():
         raise SwaxError(f"{what} {out} exists and is not a folder")
+    if source is not None and out.resolve() == Path(source[1]).resolve():
+        raise SwaxError(
+            f"{what} {out} is {source[0]}, the folder it is made from; choose another "
+            "(nothing was overwritten)"
+        )
     held = sorted(q.name for q in out.iterdir()) if out.is_dir() else []
     if held and not overwrite:
         raise SwaxError(
             f"{what} {out} exists and is not empty (nothing was overwritten; --overwrite "
-            "replaces an earlier export there)"
+            f"replaces an earlier {command.split()[1]} there)"
         )
-    foreign = [name for name in held if name not in HF_OUTPUTS]
+    foreign = [name for name in held if name not in outputs]
     if foreign:
         raise SwaxError(
-            f"{what} {out} holds files swax export hf does not write (e.g. {foreign[0]}); "
+            f"{what} {out} holds files {command} does not write (e.g. {foreign[0]}); "
             "choose an empty or new folder (nothing was overwritten)"
         )
     check_writable_dir(out, what)
+
+
+def _swap_in(tmp: Path, out: Path) -> None:
+    """Move the complete folder ``tmp`` to ``out``: a new name, or in place of an empty folder
+    or an earlier output (checked by :func:`_check_out_dir`), which goes once ``tmp`` is there."""
+    os.chmod(tmp, 0o777 & ~_umask())
+    if not out.is_dir():
+        os.replace(tmp, out)
+        return
+    old = Path(tempfile.mkdtemp(prefix=f".{out.name}.old.", dir=out.parent))
+    os.replace(out, old / "x")
+    try:
+        os.replace(tmp, out)
+    except BaseException:
+        os.replace(old / "x", out)  # the earlier output back in its place
+        old.rmdir()
+        raise
+    shutil.rmtree(old, ignore_errors=True)
 
 
 def byte_level_hf_tokenizer():
@@ -149,7 +181,7 @@ def export_hf(
     failure leaves nothing behind. Returns ``out_dir``."""
 
     model_dir, out = Path(model_dir), Path(out_dir)
-    _check_out_dir(out, "OUT_DIR", overwrite)
+    _check_out_dir(out, "OUT_DIR", overwrite, source=("MODEL_DIR", model_dir))
     model = SwaxLM.from_pretrained(model_dir)  # checks the folder, checksum and weights
     tok = load_model_tokenizer(model_dir)
     if tok.vocab_size > model.config.vocab_size:
@@ -177,14 +209,7 @@ def export_hf(
         for name, text in REMOTE_FILES.items():
             (tmp / name).write_text(text)
         _write_tokenizer(tok, tmp)
-        os.chmod(tmp, 0o777 & ~_umask())
-        if out.is_dir():  # empty, or an earlier export (checked above): swapped out, then gone
-            old = Path(tempfile.mkdtemp(prefix=f".{out.name}.old.", dir=out.parent))
-            os.replace(out, old / "x")
-            os.replace(tmp, out)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.replace(tmp, out)
+        _swap_in(tmp, out)  # empty, or an earlier export (checked above): swapped out, then gone
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

@@ -23,28 +23,34 @@ import shutil
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
+from typing import NamedTuple
 
 import torch
 
 from swax.config import SwaxConfig
-from swax.core.errors import CheckpointError, ConfigError, SwaxError
-from swax.core.integrity import state_dict_mismatch, verify_checksum_file, write_checksum_file
-from swax.data.tokenizer import load_model_tokenizer
-from swax.export import _check_out_dir, _umask, _write_tokenizer
+from swax.core.errors import CheckpointError, ConfigError
+from swax.core.integrity import (
+    CHECKSUMS_NAME,
+    state_dict_mismatch,
+    verify_checksum_file,
+    write_checksum_file,
+)
+from swax.export import _check_out_dir, _swap_in
 from swax.export.tensors import Entry, TensorFolder, write_streamed
 from swax.export.xlstm_config import swax_config_from_xlstm, xlstm_config_from_swax
+from swax.export.xlstm_tokens import (
+    TOKEN_IDS_NAME,
+    TOKENIZER_FILES,
+    export_tokenizer,
+    source_token_ids,
+    token_ids,
+)
 from swax.model import CONFIG_NAME, WEIGHTS_NAME, Block, SwaxLM, resolve_model_dir
 
-TOKENIZER_FILES = (
-    "tokenizer.json",
-    "tokenizer_config.json",
-    "special_tokens_map.json",
-    "added_tokens.json",
-    "vocab.json",
-    "merges.txt",
-    "tokenizer.model",
-)
-"""The tokenizer files carried from one folder to the other when present."""
+IMPORT_OUTPUTS = (CONFIG_NAME, WEIGHTS_NAME, CHECKSUMS_NAME, TOKEN_IDS_NAME, *TOKENIZER_FILES)
+"""The files ``swax import xlstm`` writes (what ``--overwrite`` may replace)."""
+EXPORT_OUTPUTS = (CONFIG_NAME, WEIGHTS_NAME, *TOKENIZER_FILES)
+"""The files ``swax export xlstm`` writes (what ``--overwrite`` may replace)."""
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 Slot = tuple[str, tuple[int, int] | None]
@@ -213,19 +219,22 @@ def _slot_reader(f: TensorFolder, slot: Slot, shape: tuple) -> Callable[[], torc
     return make
 
 
-def _finish(tmp: Path, out: Path) -> None:
-    """Move the folder built under ``tmp`` to ``out`` (new or empty)."""
-    os.chmod(tmp, 0o777 & ~_umask())
-    if out.is_dir():
-        out.rmdir()  # empty (checked before)
-    os.replace(tmp, out)
-
-
 def _copy_tokenizer(src: Path, dst: Path) -> list[str]:
     found = [n for n in TOKENIZER_FILES if (src / n).is_file()]
     for n in found:
         shutil.copyfile(src / n, dst / n)
     return found
+
+
+class Imported(NamedTuple):
+    """What :func:`import_xlstm` wrote."""
+
+    out: Path
+    config: SwaxConfig
+    tokenizer_files: list[str]
+    """The tokenizer files carried from the source (none: swax reads the ids as bytes)."""
+    dtypes: list[str]
+    """The dtypes of the written weights ("float32", "bfloat16", …)."""
 
 
 def import_xlstm(
@@ -238,12 +247,15 @@ def import_xlstm(
     dtype: str = "keep",
     ignore: tuple[str, ...] = (),
     seed: int = 0,
-) -> tuple[Path, SwaxConfig, list[str]]:
-    """Write the swax folder ``out`` (new or empty) of the transformers xLSTM folder ``src``.
+    overwrite: bool = False,
+) -> Imported:
+    """Write the swax folder ``out`` (new or empty; with ``overwrite`` it may hold an earlier
+    import, replaced once the new one is complete) of the transformers xLSTM folder ``src``.
     ``dtype``: keep (each tensor's own), float32, bfloat16 or float16. ``window``: the model's
     default attention window (the sliding-window blocks of ``add_swa``; ``heads`` their
-    attention heads, default d_model / 128). Returns (out, its config, the tokenizer files
-    carried). Built under a temporary name and renamed: a failure leaves nothing behind."""
+    attention heads, default d_model / 128). The source's token ids (bos, eos, pad) are kept
+    in ``token_ids.json`` for :func:`export_xlstm`. Built under a temporary name and renamed: a
+    failure leaves nothing behind."""
     src, out = Path(src), Path(out)
     if not src.is_dir():
         raise CheckpointError(
@@ -251,10 +263,11 @@ def import_xlstm(
         )
     if dtype != "keep" and dtype not in DTYPES:
         raise ConfigError(f"--dtype must be keep, {', '.join(DTYPES)}, got {dtype!r}")
-    _check_out_dir(out, "OUT")
+    _check_out_dir(out, "OUT", overwrite, IMPORT_OUTPUTS, "swax import xlstm", source=("SRC", src))
     hf = _read_json(src / CONFIG_NAME, "the xLSTM config")
     extra = {} if window is None else {"window": window}
     cfg = swax_config_from_xlstm(hf, ignore, **extra)
+    ids = source_token_ids(hf)
     if add_swa:
         cfg = swax_config_from_xlstm(hf, ignore, **extra, **_swa_overrides(cfg, heads))
     swax_shapes = _state_shapes(cfg)
@@ -277,36 +290,41 @@ def import_xlstm(
             write_streamed(tmp / WEIGHTS_NAME, entries, meta)
             cfg.save(tmp / CONFIG_NAME)
             write_checksum_file(tmp, [WEIGHTS_NAME])
+            (tmp / TOKEN_IDS_NAME).write_text(json.dumps(ids, indent=2) + "\n")
             carried = _copy_tokenizer(src, tmp)
-            _finish(tmp, out)
+            _swap_in(tmp, out)
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
-    return out, cfg, carried
+    dtypes = sorted({str(e.dtype).removeprefix("torch.") for e in entries})
+    return Imported(out, cfg, carried, dtypes)
 
 
-def export_xlstm(model_dir: str | os.PathLike, out: str | os.PathLike) -> Path:
+def export_xlstm(
+    model_dir: str | os.PathLike, out: str | os.PathLike, overwrite: bool = False
+) -> tuple[Path, str]:
     """Write the pure-mLSTM swax model ``model_dir`` as a transformers xLSTM folder ``out``
-    (new or empty): config.json (model_type xlstm, weight_mode single), model.safetensors
-    (streamed; a tied embedding written as lm_head too), the tokenizer. A model that xLSTM
-    cannot express is a ConfigError saying why, before anything is written."""
+    (new or empty; with ``overwrite`` it may hold an earlier export, replaced once the new one
+    is complete): config.json (model_type xlstm, weight_mode single), model.safetensors
+    (streamed; a tied embedding written as lm_head too), the tokenizer
+    (:func:`swax.export.xlstm_tokens.export_tokenizer`). A model that xLSTM cannot express is a
+    ConfigError saying why, before anything is written. Returns (out, what became of the
+    tokenizer)."""
     model_dir, out = resolve_model_dir(model_dir), Path(out)
-    _check_out_dir(out, "OUT")
+    _check_out_dir(
+        out, "OUT", overwrite, EXPORT_OUTPUTS, "swax export xlstm", source=("MODEL", model_dir)
+    )
     try:
         cfg = SwaxConfig.load(model_dir / CONFIG_NAME)
     except ConfigError as e:
         raise CheckpointError(f"{model_dir / CONFIG_NAME}: {e}") from None
     verify_checksum_file(model_dir, [WEIGHTS_NAME])
-    tok = load_model_tokenizer(model_dir)
+    write_tokenizer = export_tokenizer(model_dir, cfg.vocab_size)  # checked, not yet written
     with TensorFolder(model_dir) as f:
         shapes = f.shapes()
         if "blocks.0.mlp.gate.weight" not in shapes:
             raise CheckpointError(f"{model_dir} is not a swax model folder (no blocks.0.mlp)")
         hf = xlstm_config_from_swax(cfg, shapes["blocks.0.mlp.gate.weight"][0])
-        if tok.vocab_size > cfg.vocab_size:
-            raise SwaxError(
-                f"the tokenizer has {tok.vocab_size} ids but the model {cfg.vocab_size}"
-            )
         with torch.device("meta"):
             ref = SwaxLM(cfg).state_dict()
         found = {n: torch.empty(shape, device="meta") for n, shape in shapes.items()}
@@ -320,19 +338,19 @@ def export_xlstm(model_dir: str | os.PathLike, out: str | os.PathLike) -> Path:
             Entry(hf_name, tuple(shapes[ours]), f.dtype(ours), lambda n=ours: f.get(n))
             for hf_name, ours in theirs.items()
         ]
-        hf |= {"eos_token_id": tok.eot_id, "pad_token_id": tok.eot_id, "bos_token_id": None}
+        hf |= token_ids(model_dir, write_tokenizer.tokenizer)
         hf["dtype"] = str(f.dtype("embed.weight")).removeprefix("torch.")
         out.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
         try:
             write_streamed(tmp / WEIGHTS_NAME, entries, {"format": "pt"})
             (tmp / CONFIG_NAME).write_text(json.dumps(hf, indent=2) + "\n")
-            _write_tokenizer(tok, tmp)
-            _finish(tmp, out)
+            write_tokenizer(tmp)
+            _swap_in(tmp, out)
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
-    return out
+    return out, write_tokenizer.what
 
 
 def _state_shapes(cfg: SwaxConfig) -> dict[str, tuple[int, ...]]:
