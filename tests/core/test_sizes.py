@@ -67,7 +67,7 @@ def test_fmt_skip_is_kept_for_tables(tmp_path):
         "m3.py",  # a call
         "m4.py",  # one row, not a table of rows
         "m5.py",  # a row that calls a function
-        "m6.py",  # fmt: off
+        "m6.py",  # a fmt: off region
     ], found
 
 
