@@ -25,6 +25,7 @@ from swax.cli.export import EXPORT_COMMANDS
 from swax.cli.generate import cmd_generate
 from swax.cli.importing import IMPORT_COMMANDS
 from swax.cli.info import cmd_info
+from swax.cli.memory import CopiesConfig, PasskeyConfig, cmd_eval_copies, cmd_eval_passkey
 from swax.cli.sweep import cmd_sweep
 from swax.cli.train import cmd_plot_run, cmd_train
 from swax.core.errors import ConfigError, SwaxError, is_disk_full
@@ -75,6 +76,8 @@ COMMANDS: dict = {
             "write a task's data file from a Parquet or saved Hugging Face dataset",
         ),
         "recall": (C.RecallConfig, cmd_eval_recall, "key-value recall against length and window"),
+        "copies": (CopiesConfig, cmd_eval_copies, "copy gain by reach on held-out text"),
+        "passkey": (PasskeyConfig, cmd_eval_passkey, "a planted passkey retrieved by distance"),
     },
     "export": EXPORT_COMMANDS,
     "import": IMPORT_COMMANDS,

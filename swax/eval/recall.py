@@ -130,3 +130,17 @@ def recall_table(results: dict, lengths: list[int], base: int | None = None) -> 
     ]
     widths = [max(len(r[i]) for r in [head, *rows]) for i in range(len(head))]
     return "\n".join("  ".join(c.rjust(w) for c, w in zip(r, widths)) for r in [head, *rows])
+
+
+def run_windows(model_dir: str | Path) -> dict | None:
+    """The windows of the ``swax train`` run around ``model_dir``: ``own`` (the window it is
+    used with: its fixed window, or the long one after a stochastic schedule, which ends on it),
+    ``short`` (the shortest it trained with: the probes' window cut), ``long`` and ``seq_len``;
+    None without a run folder."""
+    found = _run_config(model_dir)
+    if found is None:
+        return None
+    w, seq_len, _ = found
+    own = w.train_window if w.kind == "fixed" else w.long
+    short = min(w.short, w.train_window, w.long)
+    return {"own": own, "short": short, "long": w.long, "seq_len": seq_len}

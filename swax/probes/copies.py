@@ -57,13 +57,22 @@ class CopyRange:
     lo: int
     hi: int
     length: int
+    min_pos: int = 0
+    """Only events whose predicting position t is at least this (0: anywhere in the row): the
+    reach × position split reads events of reach <= T at positions t >= T, past the training
+    length, in rows longer than T."""
 
 
-def copy_ranges(edges: list[int], seq_len: int, pooled: list[int] = ()) -> list[CopyRange]:
+def copy_ranges(
+    edges: list[int], seq_len: int, pooled: list[int] = (), past: int = 0
+) -> list[CopyRange]:
     """Fine ranges (e_i, e_i+1] between increasing ``edges`` (e.g. [8, 32, 64, 128, 256]), each
     read in rows of the training length ``seq_len`` (or of its upper edge, beyond it), then one
     pooled range (p, seq_len] per entry of ``pooled`` that is not already a fine range: "beyond
-    W" with the events drawn from the whole stretch, as they occur in the text."""
+    W" with the events drawn from the whole stretch, as they occur in the text. With ``past``
+    > seq_len, every range of reach <= seq_len once more, read at positions t >= seq_len of rows
+    of ``past`` tokens (key suffix ``_pastT``): the same reach past the training length, which
+    tells length extrapolation from reach."""
     edges = [int(e) for e in edges]
     if len(edges) < 2 or any(b <= a for a, b in zip(edges, edges[1:])) or edges[0] < 1:
         raise SwaxError(f"copy range edges must be >= 1 and increasing, got {edges}")
@@ -78,6 +87,13 @@ def copy_ranges(edges: list[int], seq_len: int, pooled: list[int] = ()) -> list[
         if any(r.lo == p and r.hi == seq_len for r in out):
             continue
         out.append(CopyRange(f"({p}, T]", f"beyond_{p}", p, seq_len, seq_len))
+    if past:
+        if past <= seq_len:
+            raise SwaxError(f"the past-T rows must be longer than T = {seq_len}, got {past}")
+        late = [r for r in out if r.hi <= seq_len]
+        for r in late:
+            label, key = f"{r.label} at t >= T", f"{r.key}_pastT"
+            out.append(dataclasses.replace(r, label=label, key=key, length=past, min_pos=seq_len))
     return out
 
 
@@ -120,6 +136,50 @@ def replaced_row(row: np.ndarray, t: int, context: int, hashes: np.ndarray, fill
             continue
         at = int(rng.integers(len(filler) - span))
         out[j - context + 1 : j + 2] = filler[at : at + span]
+    return out
+
+
+def _occurrences(t: int, context: int, hashes: np.ndarray) -> tuple[list[int], list[tuple]]:
+    """(the ends j of the whole earlier occurrences of the context ending at t, which
+    :func:`replaced_row` replaces; the spans [start, end) that no placebo edit may touch: every
+    occurrence of the context up to t, with the token after it)."""
+    found = np.flatnonzero(hashes[: t + 1] == hashes[t])
+    whole = [int(j) for j in found if context - 1 <= j and j + 1 <= t - context]
+    return whole, [(int(j) - context + 1, int(j) + 2) for j in found]
+
+
+PLACEBO_SHIFTS = (1, -1, 2, -2, 3, -3)
+"""Where a placebo edit goes, in spans of context + 1 tokens from the occurrence it stands for:
+just before it (farther from t), else just after it, then two and three spans away."""
+
+
+def placebo_row(
+    row: np.ndarray,
+    t: int,
+    context: int,
+    hashes: np.ndarray,
+    filler: np.ndarray,
+    rng: np.random.Generator,
+) -> np.ndarray | None:
+    """The placebo of :func:`replaced_row`: ``row`` with as many spans of the same length
+    replaced, each at about the distance of the occurrence it stands for (the first of
+    :data:`PLACEBO_SHIFTS` that fits) but touching no occurrence of the context: what any edit
+    that far back moves. None when an occurrence has no such place in the row."""
+    span = context + 1
+    whole, avoid = _occurrences(t, context, hashes)
+    out, taken = row.copy(), []
+    for j in whole:
+        start = j - context + 1
+        for k in PLACEBO_SHIFTS:
+            a, b = start - k * span, start - k * span + span
+            if a < 0 or b > t - context + 1 or any(a < e and b > s for s, e in avoid + taken):
+                continue
+            taken.append((a, b))
+            at = int(rng.integers(len(filler) - span))
+            out[a:b] = filler[at : at + span]
+            break
+        else:
+            return None
     return out
 
 
@@ -170,22 +230,36 @@ class CopyPlan:
     docs: np.ndarray
     orig: np.ndarray
     repl: np.ndarray
+    plac: np.ndarray | None = None
+    """The placebo rows (:func:`placebo_row`) of the events that have one (None: no placebo)."""
+    plac_idx: np.ndarray | None = None
+    """Which events (indices into pos) the placebo rows belong to."""
 
 
-def plan_copy_events(tokens: np.ndarray, buckets: list, baseline: NgramBaseline, events: int,
-                     seed: int = 1234, eot: int | None = None,
-                     cache: dict | None = None) -> list[CopyPlan]:  # fmt: skip
+def plan_copy_events(
+    tokens: np.ndarray,
+    buckets: list,
+    baseline: NgramBaseline,
+    events: int,
+    seed: int = 1234,
+    eot: int | None = None,
+    cache: dict | None = None,
+    placebo: bool = False,
+) -> list[CopyPlan]:
     """Per range of ``buckets`` (:func:`copy_ranges` or :func:`distance_buckets`; its
     ``length`` is the row length read): up to ``events`` copy events of held-out ``tokens``
     whose reach lies in the range, drawn with ``seed``, and their rows. ``eot``: the end-of-
     text id that separates the documents of ``tokens``, the units of the bootstrap (None: each
     row is a unit). ``cache``: a dict kept between calls on the same tokens and baseline, where
-    the copy events of each row length are found once (they do not depend on ``events``)."""
+    the copy events of each row length are found once (they do not depend on ``events``).
+    ``placebo``: also the placebo rows (:func:`placebo_row`), drawn with a generator of their
+    own, so the events and their replaced rows are those drawn without it."""
     context = baseline.context
     tokens = np.asarray(tokens)
     doc_of = document_ids(tokens, eot)
     out = []
     rng = np.random.default_rng(seed)
+    prng = np.random.default_rng([seed, 1])
     by_length = {} if cache is None else cache  # rows, their events and hashes per row length
     for b in buckets:
         if b.length not in by_length:
@@ -193,7 +267,8 @@ def plan_copy_events(tokens: np.ndarray, buckets: list, baseline: NgramBaseline,
             hashes = context_hashes(rows.reshape(-1), context).reshape(rows.shape)
             by_length[b.length] = (rows, copy_events(rows, context, baseline), hashes)
         rows, ev, hashes = by_length[b.length]
-        sel = np.flatnonzero(ev.only_copy & (ev.reach > max(b.lo, context)) & (ev.reach <= b.hi))
+        ok = ev.only_copy & (ev.reach > max(b.lo, context)) & (ev.reach <= b.hi)
+        sel = np.flatnonzero(ok & (ev.pos >= getattr(b, "min_pos", 0)))
         row = {"bucket": b.label, "key": b.key, "lo": b.lo, "hi": b.hi, "length": b.length,
                "available": int(len(sel))}  # fmt: skip
         if len(sel) > events:
@@ -205,7 +280,18 @@ def plan_copy_events(tokens: np.ndarray, buckets: list, baseline: NgramBaseline,
         row["docs"] = int(len(np.unique(docs)))
         repl = [replaced_row(rows[r], t, context, hashes[r], tokens, rng)
                 for r, t in zip(r_idx, t_idx)]  # fmt: skip
-        out.append(CopyPlan(row, t_idx, docs, rows[r_idx], np.stack(repl) if repl else rows[:0]))
+        plan = CopyPlan(row, t_idx, docs, rows[r_idx], np.stack(repl) if repl else rows[:0])
+        if placebo:
+            pl = [
+                placebo_row(rows[r], t, context, hashes[r], tokens, prng)
+                for r, t in zip(r_idx, t_idx)
+            ]
+            plan.plac_idx = np.array([i for i, x in enumerate(pl) if x is not None], np.int64)
+            plan.plac = (
+                np.stack([x for x in pl if x is not None]) if len(plan.plac_idx) else rows[:0]
+            )
+            row["placebo_n"] = int(len(plan.plac_idx))
+        out.append(plan)
     return out
 
 
@@ -240,10 +326,27 @@ def copy_gain(
             if name == "gain":
                 row["nll"] = float(a.mean())
                 row["gain"] = g
+                if plan.plac is not None:
+                    row.update(_placebo(model, plan, a, z, w, batch_size, bootstrap, seed))
             else:
                 row.setdefault("probes", {})[name] = g
         out.append(row)
     return out
+
+
+def _placebo(
+    model, plan: CopyPlan, a, z, window, batch_size: int, bootstrap: int, seed: int
+) -> dict:
+    """The placebo's gain and the copy gain above it (paired per event), with intervals."""
+    i = plan.plac_idx
+    if not len(i):
+        return {"placebo": gain_interval([], []), "excess": gain_interval([], [])}
+    p = nll_at(model, plan.plac, plan.pos[i], window, False, batch_size)
+    docs = plan.docs[i]
+    return {
+        "placebo": gain_interval(p - a[i], docs, bootstrap, seed),
+        "excess": gain_interval(z[i] - p, docs, bootstrap, seed),
+    }
 
 
 def copy_gain_by_bucket(
