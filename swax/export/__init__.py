@@ -149,6 +149,8 @@ def _write_tokenizer(tok, out: Path) -> None:
         tok.tokenizer.save(str(out / "tokenizer.json"))
         eot = tok.eot_token
         swax_keys = {"type": "bpe", "name": tok.name, "eot_token": eot}
+        if "/" in tok.name or os.sep in tok.name:  # the path it was read from: not written
+            del swax_keys["name"]
     else:
         raise SwaxError(f"cannot export a tokenizer of type {type(tok).__name__}")
     cfg = {

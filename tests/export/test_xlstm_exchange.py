@@ -181,6 +181,9 @@ def test_round_trip_keeps_the_tokenizer_files_and_ids(tmp_path, capsys):
     tok = tr.AutoTokenizer.from_pretrained(hf)
     assert (tok.bos_token, tok.eos_token, tok.pad_token) == ("<s>", "<|endoftext|>", "<pad>")
     assert (tok.bos_token_id, tok.pad_token_id) == (257, 258)
+    # swax export hf rewrites the tokenizer (swax's keys beside transformers'): no path either
+    ok(capsys, "export", "hf", str(tmp_path / "swax"), str(tmp_path / "hf-swax"))
+    assert str(tmp_path) not in (tmp_path / "hf-swax" / "tokenizer_config.json").read_text()
 
 
 # ------------------------------------------------------------------ 4: what transformers refuses
