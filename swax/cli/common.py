@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 
 from swax.cli import options as C
-from swax.export.loading import load_model_and_tokenizer
+from swax.export.inference import load_model_and_tokenizer
 
 
 def load_for(cfg: C.LoadConfig):

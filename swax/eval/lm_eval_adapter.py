@@ -63,7 +63,7 @@ except ImportError as e:  # pragma: no cover - exercised only without the extra
     ) from e
 
 from swax.eval.scoring import generate_texts, rolling_loglikelihood, score_continuations
-from swax.export.loading import load_model_and_tokenizer
+from swax.export.inference import load_model_and_tokenizer
 
 __all__ = ["SwaxEvalLM", "main"]
 

@@ -56,7 +56,7 @@ from swax.eval.tasks.specs import (
     parse_tasks,
     task_file,
 )
-from swax.export.loading import load_model_and_tokenizer
+from swax.export.inference import load_model_and_tokenizer
 from swax.state import DEFAULT_WINDOW, _Default
 
 __all__ = [
