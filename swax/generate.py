@@ -11,6 +11,7 @@ method calls this module, so this module does not import it back (no import circ
 
 from __future__ import annotations
 
+import warnings
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -79,7 +80,7 @@ class _Stopping:
     pad: int
     stops: list[list[int]]
     stop_strings: list[str]
-    decode: Callable[[list[int]], str] | None
+    detokenize: Callable[[list[int]], str] | None
 
     def can_end(self) -> bool:
         """Whether anything but the token budget can end a row."""
@@ -170,7 +171,7 @@ class _Rows:
                     break
                 recent = self.recent[b]
                 recent.append(tok)
-                if any(q in self.s.decode(list(recent)) for q in self.s.stop_strings):
+                if any(q in self.s.detokenize(list(recent)) for q in self.s.stop_strings):
                     self._end_at(b, t, out)
                     break
                 self._trim(recent)
@@ -182,7 +183,7 @@ class _Rows:
         while len(recent) > MAX_TAIL_IDS:
             recent.popleft()
         while len(recent) > 1:
-            rest = self.s.decode(list(recent)[1:])
+            rest = self.s.detokenize(list(recent)[1:])
             if len(rest.encode("utf-8", "replace")) < self.keep:
                 return
             recent.popleft()
@@ -195,13 +196,28 @@ class _Rows:
         self.done[b] = True
 
 
-def _stopping(eos_token_id, pad_token_id, stop_sequences, stop_strings, decode) -> _Stopping:
+def _stopping(eos_token_id, pad_token_id, stop_sequences, stop_strings, detokenize) -> _Stopping:
     stop_strings = [s for s in stop_strings if s]  # "" would stop every row at once
-    if stop_strings and decode is None:
-        raise ValueError("stop_strings need a decode function (token ids -> text)")
+    if stop_strings and detokenize is None:
+        raise ValueError("stop_strings need a detokenize function (token ids -> text)")
     pad = pad_token_id if pad_token_id is not None else (eos_token_id or 0)
     stops = [list(s) for s in stop_sequences if len(s)]
-    return _Stopping(eos_token_id, pad, stops, stop_strings, decode)
+    return _Stopping(eos_token_id, pad, stops, stop_strings, detokenize)
+
+
+def _detokenizer(detokenize, decode):
+    """``detokenize``, or what the former keyword ``decode`` gave (one DeprecationWarning)."""
+    if decode is None:
+        return detokenize
+    warnings.warn(
+        "the decode= keyword of generate and generate_batch is now detokenize= (the function "
+        "from token ids to text); decode= goes in the next release",
+        DeprecationWarning,
+        stacklevel=4,  # the caller of generate (through torch.no_grad's wrapper)
+    )
+    if detokenize is not None and detokenize is not decode:
+        raise ValueError("pass detokenize= only: decode= is its former name")
+    return decode
 
 
 def _decode_loop(nxt, advance, max_new_tokens, stopping, on_token, done, every=1):
@@ -250,7 +266,7 @@ def generate(
     eos_token_id: int | None = None,
     stop_sequences: Sequence[Sequence[int]] = (),
     stop_strings: Sequence[str] = (),
-    decode: Callable[[list[int]], str] | None = None,
+    detokenize: Callable[[list[int]], str] | None = None,
     pad_token_id: int | None = None,
     prefill_chunk_size: int = PREFILL_CHUNK,
     state: SwaxState | None = None,
@@ -258,13 +274,16 @@ def generate(
     on_token: Callable[[torch.Tensor], None] | None = None,
     progress: Callable[[int, int], None] | None = None,
     compile: bool | None = None,
+    decode: Callable[[list[int]], str] | None = None,
 ):
     """Generate up to ``max_new_tokens`` tokens after ``input_ids`` (B, T).
 
     A row stops at ``eos_token_id`` (kept), when its generated ids end with one of
-    ``stop_sequences``, or when ``decode(generated ids)`` contains one of ``stop_strings``
-    (``decode`` is required for stop strings; cut the text with :func:`truncate_at_stop`;
-    empty stop sequences and strings are ignored).
+    ``stop_sequences``, or when ``detokenize(generated ids)`` (the tokenizer's ids-to-text
+    function) contains one of ``stop_strings`` (``detokenize`` is required for stop strings;
+    cut the text with :func:`truncate_at_stop`; empty stop sequences and strings are ignored).
+    ``decode`` is the former name of ``detokenize``, kept for one release with a
+    DeprecationWarning.
     Stopped rows are padded with ``pad_token_id`` (default: eos, else 0) until all rows stop.
     ``seed`` makes sampling reproducible. ``state`` continues from an earlier call (the prompt
     then holds only the new tokens). ``on_token(ids (B,))`` is called with every step's ids, in
@@ -284,7 +303,8 @@ def generate(
     """
     check_generation_options(max_new_tokens, temperature, top_k, top_p)
     _check_compile(compile)
-    stopping = _stopping(eos_token_id, pad_token_id, stop_sequences, stop_strings, decode)
+    detokenize = _detokenizer(detokenize, decode)
+    stopping = _stopping(eos_token_id, pad_token_id, stop_sequences, stop_strings, detokenize)
     if input_ids.ndim == 1:
         input_ids = input_ids[None]
     device = model.embed.weight.device
@@ -377,11 +397,12 @@ def generate_batch(
     eos_token_id: int | None = None,
     stop_sequences: Sequence[Sequence[int]] = (),
     stop_strings: Sequence[str] = (),
-    decode: Callable[[list[int]], str] | None = None,
+    detokenize: Callable[[list[int]], str] | None = None,
     prefill_chunk_size: int = PREFILL_CHUNK,
     batch_size: int = 16,
     compile: bool | None = None,
     on_batch: Callable[[int], None] | None = None,
+    decode: Callable[[list[int]], str] | None = None,
 ) -> list[list[int]]:
     """The new token ids of each of ``prompts`` (token id lists or 1-D tensors, of any
     lengths), decoded together in batches of up to ``batch_size`` rows.
@@ -395,14 +416,16 @@ def generate_batch(
     :func:`generate` gives it alone. With sampling one generator (``seed``) serves the whole
     batch: reproducible, but not the draws of a prompt alone. A compiled batch is padded to
     ``batch_size`` rows (done from the start) so that few batch sizes compile; an eager one is
-    not. ``on_batch(n)`` is called after each batch with its number of prompts.
+    not. ``on_batch(n)`` is called after each batch with its number of prompts. ``decode``: the
+    former name of ``detokenize``, as in :func:`generate`.
     """
     check_generation_options(max_new_tokens, temperature, top_k, top_p)
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
         raise ValueError(f"batch_size must be an integer >= 1, got {batch_size!r}")
     _check_compile(compile)
+    detokenize = _detokenizer(detokenize, decode)
     ids = _check_prompts(prompts, model.config.vocab_size)
-    stopping = _stopping(eos_token_id, None, stop_sequences, stop_strings, decode)
+    stopping = _stopping(eos_token_id, None, stop_sequences, stop_strings, detokenize)
     gen = _generator(seed, model.embed.weight.device)
     opts = _BatchOptions(
         max_new_tokens, window, temperature, top_k, top_p, gen, prefill_chunk_size, compile

@@ -147,7 +147,7 @@ def cmd_generate(cfg: C.GenerateConfig) -> int:
             seed=cfg.seed,
             eos_token_id=tok.eot_id,
             stop_strings=cfg.stop,
-            decode=tok.decode,
+            detokenize=tok.decode,
             prefill_chunk_size=cfg.prefill_chunk,
             on_token=on_token,
             progress=lambda done, total: prefill_done.append(time.perf_counter() - t0),

@@ -248,7 +248,7 @@ def generate_texts(
             max_new_tokens=max_new_tokens,
             window=window,
             stop_strings=list(stop),
-            decode=tokenizer.decode,
+            detokenize=tokenizer.decode,
             eos_token_id=tokenizer.eot_id,
             prefill_chunk_size=prefill_chunk_size,
             temperature=temperature,

@@ -236,7 +236,7 @@ def test_automatic_compile_skips_short_generations_on_the_cpu(monkeypatch):
         ([[1, 2]], {"batch_size": 0}, "batch_size"),
         ([[1, 2]], {"compile": "yes"}, "compile must be"),
         ([[1, 2]], {"max_new_tokens": -1}, "max_new_tokens"),
-        ([[1, 2]], {"stop_strings": ["x"]}, "decode function"),
+        ([[1, 2]], {"stop_strings": ["x"]}, "detokenize function"),
     ],
 )
 def test_generate_batch_rejects_bad_input(sx, prompts, kwargs, match):

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from swax import SwaxConfig, SwaxLM
-from swax.generate import generate, prefill, truncate_at_stop
+from swax.generate import generate, generate_batch, prefill, truncate_at_stop
 from swax.sampling import sample_next
 from tests.helpers import NOISE_FACTOR, assert_within_noise, model_noise_floor
 
@@ -116,18 +116,37 @@ def test_stop_strings_with_decode(model):
     free = generate(model, ids, 12)[0, 10:].tolist()
     text = decode(free)
     stop = text[4:6]
-    out = generate(model, ids, 12, stop_strings=[stop], decode=decode)[0, 10:].tolist()
+    out = generate(model, ids, 12, stop_strings=[stop], detokenize=decode)[0, 10:].tolist()
     assert stop in decode(out) and len(out) <= len(free)
     assert truncate_at_stop(decode(out), [stop]) == text[: text.find(stop)]
-    with pytest.raises(ValueError, match="decode"):
+    with pytest.raises(ValueError, match="need a detokenize function"):
         generate(model, ids, 3, stop_strings=["x"])
+
+
+def test_the_former_decode_keyword_still_works_with_a_warning(model):
+    """decode= (renamed detokenize=: swax.decode is the decode step) is kept one release: the
+    same ids, one DeprecationWarning pointing at the caller."""
+    ids = torch.randint(0, 61, (2, 10), generator=torch.Generator().manual_seed(3))
+    text = lambda t: "".join(chr(97 + i % 26) for i in t)  # noqa: E731
+    stop = text(generate(model, ids, 12)[0, 10:].tolist())[4:6]
+    want = generate(model, ids, 12, stop_strings=[stop], detokenize=text)
+    prompts = [ids[0].tolist(), ids[1, :4].tolist()]
+    batch = generate_batch(model, prompts, 12, stop_strings=[stop], detokenize=text)
+    with pytest.warns(DeprecationWarning, match="now detokenize=") as caught:
+        got = generate(model, ids, 12, stop_strings=[stop], decode=text)
+        got_batch = generate_batch(model, prompts, 12, stop_strings=[stop], decode=text)
+        via_model = model.generate(ids, 12, stop_strings=[stop], decode=text)
+    assert torch.equal(got, want) and torch.equal(via_model, want) and got_batch == batch
+    assert [w.filename for w in caught][:2] == [__file__] * 2
+    with pytest.raises(ValueError, match="detokenize= only"):
+        generate(model, ids, 3, stop_strings=["x"], detokenize=text, decode=str)
 
 
 def test_empty_stop_strings_and_sequences_are_ignored(model):
     ids = torch.randint(0, 61, (1, 10))
     free = generate(model, ids, 8)
     decode = lambda t: "".join(chr(97 + i % 26) for i in t)  # noqa: E731
-    assert torch.equal(generate(model, ids, 8, stop_strings=[""], decode=decode), free)
+    assert torch.equal(generate(model, ids, 8, stop_strings=[""], detokenize=decode), free)
     assert torch.equal(generate(model, ids, 8, stop_sequences=[[]]), free)
 
 

@@ -92,7 +92,7 @@ def test_generate_stops_like_the_naive_rules(model, monkeypatch, every, compile)
         eos_token_id=stop["eos"],
         stop_sequences=stop["stops"],
         stop_strings=stop["stop_strings"],
-        decode=decode,
+        detokenize=decode,
         pad_token_id=0,
         compile=compile,
         on_token=lambda t: seen.append(t.tolist()),
@@ -110,7 +110,7 @@ def test_a_stop_string_found_late_pads_what_followed(model, monkeypatch):
     free = generate(model, ids, 30)[:, 5:].tolist()
     s = decode(free[0][2:4])  # ends row 0 at step 3 (or earlier), found at step 7
     want, n, _ = reference(free, stop_strings=[s], pad=7)
-    got = generate(model, ids, 30, stop_strings=[s], decode=decode, pad_token_id=7)
+    got = generate(model, ids, 30, stop_strings=[s], detokenize=decode, pad_token_id=7)
     assert got[:, 5:].tolist() == want and n == 30
     assert want[0][4:] == [7] * 26
 
@@ -142,7 +142,7 @@ def test_stop_strings_decode_only_the_last_few_ids(model):
         return decode(ids)
 
     ids = torch.randint(0, VOCAB, (2, 5), generator=torch.Generator().manual_seed(6))
-    generate(model, ids, 300, stop_strings=["never-there"], decode=counting)
+    generate(model, ids, 300, stop_strings=["never-there"], detokenize=counting)
     # every id decodes to >= 1 byte: at most 11 + 16 ids, and one more just appended
     assert max(lengths) <= 11 + 16 + 1
     # a check per row and step, and a trial decode per id dropped or kept: at most 3 per step
@@ -166,7 +166,7 @@ def test_a_stop_string_across_ids_that_decode_to_nothing(model, monkeypatch):
     # the old rule kept the last (bytes + 8) ids: this stop string spans well beyond that
     assert span >= len(s.encode()) + 8 + 10, (span, len(s.encode()))
     want, n, ends = reference(free, stop_strings=[s], pad=0, text_of=sparse)
-    got = generate(model, ids, 60, stop_strings=[s], decode=sparse, pad_token_id=0)
+    got = generate(model, ids, 60, stop_strings=[s], detokenize=sparse, pad_token_id=0)
     assert ends and got[:, 5:].tolist() == want
 
 
@@ -184,7 +184,7 @@ def test_generate_batch_rows_stop_as_each_prompt_alone(model, monkeypatch, every
         eos_token_id=stop["eos"],
         stop_sequences=stop["stops"],
         stop_strings=stop["stop_strings"],
-        decode=decode,
+        detokenize=decode,
         batch_size=3,
         compile=False,
     )
