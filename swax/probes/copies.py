@@ -70,9 +70,9 @@ def copy_ranges(
     read in rows of the training length ``seq_len`` (or of its upper edge, beyond it), then one
     pooled range (p, seq_len] per entry of ``pooled`` that is not already a fine range: "beyond
     W" with the events drawn from the whole stretch, as they occur in the text. With ``past``
-    > seq_len, every range of reach <= seq_len once more, read at positions t >= seq_len of rows
-    of ``past`` tokens (key suffix ``_pastT``): the same reach past the training length, which
-    tells length extrapolation from reach."""
+    > seq_len, every fine range of reach <= seq_len once more, read at positions t >= seq_len of
+    rows of ``past`` tokens (key suffix ``_pastT``): the same reach past the training length,
+    which tells length extrapolation from reach."""
     edges = [int(e) for e in edges]
     if len(edges) < 2 or any(b <= a for a, b in zip(edges, edges[1:])) or edges[0] < 1:
         raise SwaxError(f"copy range edges must be >= 1 and increasing, got {edges}")
@@ -90,7 +90,7 @@ def copy_ranges(
     if past:
         if past <= seq_len:
             raise SwaxError(f"the past-T rows must be longer than T = {seq_len}, got {past}")
-        late = [r for r in out if r.hi <= seq_len]
+        late = [r for r in out if r.hi <= seq_len and not r.key.startswith("beyond_")]
         for r in late:
             label, key = f"{r.label} at t >= T", f"{r.key}_pastT"
             out.append(dataclasses.replace(r, label=label, key=key, length=past, min_pos=seq_len))
@@ -303,11 +303,14 @@ def copy_gain(
     batch_size: int = 32,
     bootstrap: int = BOOTSTRAP,
     seed: int = 1234,
+    probe_keys=None,
 ) -> list[dict]:
     """The copy gain (nats) of ``model`` on every plan's events with ``window``, with the window
     cut to ``probe_window`` (left out when it equals ``window``) and with the recurrent reset
-    (the probes only when probe_window is set). Each row: the plan's row, the mean loss on the
-    events' targets, and the gains with their intervals (:func:`gain_interval`)."""
+    (the probes only when probe_window is set, and only on the ranges whose key is in
+    ``probe_keys`` when that is given). Each row: the plan's row, the mean loss on the events'
+    targets, and the gains with their intervals (:func:`gain_interval`); with placebo rows in the
+    plan, the placebo's gain and the gain above it (``placebo``, ``excess``)."""
     settings = {"gain": (window, False)}
     if probe_window is not None:
         if probe_window != window:
@@ -320,6 +323,8 @@ def copy_gain(
             out.append({**row, "nll": math.nan, "gain": gain_interval([], [])})
             continue
         for name, (w, reset) in settings.items():
+            if name != "gain" and probe_keys is not None and row["key"] not in probe_keys:
+                continue
             a = nll_at(model, plan.orig, plan.pos, w, reset, batch_size)
             z = nll_at(model, plan.repl, plan.pos, w, reset, batch_size)
             g = gain_interval(z - a, plan.docs, bootstrap, seed)

@@ -92,6 +92,22 @@ class EvalSpec:
     copy_curve_events: int = bounded(0, "[0, inf)")
     """Copy gain per bucket (own window only) at every kept checkpoint, this many events per
     bucket; 0 = not evaluated."""
+    copy_placebo: bool = False
+    """Also the copy probe's placebo (swax.probes.copies.placebo_row) and the gain above it."""
+    copy_past: int = bounded(0, "[0, inf)")
+    """Read the copy ranges of reach <= T again at positions past T, in rows of copy_past × T
+    tokens (the reach × position split; 0 = not read)."""
+    copy_far_events: int = bounded(0, "[0, inf)")
+    """Copy events per range read in rows longer than T (beyond T, and past T; 0 =
+    copy_events): those rows cost several times a row of T."""
+    copy_probe_keys: list[str] = field(default_factory=list)
+    """Keys of the copy ranges read with the window cut and the recurrent reset (e.g. r8_32,
+    beyond_128); empty = every range."""
+    passkey_trials: int = bounded(0, "[0, inf)")
+    """The planted passkey (swax.probes.passkey): trials per distance; 0 = not evaluated."""
+    passkey_distances: list[int] = bounded(bounds="[1, inf)", default_factory=list)
+    """Passkey distances in tokens; empty = 32 doubling up to 16 T. The window-cut and reset
+    probes are read at distances up to T."""
     emergence_samples: int = bounded(0, "[0, inf)")
     """When the memory emerged: at every checkpoint the run kept (and its final model), recall
     in the bucket (W_long, T] with the run's own window, the window cut to probe_window and the

@@ -23,7 +23,7 @@ from swax.eval.recall import recall_by_window
 from swax.model import SwaxLM
 from swax.probes.buckets import chance_of, distance_buckets, recall_by_bucket, verdict
 from swax.probes.episodes import episode_accuracy
-from swax.sweep.archive import archive_result, episode_ids
+from swax.sweep.archive import archive_result, episode_ids, provenance
 from swax.sweep.config import (
     EvalSpec,
     SweepConfig,
@@ -60,6 +60,7 @@ STAGES = (
     "emergence",
     "copies",
     "copy_curve",
+    "passkey",
 )
 """Evaluation stages, each cached in the run's eval.json once done (a cache from an older
 version of the sweep is completed with the missing stages, not redone)."""
@@ -141,6 +142,7 @@ def _wanted(ev: EvalSpec, stage: str) -> bool:
         "emergence": ev.emergence_samples > 0,
         "copies": ev.copy_events > 0,
         "copy_curve": ev.copy_curve_events > 0,
+        "passkey": ev.passkey_trials > 0,
     }[stage]
 
 
@@ -155,6 +157,7 @@ def _done(out: dict, stage: str) -> bool:
         "emergence": ["emergence"],
         "copies": ["copies"],
         "copy_curve": ["copy_curve"],
+        "passkey": ["passkey"],
     }[stage]
     return any(k in out for k in keys)
 
@@ -354,7 +357,8 @@ def _job(
         summary = _train_one(cfg, name, seed)
         out = evaluate_run(cfg, name, seed)
         if kept is not None:
-            archive_result(kept, out, summary, episode_ids(train_config(cfg, name, seed)))
+            tcfg = train_config(cfg, name, seed)
+            archive_result(kept, out, summary, episode_ids(tcfg), provenance(tcfg))
         return name, seed, out
     except KeyboardInterrupt as e:  # stopped by a signal (its checkpoint saved): a worker
         if not worker:  # process ends here, so that it starts no other run of the sweep
