@@ -1,0 +1,330 @@
+"""REPORT.md of the depth study, from the committed per-run results alone (RULE.md applied by
+:mod:`experiments.depth_study.rule`)."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+from experiments.depth_study import rule as R
+from experiments.lab.cli import load_archived
+from experiments.lab.markdown import table
+from swax.sweep import load_sweep
+
+HERE = Path(__file__).resolve().parent
+CONFIGS = ("controls.yaml", "sx.yaml", "sd.yaml", "lr.yaml", "reference.yaml")
+FAMILIES = {"SX": ("sx.yaml", 5), "SD": ("sd.yaml", 3)}
+RANGES = ("r8_32", "r32_128", "r128_512", "r512_1024", "beyond_128", "beyond_256", "r1024_4096")
+PAST = ("r8_32_pastT", "r32_128_pastT", "r128_512_pastT", "r512_1024_pastT")
+LABELS = {
+    "r8_32": "(8, 32]",
+    "r32_128": "(32, 128]",
+    "r128_512": "(128, 512]",
+    "r512_1024": "(512, 1024]",
+    "beyond_128": "(128, T]",
+    "beyond_256": "(256, T]",
+    "r1024_4096": "(T, 4T]",
+}
+
+
+def load(config: str, here: Path = HERE, quick: bool = False, cfg=None) -> dict:
+    """{run name: {seed: archived result}} of one of the study's sweeps."""
+    cfg = cfg or load_sweep(here / config, quick=quick)
+    runs = load_archived(cfg, lambda rec, seed: (seed, rec))
+    return {name: dict(recs) for name, recs in runs.items()}
+
+
+def controls(runs: dict) -> tuple[list[str], dict]:
+    """The controls' table and {"SX"|"SD"|"attention": reading}."""
+    head = [
+        "control",
+        "E over (128, T]",
+        "reset over (128, T]",
+        "E over (32, 128]",
+        "passkey d ≤ 128",
+        "passes",
+    ]
+    rows, out = [], {}
+    for name, kind in (("sx-w8", "SX"), ("sd-w8", "SD"), ("ss-w128", "attention")):
+        rec = runs.get(name, {}).get(0)
+        c = R.attention_control(rec) if kind == "attention" else R.memory_control(rec)
+        out[kind] = c
+        if rec is None:
+            rows.append([name, "–", "–", "–", "–", "no result yet"])
+            continue
+        rows.append(
+            [
+                name,
+                R.fmt(R.excess(rec, "beyond_128")),
+                R.fmt(R.gain(rec, "beyond_128", "reset")),
+                R.fmt(R.excess(rec, R.INSIDE)),
+                R.share(R.pooled(rec, R.NEAR_DISTANCES)),
+                "yes" if c["passes"] else f"no: {c['why']}",
+            ]
+        )
+    return table(head, rows), out
+
+
+def family(name: str, runs: dict, planned: int, ctl: dict) -> dict:
+    """Every reading and verdict of one family (SX or SD)."""
+    f = name.lower()
+    short, long, stoch = (runs.get(f"{f}-{r}", {}) for r in ("short", "long", "stoch"))
+    seeds = sorted(s for s in short if s in long)
+    c1 = [{"seed": s, **R.claim1_seed(short[s], long[s])} for s in seeds]
+    c2 = [{"seed": s, **R.claim2_seed(short[s], long[s])} for s in seeds]
+    mech = [{"seed": s, **R.mechanism_seed(short[s], long[s])} for s in seeds]
+    mem_ok = ctl.get(name, {}).get("passes", False)
+    att_ok = ctl.get("attention", {}).get("passes", False)
+    out = {
+        "seeds": seeds,
+        "c1": c1,
+        "c2": c2,
+        "mech": mech,
+        "v1": R.claim1_verdict(c1, planned, mem_ok),
+        "v2": R.claim2_verdict(c2, planned, mem_ok and att_ok),
+    }
+    refs = [x for x in c2 if x["reference"]]
+    out["p2"] = R.sign_p(sum(x["primary"] == "lazy" for x in refs), len(refs))
+    if stoch:
+        s3 = sorted(s for s in seeds if s in stoch)
+        c3 = [{"seed": s, **R.claim3_seed(short[s], stoch[s])} for s in s3]
+        loss = {
+            k: [v[s]["text_val_loss"] for s in s3]
+            for k, v in (("short", short), ("long", long), ("stoch", stoch))
+        }
+        out.update(
+            c3=c3,
+            v3m=R.memory_half(c3, planned),
+            q3=R.quality_half(loss["short"], loss["long"], loss["stoch"]),
+        )
+    return out
+
+
+def _ci(d: dict) -> str:
+    if not isinstance(d, dict) or not d.get("n"):
+        return "–"
+    return f"{d['mean']:+.3f} [{d['ci'][0]:+.3f}, {d['ci'][1]:+.3f}]"
+
+
+def verdict_table(fams: dict) -> list[str]:
+    head = ["claim", "family", "verdict (RULE.md)", "seeds", "headline"]
+    rows = []
+    for name, f in fams.items():
+        n = len(f["seeds"])
+        holds = sum(x["holds"] for x in f["c1"])
+        rows.append(
+            ["1: retrieval beyond T", name, f["v1"], str(n), f"holds in {holds} of {n} seeds"]
+        )
+        lazy = sum(x["primary"] == "lazy" for x in f["c2"])
+        seen = sum(x["seen"] for x in f["mech"])
+        rows.append(
+            [
+                "2: laziness",
+                name,
+                f["v2"],
+                str(n),
+                f"lazy in {lazy} of {n} (sign test p {f['p2']:.3f}); "
+                f"mechanism seen in {seen} of {n}",
+            ]
+        )
+        if "c3" in f:
+            keeps = sum(x["reading"] == "keeps" for x in f["c3"])
+            rows.append(
+                [
+                    "3: memory half",
+                    name,
+                    f["v3m"],
+                    str(len(f["c3"])),
+                    f"keeps the memory in {keeps} of {len(f['c3'])}",
+                ]
+            )
+            q = f["q3"]
+            c = q.get("c")
+            rows.append(
+                [
+                    "3: quality half",
+                    name,
+                    q["verdict"],
+                    str(len(f["c3"])),
+                    f"short − long {_ci(c)}; stoch − long {_ci(q.get('d'))}"
+                    if isinstance(c, dict)
+                    else "–",
+                ]
+            )
+    return table(head, rows)
+
+
+def seed_tables(name: str, f: dict) -> list[str]:
+    out = [f"### {name}, per seed", ""]
+    head = [
+        "seed",
+        "memory",
+        "E (T, 4T]",
+        "passkey 2T–16T short",
+        "long",
+        "claim 1",
+        "E (256, T] short",
+        "long",
+        "claim 2 (primary / secondary)",
+        "mechanism",
+    ]
+    rows = []
+    for a, b, m in zip(f["c1"], f["c2"], f["mech"]):
+        c1 = "holds" if a["holds"] else "fails" if a["fails"] else "neither"
+        mech = (
+            "seen"
+            if m["seen"]
+            else (
+                f"attention copies {'yes' if m['attention_copies'] else 'no'}, "
+                f"memory idles {'yes' if m['memory_idles'] else 'no'}"
+            )
+        )
+        rows.append(
+            [
+                str(a["seed"]),
+                "yes" if a["memory"] else "no",
+                R.fmt(a["E_far"]),
+                R.share(a["passkey"]),
+                R.share(a["passkey_long"]),
+                c1,
+                R.fmt(b["E_short"]),
+                R.fmt(b["E_long"]),
+                f"{b['primary']} / {b['secondary']}",
+                mech,
+            ]
+        )
+    out += table(head, rows)
+    if "c3" in f:
+        out += [
+            "",
+            "Claim 3, memory half: "
+            + "; ".join(
+                f"seed {x['seed']} {x['reading']} (E {R.fmt(x['E_stoch'])})" for x in f["c3"]
+            ),
+        ]
+    return out + [""]
+
+
+def gain_table(runs: dict, names: list[str], keys=RANGES) -> list[str]:
+    """Mean E per range over the seeds of each run (min–max over seeds)."""
+    head = ["run", "seeds"] + [LABELS.get(k, k.replace("_pastT", " past T")) for k in keys]
+    rows = []
+    for name in names:
+        recs = runs.get(name, {})
+        if not recs:
+            continue
+        cells = []
+        for k in keys:
+            vals = [R.mean(R.excess(r, k)) for r in recs.values()]
+            vals = [v for v in vals if not math.isnan(v)]
+            cells.append(
+                f"{sum(vals) / len(vals):+.4f} ({min(vals):+.3f}…{max(vals):+.3f})" if vals else "–"
+            )
+        rows.append([name, str(len(recs)), *cells])
+    return table(head, rows)
+
+
+def passkey_table(runs: dict, names: list[str]) -> list[str]:
+    """Retrieval by distance, pooled over each run's seeds (Wilson interval)."""
+    dists = sorted(
+        {
+            r["distance"]
+            for recs in runs.values()
+            for rec in recs.values()
+            for r in rec.get("passkey", {}).get("rows", [])
+        }
+    )
+    head = ["run", *[str(d) for d in dists]]
+    rows = []
+    for name in names:
+        recs = runs.get(name, {})
+        if recs:
+            cells = []
+            for d in dists:
+                p = {"k": 0, "n": 0}
+                for rec in recs.values():
+                    q = R.pooled(rec, (d,))
+                    p = {"k": p["k"] + q["k"], "n": p["n"] + q["n"]}
+                cells.append(f"{100 * p['k'] / p['n']:.1f}" if p["n"] else "–")
+            rows.append([name, *cells])
+    return table(head, rows)
+
+
+def write_reports(out: Path, here: Path = HERE) -> list[Path]:
+    """REPORT.md from the committed results."""
+    runs = {c: load(c, here) for c in CONFIGS}
+    return [write_report(runs, out / "REPORT.md")]
+
+
+def write_report(runs: dict, path: Path, title: str = "The depth study") -> Path:
+    ctl_table, ctl = controls(runs.get("controls.yaml", {}))
+    fams = {
+        name: family(name, runs.get(cfg, {}), planned, ctl)
+        for name, (cfg, planned) in FAMILIES.items()
+    }
+    lines = [
+        f"# {title}: the paper's claims at T = 1024, 4 layers, W = T/128 vs T/8",
+        "",
+        "Written by `python -m experiments.depth_study report` from `results/` alone, by the "
+        "rule committed before the main runs (RULE.md). E = copy gain above the placebo "
+        "(nats per event, 95 % bootstrap interval over held-out documents).",
+        "",
+        "## Verdicts",
+        "",
+        *verdict_table(fams),
+        "",
+        "## Controls",
+        "",
+        *ctl_table,
+        "",
+    ]
+    for name, f in fams.items():
+        lines += seed_tables(name, f)
+    main = {**runs.get("sx.yaml", {}), **runs.get("sd.yaml", {})}
+    every = {
+        **runs.get("controls.yaml", {}),
+        **main,
+        **runs.get("lr.yaml", {}),
+        **runs.get("reference.yaml", {}),
+    }
+    lines += [
+        "## Copy gain above the placebo by reach (mean over seeds, min…max)",
+        "",
+        *gain_table(every, list(every)),
+        "",
+        "Past T (the same reach read at positions t ≥ T, rows of 4T):",
+        "",
+        *gain_table(every, list(every), PAST),
+        "",
+        "## Passkey retrieved (%) by distance, all seeds pooled",
+        "",
+        *passkey_table(every, list(every)),
+        "",
+    ]
+    lines += provenance(every)
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def provenance(every: dict) -> list[str]:
+    head = ["run", "seeds", "corpus (Python)", "T", "windows", "lr", "precision", "commit"]
+    rows = []
+    for name, recs in every.items():
+        p = next(iter(recs.values())).get("provenance", {}) if recs else {}
+        if not p:
+            continue
+        w = p["windows"]
+        win = f"{w['kind']} {w['fixed']}" if w["kind"] == "fixed" else f"{w['short']}/{w['long']}"
+        rows.append(
+            [
+                name,
+                ",".join(map(str, sorted(recs))),
+                f"{p['corpus']} ({p['python']})",
+                str(p["seq_len"]),
+                win,
+                f"{p['lr']:g}",
+                p["precision"],
+                (p.get("git_commit") or "?")[:10],
+            ]
+        )
+    return ["## What each run is (from its provenance)", "", *table(head, rows), ""]

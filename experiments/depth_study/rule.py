@@ -1,0 +1,281 @@
+"""RULE.md applied: the depth study's readings and verdicts from archived per-run results.
+
+Every function takes the committed per-run dicts (``results/*/NAME/seedS.json``: the sweep's
+``eval.json`` with ``copies``, ``passkey`` and ``text_val_loss``) and returns plain data; the
+report prints it. Section numbers refer to RULE.md.
+"""
+
+from __future__ import annotations
+
+import math
+
+from experiments.lab.stats import paired
+from swax.probes.passkey import wilson
+
+DELTA = 0.01
+"""Minimum copy gain that counts (nats per event), section 4."""
+POINTS = 0.05
+"""Minimum retrieval difference that counts (share), section 4."""
+MEMORY = "beyond_256"
+"""Claim 2's range, (256, T]: beyond any attention path of two layers at W = 128."""
+BEYOND_T = "r1024_4096"
+INSIDE = "r32_128"
+"""Inside W_long, beyond W_short: where the mechanism is read."""
+FAR_DISTANCES = (2048, 4096, 8192, 16384)
+"""The passkey distances of claim 1: 2T to 16T."""
+NEAR_DISTANCES = (32, 64, 128)
+"""The attention control's passkey distances: inside W = 128."""
+
+
+# ------------------------------------------------------------------------------ reading a run
+
+
+def row(rec: dict | None, key: str) -> dict | None:
+    """The copy-probe row of range ``key`` of a run, None when absent."""
+    if not rec:
+        return None
+    for r in rec.get("copies", {}).get("buckets", []):
+        if r["key"] == key:
+            return r
+    return None
+
+
+def excess(rec, key) -> dict | None:
+    """E: the copy gain above the placebo (section 2)."""
+    r = row(rec, key)
+    return r.get("excess") if r else None
+
+
+def gain(rec, key, probe: str | None = None) -> dict | None:
+    """G with the run's own window, or a probe's (window_cut, reset)."""
+    r = row(rec, key)
+    if not r:
+        return None
+    return r.get("probes", {}).get(probe) if probe else r.get("gain")
+
+
+def counts(g: dict | None) -> bool:
+    """A copy gain that counts: lower bound above 0 and mean at least DELTA (section 4)."""
+    return bool(g and g.get("n") and g["ci"][0] > 0 and g["mean"] >= DELTA)
+
+
+def mean(g: dict | None) -> float:
+    return g["mean"] if g and g.get("n") else math.nan
+
+
+def pooled(rec: dict | None, distances, control: bool = False) -> dict:
+    """Passkey retrieval pooled over ``distances``: {k, n, share, ci (Wilson)}."""
+    k = n = 0
+    pre = "control_" if control else ""
+    for r in (rec or {}).get("passkey", {}).get("rows", []):
+        if r["distance"] in distances:
+            k += round(r[f"{pre}retrieved"] * r["n"])
+            n += r["n"]
+    share = k / n if n else math.nan
+    return {"k": k, "n": n, "share": share, "ci": wilson(k, n)}
+
+
+# ------------------------------------------------------------------------------ the controls
+
+
+def memory_control(rec: dict | None) -> dict:
+    """Section 3: E over (128, T] counts and the reset takes G there to about 0."""
+    if not rec:
+        return {"passes": False, "why": "no result"}
+    e, g, z = excess(rec, "beyond_128"), gain(rec, "beyond_128"), gain(rec, "beyond_128", "reset")
+    if not counts(e):
+        return {"passes": False, "why": f"E over (128, T] does not count ({fmt(e)})"}
+    if z is None or not (z["ci"][0] <= 0 <= z["ci"][1] or z["mean"] < 0.25 * g["mean"]):
+        return {"passes": False, "why": f"the reset leaves {fmt(z)} of G {fmt(g)}"}
+    return {"passes": True, "why": f"E {fmt(e)}, reset {fmt(z)}"}
+
+
+def attention_control(rec: dict | None) -> dict:
+    """Section 3: E over (32, 128] counts and the passkey comes back at d <= 128."""
+    if not rec:
+        return {"passes": False, "why": "no result"}
+    e, p = excess(rec, INSIDE), pooled(rec, NEAR_DISTANCES)
+    if not counts(e):
+        return {"passes": False, "why": f"E over (32, 128] does not count ({fmt(e)})"}
+    if not p["n"] or p["ci"][0] <= POINTS:
+        return {"passes": False, "why": f"passkey at d <= 128: {share(p)}"}
+    return {"passes": True, "why": f"E {fmt(e)}, passkey at d <= 128 {share(p)}"}
+
+
+# ------------------------------------------------------------------------------ per seed
+
+
+def claim1_seed(short: dict, long: dict | None) -> dict:
+    """Section 5, one seed: has a memory, copies beyond T, retrieves beyond T; holds / fails."""
+    mem = counts(excess(short, MEMORY))
+    e_far = excess(short, BEYOND_T)
+    ps, pl = pooled(short, FAR_DISTANCES), pooled(long, FAR_DISTANCES)
+    pc = pooled(short, FAR_DISTANCES, control=True)
+    retr = bool(ps["n"] and pl["n"]) and (
+        ps["ci"][0] > pl["ci"][1]
+        and ps["share"] - pl["share"] >= POINTS
+        and ps["ci"][0] > pc["ci"][1]
+    )
+    copies = counts(e_far)
+    fails = mem and e_far is not None and e_far["ci"][1] < DELTA and ps["ci"][1] < POINTS
+    return {
+        "memory": mem,
+        "copies_beyond_T": copies,
+        "retrieves": retr,
+        "holds": mem and copies and retr,
+        "fails": bool(fails),
+        "passkey": ps,
+        "passkey_long": pl,
+        "E_far": e_far,
+    }
+
+
+def claim2_seed(short: dict, long: dict) -> dict:
+    """Section 6, one pair: the primary (interval) and secondary (point) readings."""
+    es, el = excess(short, MEMORY), excess(long, MEMORY)
+    ref = counts(es)
+    out = {
+        "reference": ref,
+        "E_short": es,
+        "E_long": el,
+        "primary": "no reference",
+        "secondary": "no reference",
+    }
+    if not ref or el is None or not el.get("n"):
+        return out
+    if el["ci"][1] < es["ci"][0] and es["mean"] - el["mean"] >= DELTA:
+        out["primary"] = "lazy"
+    elif counts(el) and el["mean"] >= 0.75 * es["mean"]:
+        out["primary"] = "not lazy"
+    else:
+        out["primary"] = "unclear"
+    ratio = el["mean"] / es["mean"]
+    out["secondary"] = "lazy" if ratio <= 0.25 else "not lazy" if ratio >= 0.75 else "unclear"
+    return out
+
+
+def mechanism_seed(short: dict, long: dict) -> dict:
+    """Section 6: attention copies inside W_long and the long run's memory idles there."""
+    g_l, r_l, c_l = (
+        gain(long, INSIDE),
+        gain(long, INSIDE, "reset"),
+        gain(long, INSIDE, "window_cut"),
+    )
+    g_s = gain(short, INSIDE)
+    a = counts(r_l) and g_l is not None and r_l["mean"] >= 0.5 * g_l["mean"]
+    b = c_l is not None and g_s is not None and c_l["ci"][1] < g_s["ci"][0]
+    return {
+        "attention_copies": bool(a),
+        "memory_idles": bool(b),
+        "seen": bool(a and b),
+        "reset": r_l,
+        "cut": c_l,
+        "gain": g_l,
+        "short": g_s,
+    }
+
+
+def claim3_seed(short: dict, stoch: dict) -> dict:
+    """Section 7, memory half, one seed."""
+    es, et = excess(short, MEMORY), excess(stoch, MEMORY)
+    if not counts(es) or et is None or not et.get("n"):
+        return {"reading": "no reference", "E_stoch": et}
+    if counts(et) and et["mean"] >= 0.75 * es["mean"]:
+        return {"reading": "keeps", "E_stoch": et}
+    if et["ci"][1] < 0.25 * es["mean"]:
+        return {"reading": "loses", "E_stoch": et}
+    return {"reading": "unclear", "E_stoch": et}
+
+
+# ------------------------------------------------------------------------------ verdicts
+
+
+def need(planned: int) -> int:
+    """Seeds a verdict needs: 4 of 5, 3 of 3 (sections 5-7)."""
+    return 4 if planned >= 5 else planned
+
+
+def sign_p(k: int, n: int) -> float:
+    """One-sided exact sign test: P(at least k of n | as likely as not)."""
+    return sum(math.comb(n, j) for j in range(k, n + 1)) / 2**n if n else math.nan
+
+
+def claim1_verdict(seeds: list[dict], planned: int, control_ok: bool) -> str:
+    if not control_ok:
+        return "cannot decide at this scale (the memory control failed)"
+    if len(seeds) < planned:
+        return f"incomplete, {len(seeds)} of {planned} seeds"
+    k = need(planned)
+    if sum(s["memory"] for s in seeds) < k:
+        return "cannot decide at this scale (too few short runs have a memory)"
+    if sum(s["holds"] for s in seeds) >= k:
+        return "held"
+    if sum(s["fails"] for s in seeds) >= k:
+        return "did not hold"
+    return "partial"
+
+
+def claim2_verdict(seeds: list[dict], planned: int, controls_ok: bool) -> str:
+    if not controls_ok:
+        return "cannot decide at this scale (a control failed)"
+    if len(seeds) < planned:
+        return f"incomplete, {len(seeds)} of {planned} seeds"
+    k = need(planned)
+    if sum(s["reference"] for s in seeds) < k:
+        return "cannot decide at this scale (too few pairs have a reference)"
+    lazy = sum(s["primary"] == "lazy" for s in seeds)
+    not_lazy = sum(s["primary"] == "not lazy" for s in seeds)
+    if lazy >= k and not_lazy == 0:
+        return "held"
+    if not_lazy >= k:
+        return "did not hold"
+    return "partial"
+
+
+def memory_half(seeds: list[dict], planned: int) -> str:
+    if len(seeds) < planned:
+        return f"incomplete, {len(seeds)} of {planned} seeds"
+    k = need(planned)
+    keeps = sum(s["reading"] == "keeps" for s in seeds)
+    loses = sum(s["reading"] == "loses" for s in seeds)
+    if keeps >= k:
+        return "held"
+    if loses >= k:
+        return "did not hold"
+    return "cannot be shown at this scale"
+
+
+def quality_half(short: list[float], long: list[float], stoch: list[float]) -> dict:
+    """Section 7: the paired t intervals of stoch − long and of c = short − long."""
+    if len(stoch) < 2:
+        return {"verdict": "incomplete", "c": math.nan}
+    c = paired(short, long)
+    d = paired(stoch, long)
+    lo_c, hi_c = c["ci"]
+    half = c["mean"] / 2
+    if c["mean"] < 0 or lo_c <= 0 <= hi_c:
+        verdict = "not applicable (no trade-off: the short window's loss is not higher)"
+    elif d["ci"][1] < half:
+        verdict = "held"
+    elif d["ci"][0] > half:
+        verdict = "did not hold"
+    else:
+        verdict = "cannot be shown at this scale"
+    return {"verdict": verdict, "c": c, "d": d}
+
+
+# ------------------------------------------------------------------------------ text
+
+
+def fmt(g: dict | None) -> str:
+    if not g or not g.get("n"):
+        return "–"
+    lo, hi = g["ci"]
+    return f"{g['mean']:+.4f} [{lo:+.4f}, {hi:+.4f}]"
+
+
+def share(p: dict) -> str:
+    if not p.get("n"):
+        return "–"
+    lo, hi = p["ci"]
+    return f"{100 * p['share']:.1f} % [{100 * lo:.1f}, {100 * hi:.1f}] of {p['n']}"

@@ -1,0 +1,228 @@
+"""RULE.md's branches on hand-made results (each reading and verdict can come out either way),
+the history (the rule committed before the first main-run result) and the report's sync with
+the committed per-run files."""
+
+from __future__ import annotations
+
+import math
+import os
+import subprocess
+import sys
+
+import pytest
+
+from experiments.depth_study import rule as R
+from experiments.depth_study.__main__ import STUDY
+from experiments.lab.cli import ROOT, check
+
+
+def g(mean, lo, hi, n=1000):
+    return {"mean": mean, "ci": [lo, hi], "n": n}
+
+
+def rec(ranges: dict, passkey: dict | None = None, loss: float = 1.0, probes=None) -> dict:
+    """A run's result: {range key: E} (G = E, placebo 0), passkey {distance: (k, n, ctrl k)}."""
+    buckets = []
+    for key, e in ranges.items():
+        b = {"key": key, "gain": e, "excess": e, "n": e["n"]}
+        if probes and key in probes:
+            b["probes"] = probes[key]
+        buckets.append(b)
+    rows = [
+        {"distance": d, "retrieved": k / n, "n": n, "control_retrieved": c / n}
+        for d, (k, n, c) in (passkey or {}).items()
+    ]
+    return {"copies": {"buckets": buckets}, "passkey": {"rows": rows}, "text_val_loss": loss}
+
+
+FAR = {d: (150, 200, 0) for d in R.FAR_DISTANCES}
+NONE = {d: (0, 200, 0) for d in R.FAR_DISTANCES}
+MEM = g(0.05, 0.03, 0.07)
+
+
+def test_counts_needs_the_lower_bound_and_the_minimum_effect():
+    assert R.counts(g(0.02, 0.001, 0.04))
+    assert not R.counts(g(0.02, -0.001, 0.04))  # interval reaches 0
+    assert not R.counts(g(0.009, 0.001, 0.02))  # below delta = 0.01
+    assert not R.counts(None) and not R.counts(g(0.5, 0.4, 0.6, n=0))
+
+
+def test_claim2_seed_readings():
+    short = rec({R.MEMORY: MEM})
+    lazy = R.claim2_seed(short, rec({R.MEMORY: g(0.005, -0.001, 0.01)}))
+    assert lazy["reference"] and lazy["primary"] == "lazy" and lazy["secondary"] == "lazy"
+    not_lazy = R.claim2_seed(short, rec({R.MEMORY: g(0.045, 0.03, 0.06)}))
+    assert not_lazy["primary"] == "not lazy" and not_lazy["secondary"] == "not lazy"
+    # overlapping intervals: the primary reading cannot tell, the secondary's ratio 0.5 neither
+    mid = R.claim2_seed(short, rec({R.MEMORY: g(0.025, 0.005, 0.045)}))
+    assert mid["primary"] == "unclear" and mid["secondary"] == "unclear"
+    # point estimates say lazy (ratio 0.2) where the intervals overlap: only the secondary
+    fragile = R.claim2_seed(short, rec({R.MEMORY: g(0.01, -0.02, 0.04)}))
+    assert fragile["primary"] == "unclear" and fragile["secondary"] == "lazy"
+    none = R.claim2_seed(rec({R.MEMORY: g(0.05, -0.01, 0.1)}), rec({R.MEMORY: MEM}))
+    assert not none["reference"] and none["primary"] == "no reference"
+
+
+def _c2(readings: list[str]) -> list[dict]:
+    return [{"reference": r != "no reference", "primary": r} for r in readings]
+
+
+@pytest.mark.parametrize(
+    "readings,planned,verdict",
+    [
+        (["lazy"] * 5, 5, "held"),
+        (["lazy"] * 4 + ["unclear"], 5, "held"),
+        (["lazy"] * 4 + ["not lazy"], 5, "partial"),  # one pair not lazy: no verdict of lazy
+        (["not lazy"] * 4 + ["lazy"], 5, "did not hold"),
+        (["lazy", "lazy", "unclear", "unclear", "not lazy"], 5, "partial"),
+        (
+            ["lazy"] * 3 + ["no reference"] * 2,
+            5,
+            "cannot decide at this scale (too few pairs have a reference)",
+        ),
+        (["lazy"] * 3, 3, "held"),
+        (["lazy", "lazy", "unclear"], 3, "partial"),
+        (["lazy"] * 4, 5, "incomplete, 4 of 5 seeds"),
+    ],
+)
+def test_claim2_verdicts(readings, planned, verdict):
+    assert R.claim2_verdict(_c2(readings), planned, True) == verdict
+
+
+def test_a_failed_control_means_cannot_decide():
+    assert R.claim2_verdict(_c2(["lazy"] * 5), 5, False).startswith("cannot decide")
+    assert R.claim1_verdict([], 5, False).startswith("cannot decide")
+
+
+def test_claim1_seed_and_verdict():
+    long = rec({R.MEMORY: MEM}, NONE)
+    holds = R.claim1_seed(rec({R.MEMORY: MEM, R.BEYOND_T: g(0.02, 0.01, 0.03)}, FAR), long)
+    assert holds["memory"] and holds["copies_beyond_T"] and holds["retrieves"] and holds["holds"]
+    # copies beyond T but retrieves no passkey: neither holds nor fails
+    half = R.claim1_seed(rec({R.MEMORY: MEM, R.BEYOND_T: g(0.02, 0.01, 0.03)}, NONE), long)
+    assert not half["holds"] and not half["fails"]
+    fails = R.claim1_seed(rec({R.MEMORY: MEM, R.BEYOND_T: g(0.0, -0.002, 0.002)}, NONE), long)
+    assert fails["fails"] and not fails["holds"]
+    # the long run retrieving as well: no advantage, claim 1 does not hold in the seed
+    same = R.claim1_seed(
+        rec({R.MEMORY: MEM, R.BEYOND_T: g(0.02, 0.01, 0.03)}, FAR), rec({R.MEMORY: MEM}, FAR)
+    )
+    assert not same["retrieves"]
+    assert R.claim1_verdict([holds] * 4 + [half], 5, True) == "held"
+    assert R.claim1_verdict([fails] * 4 + [holds], 5, True) == "did not hold"
+    assert R.claim1_verdict([holds] * 2 + [fails] * 2 + [half], 5, True) == "partial"
+    nomem = R.claim1_seed(rec({R.MEMORY: g(0.0, -0.1, 0.1)}, FAR), long)
+    assert R.claim1_verdict([nomem] * 2 + [holds] * 3, 5, True).startswith("cannot decide")
+
+
+def test_pooled_passkey_and_its_wilson_interval():
+    p = R.pooled(rec({}, {2048: (10, 200, 0), 4096: (30, 200, 1), 64: (200, 200, 0)}), (2048, 4096))
+    assert (p["k"], p["n"]) == (40, 400) and p["share"] == pytest.approx(0.1)
+    z2 = 1.959964**2
+    mid = (0.1 + z2 / 800) / (1 + z2 / 400)
+    assert sum(p["ci"]) / 2 == pytest.approx(mid)
+    assert R.pooled(rec({}, {2048: (10, 200, 3)}), (2048,), control=True)["k"] == 3
+
+
+def test_mechanism_needs_attention_copying_and_an_idle_memory():
+    short = rec({R.INSIDE: g(0.2, 0.15, 0.25)})
+    probes = {R.INSIDE: {"reset": g(0.25, 0.2, 0.3), "window_cut": g(0.02, 0.0, 0.05)}}
+    long = rec({R.INSIDE: g(0.3, 0.25, 0.35)}, probes=probes)
+    m = R.mechanism_seed(short, long)
+    assert m["attention_copies"] and m["memory_idles"] and m["seen"]
+    busy = {R.INSIDE: {"reset": g(0.25, 0.2, 0.3), "window_cut": g(0.2, 0.14, 0.26)}}
+    assert not R.mechanism_seed(short, rec({R.INSIDE: g(0.3, 0.25, 0.35)}, probes=busy))["seen"]
+    weak = {R.INSIDE: {"reset": g(0.1, 0.05, 0.15), "window_cut": g(0.02, 0.0, 0.05)}}
+    m = R.mechanism_seed(short, rec({R.INSIDE: g(0.3, 0.25, 0.35)}, probes=weak))
+    assert not m["attention_copies"] and not m["seen"]  # attention carries a third only
+
+
+def test_claim3_halves():
+    short = rec({R.MEMORY: MEM})
+    keeps = R.claim3_seed(short, rec({R.MEMORY: g(0.045, 0.03, 0.06)}))
+    loses = R.claim3_seed(short, rec({R.MEMORY: g(0.0, -0.01, 0.01)}))
+    assert keeps["reading"] == "keeps" and loses["reading"] == "loses"
+    assert R.memory_half([keeps] * 4 + [loses], 5) == "held"
+    assert R.memory_half([loses] * 4 + [keeps], 5) == "did not hold"
+    assert R.memory_half([keeps] * 3 + [loses] * 2, 5) == "cannot be shown at this scale"
+    # quality: short costs c = 0.1 over long; stoch within 0.01 of long: held
+    s, lg = [1.1, 1.2, 1.15, 1.12, 1.18], [1.0, 1.1, 1.05, 1.02, 1.08]
+    assert R.quality_half(s, lg, [x + 0.01 for x in lg])["verdict"] == "held"
+    assert R.quality_half(s, lg, [x + 0.09 for x in lg])["verdict"] == "did not hold"
+    wobbly = [x + d for x, d in zip(lg, (0.0, 0.1, 0.02, 0.09, 0.05))]
+    assert R.quality_half(s, lg, wobbly)["verdict"] == "cannot be shown at this scale"
+    # the short window's loss lower than the long one's: nothing to resolve
+    assert R.quality_half(lg, s, s)["verdict"].startswith("not applicable")
+
+
+def test_controls():
+    probes = {"beyond_128": {"reset": g(0.001, -0.002, 0.004)}}
+    ok = rec({"beyond_128": g(0.04, 0.02, 0.06)}, probes=probes)
+    assert R.memory_control(ok)["passes"]
+    leaky = rec(
+        {"beyond_128": g(0.04, 0.02, 0.06)}, probes={"beyond_128": {"reset": g(0.03, 0.02, 0.04)}}
+    )
+    assert not R.memory_control(leaky)["passes"]
+    assert not R.memory_control(None)["passes"]
+    near = {d: (60, 200, 0) for d in R.NEAR_DISTANCES}
+    assert R.attention_control(rec({R.INSIDE: g(0.2, 0.1, 0.3)}, near))["passes"]
+    blind = {d: (2, 200, 0) for d in R.NEAR_DISTANCES}
+    assert not R.attention_control(rec({R.INSIDE: g(0.2, 0.1, 0.3)}, blind))["passes"]
+
+
+def test_sign_test():
+    assert R.sign_p(5, 5) == pytest.approx(1 / 32)
+    assert R.sign_p(4, 5) == pytest.approx(6 / 32)
+    assert R.sign_p(3, 3) == pytest.approx(1 / 8)
+    assert math.isnan(R.sign_p(0, 0))
+
+
+# ------------------------------------------------------------------------------ history and sync
+
+
+def _git(*args):
+    r = subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True)
+    return r.stdout if r.returncode == 0 else None
+
+
+def test_the_rule_was_committed_after_the_controls_and_before_any_main_result():
+    here = "experiments/depth_study"
+    first_rule = _git("log", "--format=%ct", "--reverse", "--", f"{here}/RULE.md")
+    if not first_rule:
+        pytest.skip("no git history here (an exported tree)")
+    rule_time = int(first_rule.split()[0])
+    for config in ("sx", "sd", "lr", "reference"):
+        out = _git("log", "--format=%ct", "--", f"{here}/results/{config}")
+        assert all(int(t) >= rule_time for t in (out or "").split()), config
+    controls = _git("log", "--format=%ct", "--", f"{here}/results/controls")
+    assert controls and all(int(t) <= rule_time for t in controls.split())
+
+
+def test_the_committed_report_is_made_from_the_committed_results():
+    assert check(STUDY) == []
+
+
+@pytest.mark.slow
+def test_quick_depth_study_under_a_minute(tmp_path):
+    """The study end to end, reduced: the SX runs trained, probed (copies with the placebo and
+    the past-T split, the passkey), archived, and REPORT.md written from the archives."""
+    cmd = [
+        sys.executable,
+        "-m",
+        "experiments.depth_study",
+        "run",
+        "--quick",
+        "--report-dir",
+        str(tmp_path / "r"),
+    ]
+    env = {"SWAX_THREADS": "1"}
+    import os
+
+    r = subprocess.run(
+        cmd, cwd=ROOT, capture_output=True, text=True, timeout=600, env={**os.environ, **env}
+    )
+    assert r.returncode == 0, r.stderr[-3000:]
+    text = (tmp_path / "r" / "REPORT.md").read_text()
+    for run in ("sx-short", "sx-long", "sx-stoch"):
+        assert f"| {run} | 1 |" in text, run
+    assert "r8_32 past T" in text and "## Passkey retrieved" in text
