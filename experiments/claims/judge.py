@@ -1,10 +1,5 @@
 """The paper's three claims in its regime, judged part by part on recall by distance bucket.
 
-    python experiments/regime_study/claims.py                  # CLAIMS.md from both archives
-    python experiments/regime_study/claims.py --run --jobs 2   # train/evaluate claims.yaml's runs
-    python experiments/regime_study/claims.py --config claims_rho0.yaml --run   # the rho = 0 runs
-    python experiments/regime_study/claims.py --quick --run --report-dir DIR    # CI smoke test
-
 Two settings, each a sweep whose every run leaves ``results/<archive>/NAME/seedS.json``
 (committed): ``claims.yaml`` (1 % of the training answers beyond W_long, with controls) and
 ``claims_rho0.yaml`` (no answer beyond W_long, where the long window is lazy). The report is
@@ -38,24 +33,16 @@ from __future__ import annotations
 
 import json
 import math
-import sys
 from pathlib import Path
 
+from experiments.lab import emergence as E
+from experiments.lab import provenance as P
+from experiments.lab import verdicts as V
+from experiments.lab.markdown import fmt
+from experiments.lab.recall import record
+from swax.sweep import archive_path, load_sweep
+
 HERE = Path(__file__).resolve().parent
-ROOT = HERE.parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(HERE))
-
-import emergence as E  # noqa: E402
-import provenance as P  # noqa: E402
-import stats as S  # noqa: E402
-import verdicts as V  # noqa: E402
-from laziness import fmt, record  # noqa: E402
-from studycli import prepare, run  # noqa: E402
-
-from swax.sweep import archive_path, load_sweep  # noqa: E402
-
-REPORT = "CLAIMS.md"
 SETTINGS = ("claims.yaml", "claims_rho0.yaml")
 """The claims' settings, in the report's order: rho = 1 % (with the controls), then rho = 0."""
 MEMORY = {"SX": "mLSTM", "SD": "Gated DeltaNet"}
@@ -122,15 +109,6 @@ def setting_text(cfg, seeds: int) -> str:
     rho = far_share(cfg)
     share = "uniform distances" if rho is None else "ρ = 0" if rho == 0 else f"ρ = {100 * rho:g} %"
     return f"{share}, {tokens_m(cfg):.1f}M tokens, {seeds} seed{'s' * (seeds != 1)}"
-
-
-def wilson_text(k: int, n: int) -> str:
-    from swax.probes.buckets import wilson
-
-    if not n:
-        return "–"
-    lo, hi = wilson(k, n)
-    return f"{100 * k / n:.0f} [{lo:.0f}–{hi:.0f}]"
 
 
 def by_seed(*roles: list[dict]) -> list[tuple]:
@@ -334,193 +312,4 @@ def delays(cfg, runs) -> dict[str, dict]:
     return out
 
 
-def delay_lines(cfg, runs) -> list[str]:
-    """The paired emergence table and the sign test per family of one setting (emergence.py),
-    or why the setting's runs are left out of the delay reading."""
-    out = []
-    for d in delays(cfg, runs).values():
-        if "left_out" in d:
-            out += [f"**{d['head']}**: left out of the delay reading: {d['left_out']}.", ""]
-            continue
-        p = d["pairs"]
-        out += [
-            f"**{d['head']}**: tokens (M) until the memory emerged (recall in (W_long, T] ≥ 50 % "
-            f"on ≥ {E.MIN_EPISODES} episodes at a checkpoint and at the next; checkpoints every "
-            f"{fmt(p['spacing'], 2)}M tokens at most). '≤ x': at the first checkpoint "
-            "(left-censored); 'a–b': between two checkpoints; '> x (never)': not within the run "
-            "(right-censored). long / short: the range the two intervals allow, only where both "
-            "emerged and the order is known.",
-            "",
-            *_table(
-                ["seed", "short", "long", "stochastic", "order", "long / short"],
-                [
-                    [
-                        str(r["seed"]),
-                        E.cell(r["short"]),
-                        E.cell(r["long"]),
-                        E.cell(r["stochastic"]),
-                        r["order"],
-                        E.factor_text(r["factor"]),
-                    ]
-                    for r in p["rows"]
-                ],
-            ),
-            "",
-            E.summary(p, tokens_m(cfg)),
-            "",
-        ]
-    return out
-
-
 # ------------------------------------------------------------------------------ the report
-
-
-def _table(head, rows):
-    out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    return out + ["| " + " | ".join(r) + " |" for r in rows]
-
-
-def verdict_lines(cfg, runs) -> list[str]:
-    lines = []
-    for family, roles in families_of(cfg).items():
-        have = min(len(runs.get(n, [])) for n in roles.values())
-        for c in judge(family, roles, runs, cfg):
-            verdict = c["verdict"]
-            if verdict != "not yet run" and have < len(cfg.seeds):
-                verdict += f" (provisional: {have} of {len(cfg.seeds)} seeds)"
-            at = f" ({c['at']})" if c["at"] else ""
-            lines += [f"**{c['claim']}** — **{verdict}**{at}.", ""]
-            if c["verdict"] != "not yet run":
-                lines += [
-                    f"- *{p['part']}*: **{p['verdict']}**. {p['evidence']}" for p in c["parts"]
-                ] + [""]
-    return lines
-
-
-def control_lines(cfg, runs) -> list[str]:
-    lines = []
-    for family in families_of(cfg):
-        for suffix, what in CONTROLS:
-            name = f"{family.lower()}-{suffix}"
-            if name not in cfg.runs:
-                continue
-            recs = runs.get(name, [])
-            if recs:
-                k = sum(r["kind"] == "lazy" for r in recs)
-                lines.append(
-                    f"- {name} ({what}; {setting_text(cfg, len(recs))}): lazy in "
-                    f"{S.share_text(k, len(recs))} seeds, memory in {_share(recs, 'memory')}."
-                )
-            else:
-                lines.append(f"- {name} ({what}): not yet run.")
-    return lines
-
-
-def run_rows(runs) -> list[list[str]]:
-    def w(r, key):
-        k, n = r["counts"][key] if "counts" in r else (0, 0)
-        return wilson_text(k, n) if n else fmt(r[key if key != "inside" else "inside"])
-
-    return [
-        [
-            name,
-            str(r["seed"]),
-            w(r, "inside"),
-            w(r, "beyond"),
-            w(r, "beyond_T"),
-            fmt(r["cut_inner"]),
-            fmt(r["reset_beyond"]),
-            r["kind"],
-            "–" if E.unreadable(r) else E.cell(E.censored(r)),
-            fmt(r["text"], 4),
-            fmt(r["minutes"], 1),
-        ]
-        for name, recs in runs.items()
-        for r in recs
-    ]
-
-
-def write_report(settings, out: Path, command: str) -> Path:
-    """CLAIMS.md in ``out`` from [(config, runs)] of the claims settings."""
-    lines = [
-        "# The paper's claims in its regime, judged by distance",
-        "",
-        f"Generated by `{command}` from the committed per-run results; nothing below is typed "
-        "by hand. Design and attempts: [NOTES.md](NOTES.md); the far share comes from the "
-        "laziness map ([LAZINESS.md](LAZINESS.md)).",
-        "",
-        "Each claim is judged in parts, each part by one rule (verdicts.py): **held** when the "
-        "95 % interval of its quantity lies on the claim's side of its threshold, **did not "
-        "hold** when it lies on the other side, **cannot be shown at this scale** when it "
-        "contains the threshold, with how many seeds would settle it at the observed value and "
-        'spread. A seed share ("most seeds") is judged by its exact (Clopper-Pearson) interval '
-        "against one half: no share of 4 seeds can settle that (even 4 of 4 is 40–100 %). A "
-        "paired difference over seeds is judged by its 95 % t interval, with the exact "
-        "two-sided sign-flip p beside it (with 4 seeds it cannot go below 0.125), and, where it "
-        "cannot be shown, the smallest true difference the design detects at 80 % power (exact "
-        "noncentral t); a difference that is the same on every seed has a t interval of no "
-        "width, and the sign-flip test decides it. Recall carries a 95 % Wilson interval "
-        "[lo–hi].",
-        "",
-    ]
-    for cfg, runs in settings:
-        b = cfg.base
-        rho = far_share(cfg)
-        done = sum(len(v) for v in runs.values())
-        title = "No answer" if rho == 0 else f"{100 * rho:g} % of the answers"
-        lines += [
-            f"## {title} beyond W_long (`{Path(cfg.archive).name}`)",
-            "",
-            f"- runs: {done} of {len(cfg.runs) * len(cfg.seeds)} planned ({len(cfg.runs)} runs × "
-            f"seeds {cfg.seeds});",
-            f"- T = {b['seq_len']}, W_short = {b['window']['short']}, W_long = "
-            f"{b['window']['long']}; {b['steps']} steps × {b['batch_size']} sequences "
-            f"({tokens_m(cfg):.1f}M tokens);",
-            f"- {P.label(ids_of(runs))}"
-            + (
-                " — read from the archive's history (NOTES.md sections 8 and 9): these results "
-                "predate the field that records them;"
-                if ids_of(runs) and not ids_of(runs)["recorded"]
-                else ";"
-            ),
-            "- recall (%) by distance bucket at the run's own window (the long one after a "
-            f"stochastic schedule), {cfg.eval.bucket_samples} episodes per bucket; the text loss "
-            f"on {cfg.eval.text_samples} held-out sequences of length T, also at the run's own "
-            "window.",
-            "",
-            "### Verdicts",
-            "",
-            *verdict_lines(cfg, runs),
-        ]
-        ctrl = control_lines(cfg, runs)
-        if ctrl:
-            lines += ["### Controls", "", *ctrl, ""]
-        lines += ["### When the memory emerged, paired by seed", "", *delay_lines(cfg, runs)]
-        head = [
-            "run",
-            "seed",
-            "inside W_long",
-            "beyond W_long",
-            "beyond T",
-            "cut",
-            "reset",
-            "verdict",
-            "memory emerged (M)",
-            "text loss",
-            "train min",
-        ]
-        lines += ["### Every run", "", *_table(head, run_rows(runs)), ""]
-    path = out / REPORT
-    path.write_text("\n".join(lines))
-    return path
-
-
-def main(argv=None) -> int:
-    cfg, args, out, command = prepare(Path(__file__).name, __doc__, "claims.yaml", REPORT, argv)
-    settings = [(cfg, load_runs(cfg))] if args.quick else load_settings()
-    print(f"report: {write_report(settings, out, command)}")
-    return 0
-
-
-if __name__ == "__main__":
-    run(main)

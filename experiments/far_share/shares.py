@@ -1,9 +1,10 @@
-"""The natural far share of text (results/far_share/, made by far_share.sh) on the map's scale.
+"""The natural far share of text (results/, made by ``python -m experiments.far_share run``)
+on the map's scale.
 
-Shared by report.py (REPORT.md section 4) and textstudy.py (TEXT_RULE.md section 6's prediction,
-read from the map of record): the far-share tool's results per corpus and tokenizer, the share
-at one (T, W), and the answers' share of a sweep's training targets, which puts a far share of
-the episodes (the map's ρ) on the scale of all targets.
+Read by this study's report, the regime's reading (REPORT.md section 4) and the text study
+(TEXT_RULE.md section 6's prediction, read from the map of record): the far-share tool's results
+per corpus and tokenizer, the share at one (T, W), and the answers' share of a sweep's training
+targets, which puts a far share of the episodes (the map's ρ) on the scale of all targets.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import json
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-FAR_SHARE = HERE / "results" / "far_share"
+FAR_SHARE = HERE / "results"
 CORPORA = (("kjv", "KJV (prose)"), ("pystdlib", "Python standard library (code)"))
 TOKENIZERS = (("byte", "bytes"), ("gpt2", "GPT-2 BPE"))
 

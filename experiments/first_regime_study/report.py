@@ -1,15 +1,11 @@
-"""The window effect in the paper's regime: train, evaluate, write FIRST_STUDY.md from the results.
-
-    python experiments/regime_study/run.py                # the CPU study (about 2 h on 2 cores)
-    python experiments/regime_study/run.py --quick        # the reduced version (CI, < 5 min)
-    python experiments/regime_study/run.py --scale gpu    # the same study at GPU scale
+"""The first study of the paper's regime: FIRST_STUDY.md from its results (results.json and
+results_multipair.json, which ``run`` collects from the runs' eval.json).
 
 The paper's regime: the long window is an eighth of the training length (2048 of 16k), the short
 one 1/128 of it, and most of what the model is trained on is text. Here: training length 256,
 short window 8 (T/32), long window 32 (T/8); 10% of the sequences King James Bible text (every
 byte supervised), 90% one-pair recall episodes (only the answer supervised), so text is 97% of
-the targets. Two parts, each its own sweep config next to this file, all resumable (a finished
-run or evaluation is never redone; an interrupted run resumes from its checkpoint):
+the targets. Two parts, each its own sweep config next to this file:
 
 - ``sweep.yaml``: short / long / stochastic windows for SWAX and the Gated DeltaNet hybrid,
   three seeds, with uniform needle distances (90% of the needles beyond the long window), and
@@ -17,45 +13,30 @@ run or evaluation is never redone; an interrupted run resumes from its checkpoin
 - ``multipair.yaml``: multi-pair recall at T = 64 with and without the mLSTM's short convolution
   and for each layer order (what stops multi-pair binding on the CPU).
 
-Every number in the report is read from the runs' eval.json by this script. The notes on what
-was tried while designing the study are in NOTES.md (written by people).
+Its readings did not hold (the report says why at its top); the laziness map and the claims
+studies redo it by distance bucket. The notes on what was tried are in regime_study/NOTES.md.
 """
 
 from __future__ import annotations
 
-import argparse
-import importlib.util
 import json
 import math
-import platform
-import sys
-import time
 from pathlib import Path
 
-import torch
+from experiments.lab import sweep_report as ws
+from experiments.lab.cli import ROOT
+from experiments.lab.markdown import table as _table
+from experiments.lab.sweep_claims import _acc, _far, all_claims
+from experiments.lab.sweep_report import fmt
+from swax.core.plotting import pyplot
+from swax.sweep import aggregate, load_sweep
 
 HERE = Path(__file__).resolve().parent
-ROOT = HERE.parents[1]
-sys.path.insert(0, str(ROOT))
-
-from swax.core.plotting import pyplot  # noqa: E402
-from swax.sweep import aggregate, load_sweep, run_dir, run_sweep  # noqa: E402
-
-
-def _window_sweep_report():
-    """experiments/window_sweep/run.py, the report machinery this study shares."""
-    path = ROOT / "experiments" / "window_sweep" / "run.py"
-    spec = importlib.util.spec_from_file_location("window_sweep_report", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-ws = _window_sweep_report()
-fmt, _table = ws.fmt, ws._table
-
+COMMAND = "python -m experiments.first_regime_study"
 SCALES = {"cpu": ("sweep.yaml", "multipair.yaml"), "gpu": ("sweep_gpu.yaml", None)}
+"""The sweeps of each scale: the CPU study (committed) and its GPU form (not run yet)."""
 REPORT_NAMES = {"cpu": "FIRST_STUDY.md", "gpu": "REPORT_gpu.md"}
+RESULTS = {"cpu": ("results.json", "results_multipair.json"), "gpu": ("results_gpu.json", None)}
 SHARE_AXIS = "data.synthetic.far_share"
 WINDOW_AXIS = "window.fixed+data.synthetic.far_from"
 
@@ -116,8 +97,8 @@ def laziness_cells(cfg, agg: dict, seq_len: int) -> list[dict]:
                 "window": w,
                 "ratio": w / seq_len,
                 "share": point[SHARE_AXIS],
-                "in": ws._acc(a, seq_len),
-                "far": ws._far(a, seq_len),
+                "in": _acc(a, seq_len),
+                "far": _far(a, seq_len),
                 "text": a.get("text_val_loss", (math.nan, 0))[0],
                 "alias": cfg.aliases.get(name, ""),
             }
@@ -217,7 +198,7 @@ def laziness_section(cfg, agg: dict, seq_len: int, fig: str | None) -> list[str]
             "",
             f"For reference, the short-window model ({short}, W = "
             f"{agg[short]['windows'].get('train', '?')}) keeps "
-            f"{ws._far(agg[short], seq_len):.1f}% beyond T at its own window.",
+            f"{_far(agg[short], seq_len):.1f}% beyond T at its own window.",
         ]
     if fig:
         lines += ["", f"![laziness map]({fig})"]
@@ -275,60 +256,60 @@ SUPERSEDED = (
     "Claim 2 is judged on recall at 1× over uniform distances, where about 91 % of the needles "
     'lie beyond W_long = 32, so a purely lazy model scores about 15 % and is filed as "did not '
     'hold" or "neither learned". The study is redone with every near answer inside the '
-    "window and recall read by distance bucket: [LAZINESS.md](LAZINESS.md) (the map) and "
-    "[CLAIMS.md](CLAIMS.md) (the claims). The runs below are kept as they were measured."
+    "window and recall read by distance bucket: [LAZINESS.md](../laziness_map/LAZINESS.md) (the "
+    "map) and [CLAIMS.md](../claims/CLAIMS.md) (the claims). The runs below are kept as they "
+    "were measured."
 )
 """The note at the top of this report (the distance-bucket study replaces its readings)."""
 
 
-def write_report(
-    cfg, cfg_path, results, agg, seq_len, mcfg, mresults, out, wall_s, quick, command, report_name
-) -> Path:
-    main = [n for n in results if n in cfg.runs]
-    first = report_name == "FIRST_STUDY.md"
-    scale = "" if first else report_name.removesuffix(".md").split("_")[-1]
-    prefix = f"{scale}_" if scale else ""
-    paths = ws.figures(agg, out, main, prefix)
-    lazy_fig = laziness_figure(laziness_cells(cfg, agg, seq_len), cfg, seq_len, out, prefix)
-    shares = target_shares(cfg)
+def header(cfg, cfg_path: Path, results, mresults, quick: bool) -> list[str]:
+    """The report's title, provenance, time and seeds lines."""
     rel = cfg_path.relative_to(ROOT) if cfg_path.is_relative_to(ROOT) else cfg_path
     every = {(e["name"], e["seed"]): e for evs in results.values() for e in evs}
     for evs in (mresults or {}).values():
         every.update({("mp-" + e["name"], e["seed"]): e for e in evs})
     train_s = sum(e.get("train_elapsed_s") or 0 for e in every.values())
     eval_s = sum(e.get("eval_elapsed_s", 0) for e in every.values())
-    long_w = agg[main[0]]["windows"]["long"]
-    short = agg.get(cfg.roles.get("short"), {})
-    short_w = short.get("windows", {}).get("train", 1)
+    files = [f for f in RESULTS["cpu" if cfg_path.name == "sweep.yaml" else "gpu"] if f]
     lines = [
         f"# {cfg.name}: the window effect in the paper's regime",
         "",
-        "Generated by `experiments/regime_study/run.py` from the runs' `summary.json` and "
-        "`eval.json`; nothing below is typed by hand. Every attempt made while designing the "
-        "study, with its numbers, is in [NOTES.md](NOTES.md).",
+        f"Generated by `{COMMAND} report` from "
+        + " and ".join(f"`{f}`" for f in files)
+        + ", which `run` collects from the runs' `summary.json` and `eval.json`; nothing below "
+        "is typed by hand. Every attempt made while designing the study, with its numbers, is "
+        "in [NOTES.md](../regime_study/NOTES.md).",
         "",
         SUPERSEDED,
         "",
-        f"- command: `{command}`",
+        f"- command: `{COMMAND} run" + (" --quick" if quick else "") + "`",
         f"- configs: `{rel}`"
-        + (f" and `{rel.with_name('multipair.yaml')}`" if mcfg else "")
+        + (f" and `{rel.with_name('multipair.yaml')}`" if mresults is not None else "")
         + (" with `--quick`" if quick else ""),
-        f"- machine: {platform.machine()}, torch {torch.__version__}, {cfg.jobs} run(s) at a "
-        f"time with {cfg.base.get('threads') or 'default'} thread(s) each",
-        f"- time: training {train_s / 60:.1f} min and evaluation {eval_s / 60:.1f} min summed "
-        f"over runs; this invocation {wall_s / 60:.1f} min of wall time",
+        f"- runs: {cfg.jobs} at a time with {cfg.base.get('threads') or 'default'} thread(s) "
+        f"each; training {train_s / 60:.1f} min and evaluation {eval_s / 60:.1f} min summed "
+        "over runs",
         f"- seeds: {cfg.seeds}",
         "",
-        *(
-            [
-                "> **A smoke run** (`--quick`: a few training steps and evaluation samples). Its "
-                "numbers and verdicts check that the pipeline works; they say nothing about the "
-                "paper's claims. The full run is the same command without `--quick`.",
-                "",
-            ]
-            if quick
-            else []
-        ),
+    ]
+    if quick:
+        lines += [
+            "> **A smoke run** (`--quick`: a few training steps and evaluation samples). Its "
+            "numbers and verdicts check that the pipeline works; they say nothing about the "
+            "paper's claims. The full run is the same command without `--quick`.",
+            "",
+        ]
+    return lines
+
+
+def regime_lines(cfg, agg: dict, seq_len: int, main: list[str]) -> list[str]:
+    """The regime: windows, data, supervision, distances, quality."""
+    shares = target_shares(cfg)
+    long_w = agg[main[0]]["windows"]["long"]
+    short = agg.get(cfg.roles.get("short"), {})
+    short_w = short.get("windows", {}).get("train", 1)
+    return [
         "## The regime",
         "",
         f"- training length T = {seq_len}; short window {short_w} (T/{seq_len // short_w}), "
@@ -351,17 +332,27 @@ def write_report(
         "uniform, so at lengths beyond T the pairs are beyond any window;",
         "- quality: held-out text loss at T (nats per byte), each run with its own window.",
         "",
-        "## Results",
-        "",
     ]
-    lines += ws.results_tables(agg, main, seq_len)
+
+
+def write_report(cfg, cfg_path: Path, results, mcfg, mresults, out: Path, quick=False) -> Path:
+    """The report of ``results`` (and the multi-pair ``mresults``) into ``out``."""
+    report_name = REPORT_NAMES["cpu" if cfg_path.name == "sweep.yaml" else "gpu"]
+    prefix = "" if report_name == "FIRST_STUDY.md" else "gpu_"
+    agg = aggregate(results)
+    seq_len = next(iter(results.values()))[0]["seq_len"]
+    main = [n for n in results if n in cfg.runs]
+    paths = ws.figures(agg, out, main, prefix)
+    lazy_fig = laziness_figure(laziness_cells(cfg, agg, seq_len), cfg, seq_len, out, prefix)
+    lines = header(cfg, cfg_path, results, mresults, quick) + regime_lines(cfg, agg, seq_len, main)
+    lines += ["## Results", "", *ws.results_tables(agg, main, seq_len)]
     lines += ["", f"![recall and answer loss vs length]({paths['accuracy']})", ""]
     rows = [[n, fmt(agg[n]["text_val_loss"], 4)] for n in main if "text_val_loss" in agg[n]]
     if rows:
         lines += ["Held-out text loss at T with each run's own window (`text_val_loss`):", ""]
         lines += _table(["run", "text loss (nats/byte)"], rows) + [""]
     lines += ["## The paper's claims in this regime", ""]
-    for claim, verdict, evidence in ws.all_claims(cfg, agg, seq_len, "text_val_loss"):
+    for claim, verdict, evidence in all_claims(cfg, agg, seq_len, "text_val_loss"):
         lines += [f"**{claim}** — **{verdict}**. {evidence}", ""]
     lines += ws.curve_section(agg, main, seq_len, paths.get("curves"))
     lines += ws.probe_section(agg, main, seq_len)
@@ -375,66 +366,19 @@ def write_report(
     lines += ["## Config", "", "```yaml", cfg_path.read_text().rstrip(), "```", ""]
     report = out / report_name
     report.write_text("\n".join(lines))
-    res = f"results_{scale}.json" if scale else "results.json"
-    (out / res).write_text(json.dumps(results, indent=1))
-    if mresults:
-        (out / res.replace("results", "results_multipair")).write_text(
-            json.dumps(mresults, indent=1)
-        )
     return report
 
 
-def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--scale", choices=sorted(SCALES), default="cpu")
-    ap.add_argument("--quick", action="store_true", help="the reduced study (CI smoke test)")
-    ap.add_argument("--jobs", type=int, default=None, help="runs at a time (default: config's)")
-    ap.add_argument(
-        "--report-dir",
-        default=None,
-        help="where the report goes (default: here, or the sweep's out_dir with --quick)",
-    )
-    args = ap.parse_args(argv)
-    t0 = time.perf_counter()
-    main_name, multi_name = SCALES[args.scale]
-    cfg_path = HERE / main_name
-    cfg = load_sweep(cfg_path, quick=args.quick)
-    mcfg = load_sweep(HERE / multi_name, quick=args.quick) if multi_name else None
-    for c in (cfg, mcfg):
-        if c is not None and args.jobs:
-            c.jobs = args.jobs
-    results = run_sweep(cfg)
-    mresults = run_sweep(mcfg) if mcfg else None
-    out = Path(args.report_dir) if args.report_dir else (Path(cfg.out_dir) if args.quick else HERE)
-    out.mkdir(parents=True, exist_ok=True)
-    command = (
-        "python experiments/regime_study/run.py"
-        + (f" --scale {args.scale}" if args.scale != "cpu" else "")
-        + (" --quick" if args.quick else "")
-    )
-    agg = aggregate(results)
-    seq_len = next(iter(results.values()))[0]["seq_len"]
-    report = write_report(
-        cfg,
-        cfg_path,
-        results,
-        agg,
-        seq_len,
-        mcfg,
-        mresults,
-        out,
-        time.perf_counter() - t0,
-        args.quick,
-        command,
-        REPORT_NAMES[args.scale],
-    )
-    print(f"report: {report}")
-    for name, evs in results.items():
-        assert all((run_dir(cfg, name, e["seed"]) / "eval.json").is_file() for e in evs)
-    return 0
-
-
-if __name__ == "__main__":
-    from swax.sweep import run_script
-
-    run_script(main)
+def write_reports(out: Path) -> list[Path]:
+    """The report of every scale whose results are committed, and its figures."""
+    written = []
+    for scale, (config, multi) in SCALES.items():
+        main, mfile = RESULTS[scale]
+        if not (HERE / main).is_file():
+            continue
+        results = json.loads((HERE / main).read_text())
+        mresults = json.loads((HERE / mfile).read_text()) if mfile else None
+        mcfg = load_sweep(HERE / multi) if multi else None
+        cfg = load_sweep(HERE / config)
+        written.append(write_report(cfg, HERE / config, results, mcfg, mresults, out))
+    return written

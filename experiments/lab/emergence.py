@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import math
 
-import stats as S
+from experiments.lab import stats as S
 
 LEVEL = 50.0
 MIN_EPISODES = 64

@@ -2,12 +2,13 @@
 one table holds runs of one id range.
 
 A result archived by the sweep records its ids (``episode_ids``, swax.sweep.archive). Results
-archived before that field existed are read from what is known of them (NOTES.md sections 8
-and 9): the laziness map (results/laziness) and the rho = 1 % claims (results/claims) were
-trained with keys, values and filler at ids 128-175 (swax.data.mqar.LEGACY_FIRST_ID), which the
-KJV text also holds as UTF-8 bytes; the rho = 0 claims (results/claims_rho0) were trained after
-the ids moved past the tokenizer's vocabulary (commit b498ea2 precedes every one of them). Any
-other archive without the field is read as old ids, the default before that commit.
+archived before that field existed are read from what is known of them (regime_study/NOTES.md
+sections 8 and 9): the laziness map (laziness_map/results/laziness) and the rho = 1 % claims
+(claims/results/claims) were trained with keys, values and filler at ids 128-175
+(swax.data.mqar.LEGACY_FIRST_ID), which the KJV text also holds as UTF-8 bytes; the rho = 0
+claims (claims/results/claims_rho0) were trained after the ids moved past the tokenizer's
+vocabulary (commit b498ea2 precedes every one of them). Any other archive without the field is
+read as old ids, the default before that commit.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from swax.sweep import train_config
 
 CLEAN_BEFORE_THE_FIELD = ("claims_rho0",)
 """Archives made before results recorded their ids whose runs used ids after the tokenizer's
-vocabulary (NOTES.md section 9)."""
+vocabulary (regime_study/NOTES.md section 9)."""
 
 
 def run_ids(ev: dict, cfg, name: str, seed: int) -> dict | None:

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import math
 
-import stats as S
+from experiments.lab import stats as S
 
 HELD, NOT, CANNOT = "held", "did not hold", "cannot be shown at this scale"
 MOST_SEEDS = 6

@@ -1,26 +1,14 @@
-"""The laziness map: train the missing cells, then write LAZINESS.md from the committed results.
+"""The laziness map's reading: its cells (long window W × far share ρ) from the committed
+per-run results, the lazy share of each with its Jeffreys interval, and ρ*(W/T), the far share
+at which half the seeds stay lazy, with its interval. The map of record is the rerun on clean
+episode ids (laziness_clean.yaml) once every one of its runs is archived, the first map
+(laziness.yaml, old ids) until then. The text study and the regime's reading read the map
+through these functions.
 
-    python experiments/regime_study/laziness.py             # the report from the archives
-    python experiments/regime_study/laziness.py --config laziness_clean.yaml --run --jobs 2
-                                                            # the rerun on clean episode ids
-    python experiments/regime_study/laziness.py --quick --run --report-dir DIR   # CI smoke test
-
-Each cell of ``laziness.yaml`` is SWAX trained with a fixed window W (the row) on episodes of
-which a share rho has its answer beyond W (every other answer inside W, "inside" as the
-attention mask defines it). Every finished run leaves ``results/<archive>/NAME/seedS.json``
-(committed); this script reads them and nothing else, so the report is rebuilt from committed
-files, and a cell with fewer seeds than the config asks is reported with the seeds it has.
-``laziness.yaml``'s runs used episode ids that the text also holds (128-175);
-``laziness_clean.yaml`` is the same map on ids after the tokenizer's vocabulary, with 5 seeds in
-the 0 % cells. LAZINESS.md shows the clean map once all its runs are archived, the old one
-(saying so) until then; a map whose runs mix id ranges is refused (provenance.py).
-
-A run is read by distance bucket (swax.probes.buckets): recall inside W, beyond W within the
-training length T, beyond T, with the window cut to W_short and the recurrent state reset. It is
-**lazy** when it recalls >= 90 % inside W and within 10 points of chance beyond it. Each cell's
-lazy share carries its Jeffreys interval; rho*(W/T) is the far share at which half the seeds
-stay lazy (linear between the two measured shares that straddle one half), with an interval
-from the cells' Jeffreys posteriors (RHO_METHOD).
+A run is read by distance bucket (experiments.lab.recall): it is **lazy** when it recalls
+>= 90 % inside W and within 10 points of chance beyond it. rho*(W/T) is linear between the two
+measured shares that straddle one half; its interval comes from the cells' Jeffreys posteriors
+(RHO_METHOD).
 """
 
 from __future__ import annotations
@@ -30,23 +18,19 @@ import json
 import math
 import os
 import random
-import sys
 from pathlib import Path
 
+from experiments.lab import provenance as P
+from experiments.lab.markdown import table as _table
+from experiments.lab.recall import record
+from experiments.lab.stats import jeffreys
+from swax.sweep import archive_path, grid_seeds, load_sweep
+
 HERE = Path(__file__).resolve().parent
-ROOT = HERE.parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(HERE))
-
-from studycli import prepare, run, update_readme  # noqa: E402
-
-from swax.core.plotting import pyplot  # noqa: E402
-from swax.sweep import archive_path, grid_seeds, load_sweep  # noqa: E402
 
 WINDOW_AXIS = "window.fixed+window.long"
 SHARE_AXIS = "data.synthetic.far_share"
 LAW_AXIS = "data.synthetic.distance_law"
-REPORT = "LAZINESS.md"
 
 
 def column(point: dict) -> str:
@@ -83,8 +67,6 @@ def load_cells(cfg) -> dict[tuple[int, str], list[dict]]:
     """{(W, column): [one record per archived seed]}: the seed, the verdict's numbers, the
     probes beyond W within T, the text loss, the run's training time and its episode ids
     ("ids"); a SwaxError when the archive mixes id ranges (provenance.one_range)."""
-    import provenance as P
-
     cells: dict[tuple[int, str], list[dict]] = {}
     seen = []
     for name, point in cfg.grid_points.items():
@@ -104,58 +86,6 @@ def load_cells(cfg) -> dict[tuple[int, str], list[dict]]:
 def ids_of(cells) -> dict | None:
     """The one episode id range of a map's runs (load_cells checked that there is one)."""
     return next((r["ids"] for recs in cells.values() for r in recs if r.get("ids")), None)
-
-
-def record(ev: dict, seed: int) -> dict:
-    T = ev["seq_len"]
-    rows = ev["buckets"]
-    mid = [r for r in rows if not r["inside_long"] and r["hi"] <= T]
-    inner = [r for r in rows if r["inside_long"] and r["lo"] > 0]  # (W_short, W]
-
-    def pooled(sel, probe=None):
-        src = [r["probes"][probe] if probe else r for r in sel]
-        n = sum(r["n"] for r in src)
-        return 100 * sum(r["correct"] for r in src) / n if n else math.nan
-
-    lz = ev["laziness"]
-    T_far = [r for r in rows if r["lo"] >= T]
-
-    def counts(sel):
-        return [sum(r["correct"] for r in sel), sum(r["n"] for r in sel)]
-
-    return {
-        "counts": {
-            "inside": counts([r for r in rows if r["inside_long"]]),
-            "beyond": counts(mid),
-            "beyond_T": counts(T_far),
-        },
-        "emergence": ev.get("emergence", {}).get("points", []),
-        "curve": ev.get("curve", []),
-        "seed": seed,
-        "inside": lz["inside_long"],
-        "beyond": lz["beyond_long"],
-        "beyond_T": lz["beyond_T"],
-        "cut_inner": pooled(inner, "window_cut"),
-        "reset_beyond": pooled(mid, "reset"),
-        "kind": lz["kind"],
-        "chance": lz["chance"],
-        "n_beyond": sum(r["n"] for r in mid),
-        "text": ev.get("text_val_loss", math.nan),
-        "text_short_read": ev.get("text_loss", {}).get("train", math.nan),
-        "minutes": (ev.get("summary", {}).get("elapsed") or math.nan) / 60,
-        "emerged": emerged(ev),
-        "tokens": ev.get("summary", {}).get("tokens"),
-    }
-
-
-def emerged(ev: dict) -> float:
-    """Training tokens (millions) at the first kept checkpoint whose recall at 1× the training
-    length (uniform distances, most answers beyond the window) reached 50 %: when the memory
-    emerged; NaN if it did not within the run."""
-    for point in ev.get("curve", []):
-        if max(point["acc"].values()) >= 50:
-            return point["tokens"] / 1e6
-    return math.nan
 
 
 def lazy_share(recs: list[dict]) -> float:
@@ -236,8 +166,6 @@ def rho_star_posterior(data: tuple, draws: int, seed: int = 0, qs=(0.025, 0.975)
 
 
 def _jeffreys(k: int, n: int) -> str:
-    from stats import jeffreys
-
     lo, hi = jeffreys(k, n)
     return f"{lo:.0f}–{hi:.0f}"
 
@@ -247,49 +175,6 @@ def interval_text(lo: float, hi: float) -> str:
         return "> the largest share" if x == math.inf else f"{100 * x:.3g}%"
 
     return f"[{pct(lo)}, {pct(hi)}]"
-
-
-def fmt(x: float, digits: int = 0) -> str:
-    return "–" if x != x else f"{x:.{digits}f}"
-
-
-def _table(head: list[str], rows: list[list[str]]) -> list[str]:
-    out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    return out + ["| " + " | ".join(r) + " |" for r in rows]
-
-
-def figure(cfg, cells, out: Path, seq_len: int) -> str:
-    plt = pyplot()
-    cols = columns(cfg)
-    fig, ax = plt.subplots(figsize=(7.5, 3.8))
-    for w in sorted(cfg.grid.axes[WINDOW_AXIS]):
-        xs = [i for i, c in enumerate(cols) if (w, c) in cells]
-        ys = [100 * lazy_share(cells[(w, cols[i])]) for i in xs]
-        if xs:
-            ax.plot(xs, ys, "o-", label=f"W = {w} (T/{seq_len // w})")
-    ax.axhline(50, color="0.6", lw=0.8, ls="--")
-    ax.set_xticks(range(len(cols)), cols)
-    ax.set_ylim(-5, 105)
-    ax.set_xlabel("training answers beyond the long window W")
-    ax.set_ylabel("seeds that end lazy (%)")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    name = "laziness_share.png"
-    fig.savefig(out / name, dpi=110)
-    plt.close(fig)
-    return name
-
-
-def _wilson(r: dict, key: str) -> str:
-    """Recall with its 95 % Wilson interval, from the run's counts."""
-    from swax.probes.buckets import wilson
-
-    k, n = r["counts"][key]
-    if not n:
-        return "–"
-    lo, hi = wilson(k, n)
-    return f"{100 * k / n:.0f} [{lo:.0f}–{hi:.0f}]"
 
 
 def share_table(cfg, cells) -> list[str]:
@@ -319,12 +204,6 @@ def share_table(cfg, cells) -> list[str]:
     return _table(head, body)
 
 
-STUDIES_PAGE = ROOT / "docs" / "studies.md"
-"""The page whose laziness-map block this script rewrites."""
-README_BEGIN = "<!-- laziness-map:begin (written by experiments/regime_study/laziness.py) -->"
-README_END = "<!-- laziness-map:end -->"
-
-
 OLD_MAP, CLEAN_MAP = "laziness.yaml", "laziness_clean.yaml"
 """The map made on old episode ids (72 runs, archived) and its rerun on clean ids."""
 
@@ -343,12 +222,13 @@ def map_of_record(old=None, clean=None) -> tuple:
 
 def ids_line(cells, pending) -> str:
     """What episode ids the map's runs used, and the rerun's state while it is pending."""
-    import provenance as P
-
     ids = ids_of(cells)
     line = f"The map's runs used {P.label(ids)}"
     if ids and not ids["recorded"]:
-        line += "; these results predate the field that records the ids (NOTES.md section 8)"
+        line += (
+            "; these results predate the field that records the ids (regime_study/NOTES.md "
+            "section 8)"
+        )
     if pending is None:
         return line + "."
     pcfg, pcells = pending
@@ -359,143 +239,24 @@ def ids_line(cells, pending) -> str:
     )
 
 
-def readme_block(cfg, cells, pending=None, name: str = OLD_MAP) -> str:
-    done = sum(len(v) for v in cells.values())
-    lines = [
-        f"Laziness map, {done} of the {planned(cfg)} runs {name} lists"
-        + (" (a cell marked – is not run yet)" if done < planned(cfg) else "")
-        + ": seeds that end lazy / seeds run [95 % Jeffreys interval], per long window (row) "
-        "and share of training answers beyond it (column). " + ids_line(cells, pending),
-        "",
-        *share_table(cfg, cells),
-    ]
-    return "\n".join(lines)
+def numeric_columns(cells, w: int) -> list[str]:
+    """The far-share columns ("0%", "0.5%", ...) that row ``w`` has, in increasing share."""
+    cols = [c for ww, c in cells if ww == w and c.endswith("%")]
+    return sorted(cols, key=lambda c: float(c[:-1]))
 
 
-def write_report(cfg, cells, out: Path, command: str, pending=None, name: str = OLD_MAP) -> Path:
-    any_rec = next(iter(cells.values()))[0] if cells else None
-    seq_len = cfg.base["seq_len"]
-    cols = columns(cfg)
-    rows_w = sorted(cfg.grid.axes[WINDOW_AXIS])
-    done = sum(len(v) for v in cells.values())
-    lines = [
-        "# The laziness map",
-        "",
-        f"Generated by `{command}` from the committed per-run results in "
-        f"`{os.path.relpath(cfg.archive, HERE) if cfg.archive else '–'}`; nothing below is "
-        "typed by hand. The design and every attempt are in [NOTES.md](NOTES.md).",
-        "",
-        ids_line(cells, pending),
-        "",
-        f"- runs: {done} of {planned(cfg)} planned ({len(cfg.grid_points)} cells × seeds "
-        f"{grid_seeds(cfg)}"
-        + (f", seeds {cfg.seeds} where a cell is a run of the sweep" if cfg.aliases else "")
-        + "); cells with fewer seeds show the seeds they have;",
-        f"- model: SWAX (SX, 2 layers, d_model {cfg.base['model']['d_model']}), training "
-        f"length T = {seq_len}, {cfg.base['steps']} steps × {cfg.base['batch_size']} sequences "
-        f"({cfg.base['steps'] * cfg.base['batch_size'] * seq_len / 1e6:.1f}M tokens), "
-        f"lr {cfg.base['optim']['lr']:g} {cfg.base['optim']['schedule']};",
-        "- data: 10% KJV text (every byte a target), 90% one-pair recall episodes (keys, values "
-        "and filler from 16 ids each; only the answer is a target);",
-        "- the window W of a row is the run's fixed training window and its long window; the "
-        "column is the share of training episodes whose answer lies **beyond W** (the question "
-        "does not attend to the value under the attention mask); every other answer lies "
-        "inside W. `uniform`: distances uniform over what the sequence allows; `power`: "
-        "P(d) ∝ (d − 1)^−1, a heavy tail like text's;",
-        "- read at the run's window W, by distance bucket with 64 episodes each (reach = the "
-        "window an answer needs): inside W = (0, W], beyond W = (W, T], beyond T = (T, 16T]; "
-        "`cut` is recall in (W_short, W] with the window cut to W_short = 8 (attention cannot "
-        "see the value), `reset` recall in (W, T] with the recurrent state emptied before the "
-        "question (attention alone);",
-        "- **lazy**: ≥ 90% inside W and at most 10 points above chance (6.25%) beyond it. "
-        "**memory**: ≥ 50% beyond W. **none**: < 50% inside W. Else **partial**.",
-        "",
-        "## Share of seeds that end lazy",
-        "",
-        "Lazy seeds / seeds run, with the share's 95 % Jeffreys interval in brackets (the "
-        "equal-tailed interval of the Beta(k + ½, n − k + ½) posterior). ρ* is the far share at "
-        "which the lazy share crosses one half, linear between the two measured shares around "
-        f"it. {RHO_METHOD}. Recall in the table of every run carries its 95 % Wilson interval.",
-        "",
-    ]
-    lines += share_table(cfg, cells) + [""]
-    if pending is not None and pending[1]:
-        lines += ["### The rerun on clean ids so far", "", *share_table(*pending), ""]
-    if cells:
-        lines += [f"![share of lazy seeds]({figure(cfg, cells, out, seq_len)})", ""]
-    found = [r["emerged"] for recs in cells.values() for r in recs if r["emerged"] == r["emerged"]]
-    latest = max(found) if found else math.nan
-    lines += [
-        "## Every run",
-        "",
-        "Recall (%) per seed. `n beyond` is the number of answers in (W, T]. `memory at`: the "
-        "training tokens at the first checkpoint (every 2M) where recall at 1× T over uniform "
-        "distances (most answers beyond W) reached 50 %, a first crossing on 32 episodes (not "
-        "the censored emergence time of CLAIMS.md, which these runs' curves cannot give). The "
-        f"latest such crossing among these runs came at {fmt(latest, 1)}M of "
-        f"{cfg.base['steps'] * cfg.base['batch_size'] * seq_len / 1e6:.1f}M tokens, so a lazy "
-        "verdict here means lazy *within this budget*; the claims study trains 3× longer.",
-        "",
-    ]
-    head = [
-        "W",
-        "far",
-        "seed",
-        "inside W",
-        "beyond W",
-        "beyond T",
-        "cut",
-        "reset",
-        "n beyond",
-        "verdict",
-        "memory at (M tokens)",
-        "text loss",
-        "train min",
-    ]
-    body = []
-    for w in rows_w:
-        for c in cols:
-            for r in sorted(cells.get((w, c), []), key=lambda r: r["seed"]):
-                body.append(
-                    [
-                        str(w),
-                        c,
-                        str(r["seed"]),
-                        _wilson(r, "inside"),
-                        _wilson(r, "beyond"),
-                        _wilson(r, "beyond_T"),
-                        fmt(r["cut_inner"]),
-                        fmt(r["reset_beyond"]),
-                        str(r["n_beyond"]),
-                        r["kind"],
-                        fmt(r["emerged"], 1),
-                        fmt(r["text"], 3),
-                        fmt(r["minutes"], 1),
-                    ]
-                )
-    lines += _table(head, body) + [""]
-    if any_rec is None:
-        lines += ["No run has finished yet.", ""]
-    lines += ["## Config", "", "```yaml", (HERE / name).read_text().rstrip(), "```", ""]
-    path = out / REPORT
-    path.write_text("\n".join(lines))
-    return path
+def rho_by_row(cells) -> dict[int, str]:
+    """rho* per long window W of the map: the far share at which half the seeds stay lazy."""
+    return {
+        w: rho_star(
+            [(float(c[:-1]) / 100, lazy_share(cells[(w, c)])) for c in numeric_columns(cells, w)]
+        )
+        for w in sorted({w for w, _ in cells})
+    }
 
 
-def main(argv=None) -> int:
-    cfg, args, out, command = prepare(Path(__file__).name, __doc__, OLD_MAP, REPORT, argv)
-    if args.quick:  # the smoke test reports its own runs
-        print(f"report: {write_report(cfg, load_cells(cfg), out, command, name=args.config)}")
-        return 0
-    name, cfg, cells, pending = map_of_record()
-    command = f"python experiments/regime_study/{Path(__file__).name}"
-    print(f"report: {write_report(cfg, cells, out, command, pending, name)}")
-    if args.report_dir is None:
-        block = readme_block(cfg, cells, pending, name)
-        if update_readme(STUDIES_PAGE, README_BEGIN, README_END, block):
-            print(f"{STUDIES_PAGE.relative_to(ROOT)}: laziness map updated")
-    return 0
-
-
-if __name__ == "__main__":
-    run(main)
+def rho_intervals(cells) -> dict[int, tuple[float, float]]:
+    return {
+        w: rho_star_interval(cells, w, numeric_columns(cells, w))
+        for w in sorted({w for w, _ in cells})
+    }

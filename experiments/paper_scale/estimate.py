@@ -17,11 +17,10 @@ from pathlib import Path
 
 import torch
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT))
+from swax.model import SwaxLM
+from swax.train.config import load_train_config
 
-from swax.model import SwaxLM  # noqa: E402
-from swax.train.config import load_train_config  # noqa: E402
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def estimate(path: Path, gpus: int, peak_tflops: float, mfu: float) -> dict:

@@ -1,48 +1,42 @@
 """REPORT.md of the regime study: the laziness map, the claims at both far shares, the delay,
 the natural far share of text, and laziness on text alone, read together.
 
-    python experiments/regime_study/report.py      # REPORT.md (and the README's reading)
-
-Built from the same committed per-run files as LAZINESS.md (laziness.py), CLAIMS.md (claims.py)
-and TEXT_ONLY.md (textonly.py), and from the far-share tool's results (results/far_share/, made
-by far_share.sh), with their functions, so its numbers are theirs; every sentence that states a
-result is made from those numbers here (the map, claims and delay sections in sections.py). The
-first study of this regime, whose reading did not hold, is FIRST_STUDY.md (run.py).
+Built from the same committed per-run results as the studies' own reports (laziness_map,
+claims, far_share, text_only, text_study), with their functions, so its numbers are theirs;
+every sentence that states a result is made from those numbers here (the map, claims and delay
+sections in sections.py). The first study of this regime, whose reading did not hold, is
+first_regime_study/FIRST_STUDY.md.
 """
 
 from __future__ import annotations
 
 import math
-import sys
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-ROOT = HERE.parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(HERE))
-
-import claims as C  # noqa: E402
-import laziness as L  # noqa: E402
-import provenance as P  # noqa: E402
-import textonly as X  # noqa: E402
-import textstudy as TS  # noqa: E402
-from farshare import CORPORA, TOKENIZERS, answers_of_targets, far_at, load_far_shares  # noqa: E402
-from sections import (  # noqa: E402
+from experiments.claims import judge as C
+from experiments.far_share import report as F
+from experiments.far_share.shares import (
+    CORPORA,
+    TOKENIZERS,
+    answers_of_targets,
+    far_at,
+    load_far_shares,
+)
+from experiments.laziness_map import cells as L
+from experiments.regime_study.sections import (
     _exact,
-    _numeric_columns,
     claims_section,
     delay_reading,
     delay_section,
-    delay_sentence,
     ids_paragraph,
     map_section,
-    rho_by_row,
-    rho_intervals,
 )
-from studycli import run, update_readme  # noqa: E402
+from experiments.text_only import report as X
+from experiments.text_study import readings as TS
+from swax.sweep import load_sweep
 
-from swax.sweep import load_sweep  # noqa: E402
-
+HERE = Path(__file__).resolve().parent
+COMMAND = "python -m experiments.regime_study"
 REPORT = "REPORT.md"
 
 
@@ -52,47 +46,22 @@ def far_share_section(lcfg, ccfg, cells, shares) -> list[str]:
     per = answers_of_targets(ccfg)
     T, W = ccfg.base["seq_len"], ccfg.base["window"]["long"]
     rho_claims = C.far_share(ccfg) or 0.0
-    lines = [
-        "## 4. The natural far share of text, against ρ*",
-        "",
-        "`swax data far-share` (swax/data/copies.py; the commands are in `far_share.sh`) counts "
-        "the targets of held-out rows of T tokens that only a copy from beyond W predicts: the "
-        "token after the most recent earlier occurrence of the preceding context (8 bytes, or 4 "
-        "GPT-2 tokens) is the target, that occurrence lies beyond W, and a global n-gram model "
-        "of the training split guesses wrong. Share of all targets (%), with a 95 % bootstrap "
-        "interval over held-out documents:",
-        "",
-    ]
-    head = ["T", "W"] + [
-        f"{c} / {t}" for c, _ in CORPORA for _, t in TOKENIZERS if (c, _) in shares or True
-    ]
-    head = ["T", "W"]
+    lines = ["## 4. The natural far share of text, against ρ*", "", F.WHAT, ""]
+    lines += F.table_lines(shares) + [""]
     keys = [(c, t) for c, _ in CORPORA for t, _ in TOKENIZERS if (c, t) in shares]
-    head += [f"{dict(CORPORA)[c].split(' (')[0]}, {dict(TOKENIZERS)[t]}" for c, t in keys]
-    rows = []
-    any_res = shares[keys[0]]
-    for row in any_res["rows"]:
-        for w in row["windows"]:
-            cells_ = []
-            for k in keys:
-                f = far_at(shares[k], row["seq_len"], w["window"])
-                cells_.append(
-                    "–"
-                    if f is None
-                    else f"{100 * f['share']:.2f} [{100 * f['ci'][0]:.2f}–{100 * f['ci'][1]:.2f}]"
-                )
-            rows.append([str(row["seq_len"]), f"{w['window']} (T/{w['divisor']})", *cells_])
-    lines += C._table(head, rows) + [""]
     kjv = shares.get(("kjv", "byte"))
     study = far_at(kjv, T, W) if kjv else None
     rho_star = (
         L.rho_star_value(
-            [(float(c[:-1]) / 100, L.lazy_share(cells[(W, c)])) for c in _numeric_columns(cells, W)]
+            [
+                (float(c[:-1]) / 100, L.lazy_share(cells[(W, c)]))
+                for c in L.numeric_columns(cells, W)
+            ]
         )
         if (W, "0%") in cells
         else math.nan
     )
-    lo, hi = L.rho_star_interval(cells, W, _numeric_columns(cells, W))
+    lo, hi = L.rho_star_interval(cells, W, L.numeric_columns(cells, W))
     old = " on old episode ids" if (L.ids_of(cells) or {}).get("old") else ""
     if study is not None:
         lines.append(
@@ -151,7 +120,8 @@ def text_only_section(tcfg, truns) -> list[str]:
         f"{len(tcfg.runs) * len(tcfg.seeds)} runs. The copy gain (swax/probes/copies.py): the "
         "loss on a copy event's target with every earlier occurrence of its context replaced by "
         "other held-out text, minus the loss as it is (nats); per bucket of reach, with the "
-        "window cut to 8 and the recurrent reset. Per run: [TEXT_ONLY.md](TEXT_ONLY.md).",
+        "window cut to 8 and the recurrent reset. Per run: "
+        "[TEXT_ONLY.md](../text_only/TEXT_ONLY.md).",
         "",
     ]
     if not done:
@@ -181,14 +151,15 @@ def text_only_section(tcfg, truns) -> list[str]:
 
 def sxsx_section() -> list[str]:
     """The text-only probe with two attention layers (textonly_sxsx.yaml), once archived."""
-    cfg = load_sweep(HERE / "textonly_sxsx.yaml")
+    cfg = load_sweep(X.HERE / "textonly_sxsx.yaml")
     runs = X.load_runs(cfg)
     done = sum(len(v) for v in runs.values())
     if not done:
         return []
     return [
         f"With two attention layers (SXSX, 4 layers; {done} of "
-        f"{len(cfg.runs) * len(cfg.seeds)} runs, [TEXT_ONLY_SXSX.md](TEXT_ONLY_SXSX.md)):",
+        f"{len(cfg.runs) * len(cfg.seeds)} runs, "
+        "[TEXT_ONLY_SXSX.md](../text_only/TEXT_ONLY_SXSX.md)):",
         "",
         *X.reading(cfg, runs),
         "",
@@ -211,27 +182,16 @@ def _rerun_note(settings) -> str:
     return ""
 
 
-def _rerun_counts(settings) -> str:
-    """ ", and in 2 of 4 SX and 2 of 4 SD seeds rerun with ids no text emits" (claims_rho0)."""
-    for cfg, sruns in settings:
-        got = [(f, sruns.get(f"{f.lower()}-long", [])) for f in C.families_of(cfg)]
-        got = [(f, recs) for f, recs in got if recs]
-        if cfg.name.endswith("rho0") and got:
-            counts = " and ".join(f"{_exact(recs, 'lazy')} {f}" for f, recs in got)
-            return f", and in {counts} seeds rerun with ids no text emits"
-    return ""
-
-
 def text_study_section() -> list[str]:
-    """The text-only study decided by a rule fixed in advance (textstudy.py, TEXT_RULE.md)."""
+    """The text-only study decided by a rule fixed in advance (text_study, TEXT_RULE.md)."""
     return [
         "## 6. Laziness on text alone, by a rule fixed before the runs",
         "",
         "The study's 2-layer models trained on text only (no episodes), read by the recurrent "
         "memory's copy gain beyond W_long with 8-byte contexts and intervals from a bootstrap "
         "over held-out documents. The decision rule, windows, seeds and budget were committed "
-        "before the first main run ([TEXT_RULE.md](TEXT_RULE.md)); per run and per seed: "
-        "[TEXT_STUDY.md](TEXT_STUDY.md).",
+        "before the first main run ([TEXT_RULE.md](../text_study/TEXT_RULE.md)); per run and per "
+        "seed: [TEXT_STUDY.md](../text_study/TEXT_STUDY.md).",
         "",
         *TS.summary_lines(TS.verdicts()),
         "",
@@ -280,89 +240,28 @@ def reading(ccfg, runs, cells, settings, tcfg, truns) -> list[str]:
     return out
 
 
-README_BEGIN = "<!-- regime-reading:begin (written by experiments/regime_study/report.py) -->"
-README_END = "<!-- regime-reading:end -->"
-
-
-def readme_block(settings, cells, shares=None, pending=None) -> str:
-    """The README's paragraph on the study: its findings, each number computed here."""
-    out = ["Reading, from the committed runs (REPORT.md has the tables and intervals):"]
-    ccfg, runs = settings[0]
-    near = [(f, runs.get(f"{f.lower()}-long-near", [])) for f in C.families_of(ccfg)]
-    near = [(f, recs) for f, recs in near if recs]
-    if near:
-        out.append(
-            "with no answer beyond the window in training, the long window (T/8, "
-            f"{C.tokens_m(ccfg):.1f}M tokens) ended lazy in "
-            + " and ".join(f"{_exact(recs, 'lazy')} {f} seeds" for f, recs in near)
-            + " with the old episode ids (which also occur in the text)"
-            + _rerun_counts(settings)
-            + "."
-        )
-    iv = rho_intervals(cells) if cells else {}
-    if iv:
-        ids = L.ids_of(cells)
-        out.append(
-            "The far share at which half the seeds stay lazy, ρ*, is "
-            + ", ".join(
-                f"{rho_by_row(cells)[w].split(' (')[0]} {L.interval_text(*iv[w])} at "
-                f"W = T/{ccfg.base['seq_len'] // w}"
-                for w in sorted(iv)
-            )
-            + " (95 % intervals from the cells' Jeffreys posteriors"
-            + (f"; a map on {P.label(ids).split(' (')[0]}" if ids else "")
-            + ("; its rerun on clean ids is pending" if pending is not None else "")
-            + ")."
-        )
-    for cfg, sruns in settings:
-        for family, roles in C.families_of(cfg).items():
-            js = C.judge(family, roles, sruns, cfg)
-            if js[0]["verdict"] == "not yet run":
-                continue
-            out.append(
-                f"{family} at {js[0]['at']}: "
-                + ", ".join(f"claim {c['claim'].split(' ', 1)[0]} {c['verdict']}" for c in js)
-                + "."
-            )
-    for cfg, sruns in settings:
-        text = delay_sentence(cfg, sruns)
-        if text and not text.startswith("not read"):
-            out.append(f"When the memory emerged {text}")
-    if shares:
-        kjv = shares.get(("kjv", "byte"))
-        w = far_at(kjv, ccfg.base["seq_len"], ccfg.base["window"]["long"]) if kjv else None
-        if w:
-            out.append(
-                f"Text alone puts {100 * w['share']:.2f} % of KJV's targets beyond the claims' "
-                f"W_long = {ccfg.base['window']['long']} (a copy only a memory can make), against "
-                f"{100 * (C.far_share(ccfg) or 0) * answers_of_targets(ccfg):.3f} % that the "
-                "claims' episodes supervise there."
-            )
-    out.append(TS.readme_sentence(TS.verdicts()))
-    return " ".join(out)
-
-
 def write_report(out: Path, lcfg=None, settings=None, tcfg=None, shares=None, pending=None) -> Path:
     """REPORT.md in ``out`` from the archived results (default: the committed ones of the map
-    of record (laziness.map_of_record), the claims settings, textonly.yaml and
-    results/far_share)."""
+    of record (laziness_map.cells.map_of_record), the claims settings, textonly.yaml and the
+    far share's results)."""
     if lcfg is None:
         _, lcfg, cells, pending = L.map_of_record()
     else:
         cells = L.load_cells(lcfg)
     settings = settings or C.load_settings()
-    tcfg = tcfg or load_sweep(HERE / "textonly.yaml")
+    tcfg = tcfg or load_sweep(X.HERE / "textonly.yaml")
     shares = load_far_shares() if shares is None else shares
     ccfg, runs = settings[0]
     truns = X.load_runs(tcfg)
     lines = [
         "# The window effect in the paper's regime, measured by distance",
         "",
-        "Generated by `python experiments/regime_study/report.py` from the committed per-run "
-        "results in `results/`; nothing below is typed by hand. The tables per seed are "
-        "[LAZINESS.md](LAZINESS.md), [CLAIMS.md](CLAIMS.md) and [TEXT_ONLY.md](TEXT_ONLY.md); "
-        "every attempt, and why the first study's reading was wrong, is in [NOTES.md](NOTES.md); "
-        "the first study itself is [FIRST_STUDY.md](FIRST_STUDY.md).",
+        f"Generated by `{COMMAND} report` from the committed per-run results of the studies "
+        "it reads; nothing below is typed by hand. The tables per seed are "
+        "[LAZINESS.md](../laziness_map/LAZINESS.md), [CLAIMS.md](../claims/CLAIMS.md) and "
+        "[TEXT_ONLY.md](../text_only/TEXT_ONLY.md); every attempt, and why the first study's "
+        "reading was wrong, is in [NOTES.md](NOTES.md); the first study itself is "
+        "[FIRST_STUDY.md](../first_regime_study/FIRST_STUDY.md).",
         "",
         "An answer lies **inside** window W when the position that predicts it attends to the "
         "value under the attention op's own mask. Recall is read by distance bucket; a run is "
@@ -384,14 +283,5 @@ def write_report(out: Path, lcfg=None, settings=None, tcfg=None, shares=None, pe
     return path
 
 
-def main(argv=None) -> int:
-    print(f"report: {write_report(HERE)}")
-    _, _, cells, pending = L.map_of_record()
-    block = readme_block(C.load_settings(), cells, load_far_shares(), pending)
-    if update_readme(ROOT / "README.md", README_BEGIN, README_END, block):
-        print("README.md: the study's reading updated")
-    return 0
-
-
-if __name__ == "__main__":
-    run(main)
+def write_reports(out: Path) -> list[Path]:
+    return [write_report(out)]

@@ -3,11 +3,14 @@ puts them together with the far share of text and the text-only sections)."""
 
 from __future__ import annotations
 
-import claims as C
-import emergence as E
-import laziness as L
-import provenance as P
-import stats as S
+from experiments.claims import judge as C
+from experiments.claims.report import control_lines
+from experiments.lab import emergence as E
+from experiments.lab import provenance as P
+from experiments.lab import stats as S
+from experiments.lab.markdown import fmt
+from experiments.lab.markdown import table as _table
+from experiments.laziness_map import cells as L
 
 
 def _count(recs: list[dict], kind: str) -> str:
@@ -16,29 +19,6 @@ def _count(recs: list[dict], kind: str) -> str:
 
 def _exact(recs: list[dict], kind: str) -> str:
     return S.share_text(sum(r["kind"] == kind for r in recs), len(recs))
-
-
-def _numeric_columns(cells, w: int) -> list[str]:
-    """The far-share columns ("0%", "0.5%", ...) that row ``w`` has, in increasing share."""
-    cols = [c for ww, c in cells if ww == w and c.endswith("%")]
-    return sorted(cols, key=lambda c: float(c[:-1]))
-
-
-def rho_by_row(cells) -> dict[int, str]:
-    """rho* per long window W of the map: the far share at which half the seeds stay lazy."""
-    return {
-        w: L.rho_star(
-            [(float(c[:-1]) / 100, L.lazy_share(cells[(w, c)])) for c in _numeric_columns(cells, w)]
-        )
-        for w in sorted({w for w, _ in cells})
-    }
-
-
-def rho_intervals(cells) -> dict[int, tuple[float, float]]:
-    return {
-        w: L.rho_star_interval(cells, w, _numeric_columns(cells, w))
-        for w in sorted({w for w, _ in cells})
-    }
 
 
 def map_section(lcfg, cells, pending=None) -> list[str]:
@@ -70,7 +50,7 @@ def map_section(lcfg, cells, pending=None) -> list[str]:
                 f"{len(zero)} seeds (Jeffreys {lo:.0f}–{hi:.0f} %) and carried by the memory in "
                 f"{_count(zero, 'memory')}."
             )
-    iv = rho_intervals(cells)
+    iv = L.rho_intervals(cells)
     if len(iv) > 1:
         ws = sorted(iv)
         overlap = all(
@@ -80,7 +60,7 @@ def map_section(lcfg, cells, pending=None) -> list[str]:
             "- ρ* by row, with its 95 % interval from the cells' Jeffreys posteriors (LAZINESS.md "
             "says why not a bootstrap): "
             + "; ".join(
-                f"W = {w}: {rho_by_row(cells)[w].split(' (')[0]} {L.interval_text(*iv[w])}"
+                f"W = {w}: {L.rho_by_row(cells)[w].split(' (')[0]} {L.interval_text(*iv[w])}"
                 for w in ws
             )
             + (
@@ -91,7 +71,12 @@ def map_section(lcfg, cells, pending=None) -> list[str]:
                 else "."
             )
         )
-    lines += ["", "Per seed, with the probes and Wilson intervals: [LAZINESS.md](LAZINESS.md).", ""]
+    lines += [
+        "",
+        "Per seed, with the probes and Wilson intervals: "
+        "[LAZINESS.md](../laziness_map/LAZINESS.md).",
+        "",
+    ]
     return lines
 
 
@@ -128,12 +113,12 @@ def claims_section(settings) -> list[str]:
         lines += [
             f"**{_rho_label(cfg)}** ({P.label(C.ids_of(runs))}):",
             "",
-            *C._table(["claim", "part", "verdict"], rows),
+            *_table(["claim", "part", "verdict"], rows),
             "",
         ]
     lines += ["Controls (a long window: the positive one should be lazy, the negative not):", ""]
     for cfg, runs in settings:
-        lines += C.control_lines(cfg, runs)
+        lines += control_lines(cfg, runs)
     lines.append("")
     return lines
 
@@ -157,7 +142,7 @@ def delay_section(settings) -> list[str]:
                 lines.append(f"- **{d['head']}**: left out: {d['left_out']}.")
             else:
                 lines.append(f"- **{d['head']}**: {E.summary(d['pairs'], C.tokens_m(cfg))}")
-    lines += ["", "Per seed: [CLAIMS.md](CLAIMS.md).", ""]
+    lines += ["", "Per seed: [CLAIMS.md](../claims/CLAIMS.md).", ""]
     return lines
 
 
@@ -173,7 +158,7 @@ def delay_sentence(cfg, sruns) -> str:
     parts = [
         f"{f}: the long window emerged later in {d['later']}, earlier in {d['earlier']} and in "
         f"an order censoring hides in {d['hidden']} of {len(d['rows'])} pairs (exact sign test "
-        f"two-sided p = {L.fmt(d['p_two'], 3)}), and never within {C.tokens_m(cfg):.1f}M tokens "
+        f"two-sided p = {fmt(d['p_two'], 3)}), and never within {C.tokens_m(cfg):.1f}M tokens "
         f"in {d['never']['long']} of {d['runs']['long']} seeds (lazy at that budget)"
         for f, d in read.items()
     ]

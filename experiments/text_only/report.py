@@ -1,11 +1,8 @@
-"""Laziness on text alone: the study's SX model trained on KJV text, read by copy gain.
+"""Laziness on text alone, the first probe: the regime's SX model trained on KJV text, read by
+copy gain; TEXT_ONLY.md (textonly.yaml) and TEXT_ONLY_SXSX.md (textonly_sxsx.yaml).
 
-    python experiments/regime_study/textonly.py                  # TEXT_ONLY.md from the archive
-    python experiments/regime_study/textonly.py --run --jobs 2   # train/evaluate missing runs
-    python experiments/regime_study/textonly.py --quick --run --report-dir DIR   # CI smoke test
-
-Every run of ``textonly.yaml`` leaves ``results/textonly/NAME/seedS.json`` (committed); this
-script reads them and nothing else. A run is read by the copy gain (swax.probes.copies): what
+Every run of a config leaves ``results/<archive>/NAME/seedS.json`` (committed); the report reads
+them and nothing else. A run is read by the copy gain (swax.probes.copies): what
 the earlier occurrence of a repeated context is worth, in nats, on held-out copy events bucketed
 by their reach, with the run's own window, the window cut to W_short and the recurrent reset.
 On text, **lazy** means the long window gains nothing beyond W_long where the short one does.
@@ -15,16 +12,16 @@ from __future__ import annotations
 
 import math
 import os
-import sys
 from pathlib import Path
 
+from experiments.lab.cli import load_archived
+from experiments.lab.markdown import table as _table
+from experiments.lab.stats import paired as paired_stats
+from swax.sweep import load_sweep
+
 HERE = Path(__file__).resolve().parent
-ROOT = HERE.parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(HERE))
-
-from studycli import load_archived, prepare, run  # noqa: E402
-
+CONFIGS = ("textonly.yaml", "textonly_sxsx.yaml")
+COMMAND = "python -m experiments.text_only"
 REPORT = "TEXT_ONLY.md"
 NOTHING = 0.05
 """Copy gain (nats) below which a window is read as not copying from a distance at all."""
@@ -72,8 +69,6 @@ def reading(cfg, runs) -> list[str]:
     """Sentences on laziness on text, each made from the archived numbers: the long window's
     copy gain beyond W_long against the short window's, paired by seed, and which memory
     carries it (the reset and the cut)."""
-    from stats import paired as paired_stats
-
     roles = cfg.roles
     s, lg, st = (runs.get(roles[r], []) for r in ("short", "long", "stochastic"))
     if not (s and lg):
@@ -154,11 +149,6 @@ def curve_lines(cfg, runs) -> list[str]:
     return out
 
 
-def _table(head, rows):
-    out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    return out + ["| " + " | ".join(r) + " |" for r in rows]
-
-
 def report_name(config: str) -> str:
     """TEXT_ONLY.md for textonly.yaml, TEXT_ONLY_SXSX.md for textonly_sxsx.yaml, and so on."""
     stem = Path(config).stem
@@ -202,7 +192,29 @@ def write_report(
         path = out / report
         path.write_text("\n".join(lines + ["No run is archived yet.", ""]))
         return path
-    lines += ["## Copy gain per run", ""]
+    lines += ["## Copy gain per run", "", *gain_table(runs), ""]
+    lines += ["## Long against short, paired by seed", "", *paired_lines(cfg, runs)]
+    lines.append("")
+    read = reading(cfg, runs)
+    if read:
+        lines += ["## Reading", "", *read, ""]
+    curve = curve_lines(cfg, runs)
+    if curve:
+        lines += [
+            "## Copy gain beyond W_long (within T) over training",
+            "",
+            "Tokens and the gain (nats, own window) at every kept checkpoint:",
+            "",
+            *curve,
+            "",
+        ]
+    path = out / report
+    path.write_text("\n".join(lines))
+    return path
+
+
+def gain_table(runs) -> list[str]:
+    """Copy gain per run, seed and bucket, with the probes."""
     head = ["run", "seed", "bucket", "events", "gain (own window)", "cut", "reset"]
     rows = []
     for name, recs in runs.items():
@@ -224,8 +236,12 @@ def write_report(
                         fmt_gain(probes.get("reset")),
                     ]
                 )
-    lines += _table(head, rows) + [""]
-    lines += ["## Long against short, paired by seed", ""]
+    return _table(head, rows)
+
+
+def paired_lines(cfg, runs) -> list[str]:
+    """Long against short per bucket, paired by seed (mean ± standard error)."""
+    out = []
     roles = cfg.roles
     for key in ("short_long", "long_T", "T_4T"):
         vals = {
@@ -246,38 +262,24 @@ def write_report(
             f"{role} " + ", ".join(f"{vals[role].get(s, math.nan):.3f}" for s in seeds)
             for role in roles
         ]
-        lines.append(
+        out.append(
             f"- {label}: copy gain per seed {seeds}: "
             + "; ".join(parts)
             + f". Long minus short: {m:+.3f} ± {se:.3f} nats (standard error over {n} pairs)."
         )
-    lines.append("")
-    read = reading(cfg, runs)
-    if read:
-        lines += ["## Reading", "", *read, ""]
-    curve = curve_lines(cfg, runs)
-    if curve:
-        lines += [
-            "## Copy gain beyond W_long (within T) over training",
-            "",
-            "Tokens and the gain (nats, own window) at every kept checkpoint:",
-            "",
-            *curve,
-            "",
-        ]
-    path = out / report
-    path.write_text("\n".join(lines))
-    return path
+    return out
 
 
-def main(argv=None) -> int:
-    cfg, args, out, command = prepare(Path(__file__).name, __doc__, "textonly.yaml", REPORT, argv)
-    if args.config != "textonly.yaml":
-        command += f" --config {args.config}"
-    name = report_name(args.config)
-    print(f"report: {write_report(cfg, load_runs(cfg), out, command, name, args.config)}")
-    return 0
+def write_reports(out: Path) -> list[Path]:
+    """TEXT_ONLY.md and TEXT_ONLY_SXSX.md from the committed archives."""
+    written = []
+    for config in CONFIGS:
+        cfg = load_sweep(HERE / config)
+        command = f"{COMMAND} report"
+        written.append(write_report(cfg, load_runs(cfg), out, command, report_name(config), config))
+    return written
 
 
-if __name__ == "__main__":
-    run(main)
+def quick_reports(cfgs: dict, ran: list[str], out: Path, command: str) -> list[Path]:
+    """The report of each reduced config that was run (the smoke test)."""
+    return [write_report(cfgs[n], load_runs(cfgs[n]), out, command, report_name(n), n) for n in ran]

@@ -1,16 +1,11 @@
 """The text-only study's rule (TEXT_RULE.md, committed before the first main run), as functions:
 the reading of a control, of a seed, of a family, of claim 3's two halves and of the map's
-prediction. textstudy.py applies them to the archived runs and writes the reports.
+prediction. readings.py applies them to the archived runs; report.py writes the reports.
 """
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-import stats as S  # noqa: E402
+from experiments.lab import stats as S
 
 LAZY, NOT_LAZY = 0.25, 0.75
 """A long window is lazy in a seed at <= LAZY x the short window's memory gain beyond W_long,
@@ -18,7 +13,7 @@ not lazy at >= NOT_LAZY x (TEXT_RULE.md section 4)."""
 RANGES = ("r8_32", "r32_64", "r64_128", "r128_256", "r256_1024", "beyond_32", "beyond_64")
 # The laziness map's prediction, as TEXT_RULE.md section 6 committed it before the main runs:
 # rho*(W = T/4) of the map with episode ids 128-175, its bootstrap interval, and the answers'
-# share of that study's targets (the per-target scale of REPORT.md section 4).
+# share of that study's targets (the per-target scale of regime_study/REPORT.md section 4).
 RHO_STAR = (0.0025, 0.0, 0.0125)
 ANSWERS_OF_TARGETS = 0.034
 
