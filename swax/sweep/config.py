@@ -103,6 +103,9 @@ class EvalSpec:
     copy_probe_keys: list[str] = field(default_factory=list)
     """Keys of the copy ranges read with the window cut and the recurrent reset (e.g. r8_32,
     beyond_128); empty = every range."""
+    copy_curve_keys: list[str] = field(default_factory=list)
+    """Keys of the copy ranges read at every checkpoint (copy_curve_events); empty = every
+    range but the past-T ones."""
     passkey_trials: int = bounded(0, "[0, inf)")
     """The planted passkey (swax.probes.passkey): trials per distance; 0 = not evaluated."""
     passkey_distances: list[int] = bounded(bounds="[1, inf)", default_factory=list)

@@ -76,9 +76,12 @@ class CopyStages:
 
     def copy_curve(self) -> dict:
         """Copy gain per bucket (own window) at every kept checkpoint and the final model (the
-        past-T ranges of the reach × position split left out)."""
+        ranges of eval.copy_curve_keys, else all but the past-T ones)."""
         buckets, baseline = self._copy_setup()
-        buckets = [b for b in buckets if not getattr(b, "min_pos", 0)]
+        keep = set(self.ev.copy_curve_keys)
+        buckets = [
+            b for b in buckets if not getattr(b, "min_pos", 0) and (not keep or b.key in keep)
+        ]
         per_step = self.tcfg.batch_size * self.tcfg.seq_len
         plans = self._plans(buckets, baseline, self.ev.copy_curve_events)
         points = []
