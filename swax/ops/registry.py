@@ -148,7 +148,25 @@ def _with_environment(environment, usable):
     return check
 
 
-_FAILED: dict[tuple[str, str], str] = {}
+class FailureRecord:
+    """What failed in a way that will not change in this process, each with why (one line):
+    a guarded kernel's first call, keyed ``(op, backend name)``, and a decode step's compile,
+    keyed ``("decode step", device type, configuration)`` (:class:`swax.decode.StepCache`).
+    What is noted is not tried again; :func:`backend_report` shows the kernels' reasons."""
+
+    def __init__(self) -> None:
+        self._why: dict[tuple, str] = {}
+
+    def note(self, key: tuple, why: str) -> None:
+        self._why[key] = why
+
+    def why(self, key: tuple) -> str | None:
+        """Why ``key`` failed, None if it has not."""
+        return self._why.get(key)
+
+
+FAILURES = FailureRecord()
+"""The process's one record of failures (the op registry's and the decode steps')."""
 
 
 def _guarded(op: str, name: str, fn: Callable, usable: Callable):
@@ -163,15 +181,15 @@ def _guarded(op: str, name: str, fn: Callable, usable: Callable):
             if type(e).__name__ == "OutOfMemoryError":
                 raise
             last = (str(e).strip().splitlines() or [""])[-1][:200]
-            _FAILED[(op, name)] = f"its first call failed ({type(e).__name__}: {last})"
+            FAILURES.note((op, name), f"its first call failed ({type(e).__name__}: {last})")
             chosen = select_backend(op, "auto", *args[:5])
-            warn_once(op, name, _FAILED[(op, name)], chosen.name)
+            warn_once(op, name, FAILURES.why((op, name)), chosen.name)
             return chosen.fn(*args)
         proven.append(True)
         return out
 
     def check(*args, **kwargs):
-        return _FAILED.get((op, name)) or usable(*args, **kwargs)
+        return FAILURES.why((op, name)) or usable(*args, **kwargs)
 
     return call, check
 
@@ -194,7 +212,7 @@ def backend_report(device: str = "cpu") -> list[dict]:
         for name in list_backends(op):
             b = _REGISTRY[op][name]
             reason = b.environment(device) if b.environment is not None else None
-            reason = reason or _FAILED.get((op, name))
+            reason = reason or FAILURES.why((op, name))
             rows.append(
                 {
                     "op": op,

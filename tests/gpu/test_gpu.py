@@ -432,5 +432,7 @@ def test_compiled_cuda_decode_matches_eager_for_256_steps(pattern):
             generate(model, ids, 32, compile=True, **kw),
             generate(model, ids, 32, compile=False, **kw),
         )
-    modes = [key[0][-1] for key in model.__dict__["_swax_decode_steps"]]
+    from swax.decode import Decoder
+
+    modes = [key.mode for key in Decoder.step_cache.keys(model)]
     assert modes.count((20, True)) == 1

@@ -13,16 +13,23 @@ compiles with inductor, as users get it, for every pattern and the sampling mode
 """
 
 import copy
+import gc
 import logging
+import weakref
 
 import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
+import swax.decode.steps as decode_steps
 from swax import SwaxConfig, SwaxLM
 from swax import decode as swax_decode
+from swax.decode import Decoder, StepCache
+from swax.decode.cache import step_key
 from swax.generate import generate, generate_batch
 from swax.layers.attention import AttentionState
+from swax.ops.registry import FailureRecord
+from swax.sampling import Sampling
 from tests.helpers import FLOOR, NOISE_FACTOR, U32, rel_err
 
 VOCAB = 61
@@ -53,13 +60,13 @@ def sx():
 @pytest.fixture
 def aot_eager(monkeypatch):
     """Steps compiled while this fixture is active use the aot_eager backend."""
-    monkeypatch.setattr(swax_decode, "BACKEND", "aot_eager")
+    monkeypatch.setattr(decode_steps, "BACKEND", "aot_eager")
 
 
 @pytest.fixture(scope="module")
 def sx_traced():
     """The SX model whose compiled steps come from aot_eager (its own object: the compiled
-    steps are kept on the model, and the inductor tests must not find these)."""
+    steps are kept per model, and the inductor tests must not find these)."""
     return small_model("SX")
 
 
@@ -198,11 +205,11 @@ def test_batch_with_full_attention_matches_each_alone():
 def test_failed_compile_falls_back_to_eager_with_one_warning(monkeypatch, caplog):
     model = small_model("SX", seed=6)
 
-    def broken(self, static, tok, values):
+    def broken(self, model, static, tok, values):
         raise RuntimeError("no C compiler")
 
     monkeypatch.setattr(swax_decode.StepRunner, "warm_up", broken)
-    monkeypatch.setattr(swax_decode, "_FAILED", {})
+    monkeypatch.setattr(Decoder, "step_cache", StepCache(failures=FailureRecord()))
     ids = torch.randint(0, VOCAB, (2, 6), generator=torch.Generator().manual_seed(7))
     with caplog.at_level(logging.WARNING, logger="swax"):
         a = generate(model, ids, 20, compile=True)
@@ -215,13 +222,13 @@ def test_failed_compile_falls_back_to_eager_with_one_warning(monkeypatch, caplog
 def test_automatic_compile_skips_short_generations_on_the_cpu(monkeypatch):
     model = small_model("SX", seed=6)
 
-    def unexpected(self, static, tok, values):
+    def unexpected(self, model, static, tok, values):
         raise AssertionError("compiled a short generation")
 
     monkeypatch.setattr(swax_decode.StepRunner, "warm_up", unexpected)
     ids = torch.randint(0, VOCAB, (1, 5), generator=torch.Generator().manual_seed(8))
     generate(model, ids, 16)  # compile=None: 16 tokens, eager
-    assert not model.__dict__.get("_swax_decode_steps")
+    assert not Decoder.step_cache.keys(model)
 
 
 @pytest.mark.parametrize(
@@ -249,11 +256,12 @@ def test_generate_rejects_bad_compile_flag(sx):
         generate(sx, torch.tensor([[1, 2]]), 4, compile=1)
 
 
-def _no_compile(monkeypatch, calls=None, fail=None):
+def _no_compile(monkeypatch, calls=None, fail=None, **cache_args) -> StepCache:
     """StepRunner.warm_up without compiling (the cache's logic is what is tested): counts the
-    configurations it is asked for, and raises ``fail(batch)`` for those it returns one."""
+    configurations it is asked for, and raises ``fail(batch)`` for those it returns one. The
+    decoders use a fresh StepCache(**cache_args) with a failure record of its own, returned."""
 
-    def warm_up(self, static, tok, values):
+    def warm_up(self, model, static, tok, values):
         if calls is not None:
             calls.append(tok.shape[0])
         err = fail(tok.shape[0]) if fail is not None else None
@@ -262,14 +270,15 @@ def _no_compile(monkeypatch, calls=None, fail=None):
         self.compile_s = 0.5
 
     monkeypatch.setattr(swax_decode.StepRunner, "warm_up", warm_up)
-    monkeypatch.setattr(swax_decode, "_FAILED", {})
+    cache = StepCache(failures=FailureRecord(), **cache_args)
+    monkeypatch.setattr(Decoder, "step_cache", cache)
+    return cache
 
 
 def test_the_step_cache_is_bounded_least_recently_used_first(monkeypatch):
     model = small_model("SX", seed=6)
     calls = []
-    _no_compile(monkeypatch, calls)
-    monkeypatch.setattr(swax_decode, "MAX_STEPS", 3)
+    cache = _no_compile(monkeypatch, calls, max_steps=3)
 
     def batch(b):  # a batch of b rows: a configuration of its own
         generate(model, torch.arange(1, 1 + 3 * b).view(b, 3), 4, compile=True)
@@ -279,9 +288,8 @@ def test_the_step_cache_is_bounded_least_recently_used_first(monkeypatch):
     batch(1)  # a hit
     assert calls == [1, 2, 3]
     batch(4)
-    cache = model.__dict__["_swax_decode_steps"]
-    assert len(cache) == 3 and calls == [1, 2, 3, 4]
-    kept = [key[0][0][-1][0][0] for key in cache]  # the batch size of each key, oldest first
+    assert len(cache.keys(model)) == 3 and calls == [1, 2, 3, 4]
+    kept = [key.batch for key in cache.keys(model)]  # oldest first
     assert kept == [3, 1, 4]  # 2, the least recently used, went
     assert swax_decode.compile_seconds(model) == 4 * 0.5  # evictions do not unsay the cost
 
@@ -315,14 +323,16 @@ def test_traced_sampling_with_new_values_matches_eager(sx_traced, aot_eager):
         kw = dict(temperature=t, top_k=20, top_p=p, seed=11)
         comp = generate(sx_traced, ids, 24, compile=True, **kw)
         assert torch.equal(comp, generate(sx_traced, ids, 24, compile=False, **kw)), (t, p)
-    steps = sx_traced.__dict__["_swax_decode_steps"]
-    assert sum(1 for key in steps if key[0][-1] == (20, True)) == 1
+    keys = Decoder.step_cache.keys(sx_traced)
+    assert sum(1 for key in keys if key.mode == (20, True)) == 1
 
 
 def test_a_failed_compile_disables_only_its_configuration(monkeypatch, caplog):
     model = small_model("SX", seed=6)
     calls = []
-    _no_compile(monkeypatch, calls, fail=lambda b: RuntimeError("inductor") if b == 2 else None)
+    cache = _no_compile(
+        monkeypatch, calls, fail=lambda b: RuntimeError("inductor") if b == 2 else None
+    )
     one, two = torch.tensor([[1, 2, 3]]), torch.tensor([[1, 2, 3], [4, 5, 6]])
     with caplog.at_level(logging.WARNING, logger="swax"):
         generate(model, two, 4, compile=True)
@@ -331,7 +341,7 @@ def test_a_failed_compile_disables_only_its_configuration(monkeypatch, caplog):
     assert calls == [2, 1]
     warned = [r.message for r in caplog.records if "failed" in r.message]
     assert len(warned) == 1 and "for batch 2" in warned[0]
-    assert len(model.__dict__["_swax_decode_steps"]) == 1
+    assert [key.batch for key in cache.keys(model)] == [1]
 
 
 def test_out_of_memory_is_reported_and_tried_again(monkeypatch, caplog):
@@ -343,13 +353,71 @@ def test_out_of_memory_is_reported_and_tried_again(monkeypatch, caplog):
         first.append(batch)
         return torch.OutOfMemoryError("CUDA out of memory") if len(first) == 1 else None
 
-    _no_compile(monkeypatch, calls, fail=fail)
+    cache = _no_compile(monkeypatch, calls, fail=fail)
     with caplog.at_level(logging.WARNING, logger="swax"):
         generate(model, torch.tensor([[1, 2, 3]]), 4, compile=True)
         generate(model, torch.tensor([[1, 2, 3]]), 4, compile=True)
     assert calls == [1, 1]  # not marked failed: tried again, and kept
     assert any("out of memory compiling the decode step" in r.message for r in caplog.records)
-    assert len(model.__dict__["_swax_decode_steps"]) == 1
+    assert len(cache.keys(model)) == 1
+
+
+def test_the_step_cache_is_held_by_the_decoder_not_the_model(monkeypatch):
+    """The compiled steps live in one StepCache, Decoder.step_cache or one given to
+    Decoder.start, never in the model (its __dict__ is as it was)."""
+    model = small_model("SX", seed=6)
+    before = dict(model.__dict__)
+    cache = _no_compile(monkeypatch)
+    generate(model, torch.tensor([[1, 2, 3]]), 4, compile=True)
+    assert model.__dict__.keys() == before.keys()
+    assert [key.batch for key in cache.keys(model)] == [1]
+    own = StepCache(failures=FailureRecord())
+    with torch.no_grad():
+        _, state = model(torch.tensor([[1, 2, 3], [4, 5, 6]]), return_state=True)
+    first = torch.tensor([7, 8])
+    Decoder.start(model, [(state, range(2))], first, Sampling(), True, 4, step_cache=own)
+    assert [key.batch for key in own.keys(model)] == [2]
+    assert [key.batch for key in cache.keys(model)] == [1]  # the default cache untouched
+
+
+def test_the_step_cache_keeps_no_model_alive(aot_eager):
+    """A model its user dropped goes, its traced step with it: the cache holds models weakly
+    and no runner (nor dynamo's graph of the step's code object) holds one."""
+    cache = StepCache(failures=FailureRecord())
+    model = small_model("SX", seed=6)
+    first, nxt = torch.tensor([4]), torch.tensor([5])
+    with torch.no_grad():  # as generate runs it
+        _, state = model(torch.tensor([[1, 2, 3]]), return_state=True)
+        d = Decoder.start(model, [(state, range(1))], first, Sampling(), True, 4, step_cache=cache)
+        eager = Decoder.start(model, [(state, range(1))], first, Sampling(), False, 4)
+        assert isinstance(d.runner, swax_decode.StepRunner)  # traced, not the eager step
+        assert torch.equal(d.advance(nxt), eager.advance(nxt))
+    assert len(cache.keys(model)) == 1
+    gone = weakref.ref(model)
+    del model, state, d, eager
+    gc.collect()
+    assert gone() is None
+
+
+def test_one_failure_record_for_kernels_and_decode_steps(monkeypatch):
+    """The decode steps note failed compiles in the op registry's record (one per process),
+    under the configuration: another model of the same configuration does not try again."""
+    from swax.ops import registry
+
+    assert Decoder.step_cache.failures is registry.FAILURES
+    calls = []
+    cache = _no_compile(monkeypatch, calls, fail=lambda b: RuntimeError("no C compiler"))
+    ids = torch.tensor([[1, 2, 3]])
+    generate(small_model("SX", seed=6), ids, 4, compile=True)
+    model = small_model("SX", seed=7)
+    generate(model, ids, 4, compile=True)
+    assert calls == [1]
+    with torch.no_grad():
+        _, state = model(ids, return_state=True)
+    static = swax_decode.StaticState.from_parts(model, [(state, range(1))], 256)
+    key = step_key(model, static, None)
+    assert "no C compiler" in cache.failures.why(key.configuration())
+    assert key.configuration()[:2] == ("decode step", "cpu")
 
 
 def test_new_weight_tensors_make_a_new_key_on_cuda_only(monkeypatch):
@@ -357,24 +425,24 @@ def test_new_weight_tensors_make_a_new_key_on_cuda_only(monkeypatch):
     cast) must not find the old graph. The key is tested on the CPU; the replay on a GPU is in
     the gpu tier."""
     model = small_model("SX", seed=6)
-    before_cpu = swax_decode._weights_key(model, "cpu")
-    before_cuda = swax_decode._weights_key(model, "cuda")
+    before_cpu = swax_decode.weights_key(model, "cpu")
+    before_cuda = swax_decode.weights_key(model, "cuda")
     fresh = {k: v.clone() for k, v in model.state_dict().items()}
     model.load_state_dict(fresh, assign=True)
-    assert swax_decode._weights_key(model, "cpu") == before_cpu  # inductor reads them at call
-    assert swax_decode._weights_key(model, "cuda") != before_cuda
-    kept = swax_decode._weights_key(model, "cuda")
+    assert swax_decode.weights_key(model, "cpu") == before_cpu  # inductor reads them at call
+    assert swax_decode.weights_key(model, "cuda") != before_cuda
+    kept = swax_decode.weights_key(model, "cuda")
     model.load_state_dict({k: v.clone() for k, v in fresh.items()})  # in place: same storage
-    assert swax_decode._weights_key(model, "cuda") == kept
+    assert swax_decode.weights_key(model, "cuda") == kept
 
 
 def test_new_buffers_make_a_new_key_on_cuda_too():
     """Weights held as buffers (swax.quant's int8 matrices and scales) are part of the key."""
     model = small_model("SX", seed=6)
     model.register_buffer("extra", torch.zeros(3))
-    before = swax_decode._weights_key(model, "cuda")
+    before = swax_decode.weights_key(model, "cuda")
     model.extra = torch.zeros(3)  # a new tensor in the buffer's place
-    assert swax_decode._weights_key(model, "cuda") != before
+    assert swax_decode.weights_key(model, "cuda") != before
 
 
 class _HostToDevice(TorchDispatchMode):
@@ -409,7 +477,7 @@ def test_the_step_copies_nothing_from_the_host(pattern, sampling):
     values, tok = s.values("meta"), torch.zeros(2, dtype=torch.long, device="meta")
     pos = static.pos.to("meta")
     with torch.no_grad(), _HostToDevice() as spy:
-        swax_decode._step(meta, layers, tok, pos, s.mode, values)
+        swax_decode.decode_step(meta, layers, tok, pos, s.mode, values)
     assert spy.ops == []
 
 
@@ -418,13 +486,13 @@ def test_an_eager_batch_decodes_no_padding_rows(monkeypatch):
     token threshold, or compile=False) steps its real rows only."""
     model = small_model("SX", seed=6)
     rows = []
-    step = swax_decode._step
+    step = decode_steps.decode_step
 
     def counting(model, layers, tok, *rest):
         rows.append(tok.shape[0])
         return step(model, layers, tok, *rest)
 
-    monkeypatch.setattr(swax_decode, "_step", counting)
+    monkeypatch.setattr(decode_steps, "decode_step", counting)
     prompts = [[1, 2, 3], [4, 5], [6, 7, 8, 9]]
     alone = [generate_batch(model, [p], 6, compile=False)[0] for p in prompts]
     rows.clear()

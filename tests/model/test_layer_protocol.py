@@ -18,6 +18,7 @@ from torch import nn
 
 import swax
 import swax.decode as swax_decode
+import swax.decode.steps as decode_steps
 from swax import SwaxConfig, SwaxLM
 from swax.config import LAYER_KINDS, LayerKind
 from swax.core.errors import ConfigError
@@ -61,7 +62,7 @@ class ToyDecay(TokenMixer):
 def toy_kind(monkeypatch):
     kind = LayerKind("toy decay", False, ToyDecay, lambda cfg: {"d_model": cfg.d_model})
     monkeypatch.setitem(LAYER_KINDS, "T", kind)
-    monkeypatch.setattr(swax_decode, "BACKEND", "aot_eager")  # traced, not inductor-compiled
+    monkeypatch.setattr(decode_steps, "BACKEND", "aot_eager")  # traced, not inductor-compiled
     torch.manual_seed(0)
     cfg = SwaxConfig(
         vocab_size=VOCAB,
@@ -102,18 +103,22 @@ def test_a_toy_layer_kind_traced_matches_eager_for_256_steps(toy_kind):
     eager, s_eager = generate(toy_kind, ids, 256, compile=False, return_state=True)
     comp, s_comp = generate(toy_kind, ids, 256, compile=True, return_state=True)
     assert torch.equal(comp, eager)
-    assert toy_kind.__dict__["_swax_decode_steps"]  # it did go through a traced step
+    assert swax_decode.Decoder.step_cache.keys(toy_kind)  # it did go through a traced step
     (h_e,), (h_c,) = s_eager.layers[1], s_comp.layers[1]
     # decay <= 0.95: each step's rounding (2^-24 relative) is summed geometrically, <= 20 of them
     assert torch.allclose(h_c, h_e, rtol=20 * 2**-24, atol=20 * 2**-24 * h_e.abs().max().item())
 
 
-def test_the_decode_module_names_no_layer_kind():
-    """decode.py goes through the mixers' protocol only: no layer letters, no layer classes."""
-    src = inspect.getsource(swax_decode)
-    assert not re.search(r"""["'][SXDA]["']""", src)
-    for name in ("layer_types", "AttentionState", "MLSTMLayer", "GatedDeltaNet", "LAYER_KINDS"):
-        assert name not in src, name
+def test_the_decode_package_names_no_layer_kind():
+    """swax.decode goes through the mixers' protocol only: no layer letters, no layer
+    classes, in any of its modules."""
+    files = sorted(Path(swax_decode.__file__).parent.glob("*.py"))
+    assert len(files) > 1
+    for path in files:
+        src = path.read_text()
+        assert not re.search(r"""["'][SXDA]["']""", src), path.name
+        for name in ("layer_types", "AttentionState", "MLSTMLayer", "GatedDeltaNet", "LAYER_KINDS"):
+            assert name not in src, (path.name, name)
 
 
 # ------------------------------------------------------------------------------ one path each

@@ -185,7 +185,7 @@ def _toy_op(name_ok: str, fail_first: list, monkeypatch):
     from swax.ops.registry import register_backend
 
     monkeypatch.setattr(registry, "_REGISTRY", dict(registry._REGISTRY))
-    monkeypatch.setattr(registry, "_FAILED", {})
+    monkeypatch.setattr(registry, "FAILURES", registry.FailureRecord())
 
     def kernel(x, *rest):
         if fail_first:
