@@ -58,22 +58,27 @@ class ToyDecay(TokenMixer):
         return self.out(h)
 
 
+def small_cfg(pattern: str, n_layers: int, chunk_size: int, **extra) -> SwaxConfig:
+    """A small model's config: vocabulary VOCAB, width 32, 4 heads, window 8."""
+    return SwaxConfig(
+        vocab_size=VOCAB,
+        d_model=32,
+        n_heads=4,
+        window=8,
+        layer_pattern=pattern,
+        n_layers=n_layers,
+        chunk_size=chunk_size,
+        **extra,
+    )
+
+
 @pytest.fixture
 def toy_kind(monkeypatch):
     kind = LayerKind("toy decay", False, ToyDecay, lambda cfg: {"d_model": cfg.d_model})
     monkeypatch.setitem(LAYER_KINDS, "T", kind)
     monkeypatch.setattr(decode_steps, "BACKEND", "aot_eager")  # traced, not inductor-compiled
     torch.manual_seed(0)
-    cfg = SwaxConfig(
-        vocab_size=VOCAB,
-        d_model=32,
-        n_layers=2,
-        n_heads=4,
-        window=8,
-        chunk_size=16,
-        layer_pattern="ST",
-        init_std=0.5,
-    )
+    cfg = small_cfg("ST", 2, 16, init_std=0.5)
     return SwaxLM(cfg).eval()
 
 
@@ -136,17 +141,7 @@ def test_a_blocks_single_token_step_is_its_forward_on_the_last_token(kind, extra
     from swax.model import Block
 
     torch.manual_seed(0)
-    cfg = SwaxConfig(
-        vocab_size=VOCAB,
-        d_model=32,
-        n_layers=1,
-        n_heads=4,
-        window=8,
-        chunk_size=4,
-        layer_pattern=kind,
-        init_std=0.3,
-        **extra,
-    )
+    cfg = small_cfg(kind, 1, 4, init_std=0.3, **extra)
     block = Block(cfg, kind).to_empty(device="cpu").double()
     block.reset_parameters(0.3, 0.2)
     block = block.double()
@@ -213,16 +208,7 @@ def test_the_registry_matches_the_layers_it_builds(full_rope):
     from swax.probes.episodes import reset_recurrent_state
 
     torch.manual_seed(0)
-    cfg = SwaxConfig(
-        vocab_size=VOCAB,
-        d_model=32,
-        n_layers=4,
-        n_heads=4,
-        window=8,
-        chunk_size=8,
-        layer_pattern="SXDA",
-        full_attn_rope=full_rope,
-    )
+    cfg = small_cfg("SXDA", 4, 8, full_attn_rope=full_rope)
     model = SwaxLM(cfg).eval()
     with torch.no_grad():
         _, short = model(torch.randint(0, VOCAB, (1, 20)), return_state=True)
