@@ -209,14 +209,14 @@ def _detokenizer(detokenize, decode):
     """``detokenize``, or what the former keyword ``decode`` gave (one DeprecationWarning)."""
     if decode is None:
         return detokenize
+    if detokenize is not None and detokenize is not decode:
+        raise ValueError("pass detokenize= only: decode= is its former name")
     warnings.warn(
         "the decode= keyword of generate and generate_batch is now detokenize= (the function "
         "from token ids to text); decode= goes in the next release",
         DeprecationWarning,
         stacklevel=4,  # the caller of generate (through torch.no_grad's wrapper)
     )
-    if detokenize is not None and detokenize is not decode:
-        raise ValueError("pass detokenize= only: decode= is its former name")
     return decode
 
 
