@@ -25,6 +25,7 @@ from collections.abc import Callable, Sequence
 import pytest
 import torch
 import torch.nn.functional as F
+from torch.utils._python_dispatch import TorchDispatchMode
 
 # ------------------------------------------------------------------------------ device
 
@@ -317,3 +318,57 @@ def model_noise_floor(
                 p.mul_(1 + U32 * (2 * torch.rand(p.shape, generator=g, dtype=torch.float64) - 1))
             worst = max(worst, rel_err(fn(m), ref))
     return worst, ref
+
+
+# ------------------------------------------------------------------------------ bfloat16 tiles
+
+BF16_TILES = U16
+"""Perturbation unit (``noise_floor``'s ``unit``) for the inputs a kernel takes as bfloat16
+tiles: its products round their operands and results to bfloat16 (float32 accumulation), so
+its error is that of a bfloat16 rounding of those inputs propagated through the op, measured on
+the float64 reference; the gates and states it keeps in float32 get U32."""
+
+
+def product_flops(func, args) -> tuple[str, torch.dtype, float, tuple] | None:
+    """(name, operand dtype, FLOPs, output's last two sizes) of a matrix product ATen runs, or
+    None for other ops."""
+    name = func.__name__ if hasattr(func, "__name__") else str(func)
+    base = name.split(".")[0]
+    if base in ("mm", "bmm"):
+        a, b = args[0], args[1]
+    elif base in ("addmm", "baddbmm"):
+        a, b = args[1], args[2]
+    elif "scaled_dot_product" in base:
+        q, k = args[0], args[1]
+        return base, q.dtype, 4.0 * q.numel() * k.shape[-2], (q.shape[-2], k.shape[-2])
+    else:
+        return None
+    return base, a.dtype, 2.0 * a.numel() * b.shape[-1], (a.shape[-2], b.shape[-1])
+
+
+class ProductDtypes(TorchDispatchMode):
+    """Records every matrix product (mm, bmm, addmm, baddbmm, fused attention) run inside it,
+    inside swax's custom ops too: ``records`` of :func:`product_flops`. :meth:`share` is the
+    FLOP share of the products in a dtype, :meth:`other` those in other dtypes."""
+
+    def __init__(self):
+        super().__init__()
+        self.records: list[tuple] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        rec = product_flops(func, args)
+        if rec is not None:
+            self.records.append(rec)
+        if func.namespace == "swax":  # a custom op (the mLSTM kernel): run its Python body here
+            from torch._library.custom_ops import _maybe_get_opdef
+
+            with self:
+                return _maybe_get_opdef(func)._init_fn(*args, **(kwargs or {}))
+        return func(*args, **(kwargs or {}))
+
+    def share(self, dtype: torch.dtype) -> float:
+        total = sum(r[2] for r in self.records)
+        return sum(r[2] for r in self.records if r[1] == dtype) / total if total else 0.0
+
+    def other(self, dtype: torch.dtype) -> list[tuple]:
+        return [r for r in self.records if r[1] != dtype]

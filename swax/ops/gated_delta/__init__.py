@@ -59,6 +59,7 @@ from swax.ops.gated_delta.chunk import _chunk, plain_solve
 from swax.ops.gated_delta.fla import _fla, _fla_environment, _fla_usable
 from swax.ops.gated_delta.recurrent import _recurrent, _recurrent_step
 from swax.ops.packing import by_document, check_doc_ids
+from swax.ops.precision import autocast_off, products_dtype
 from swax.ops.registry import list_backends, register_backend, select_backend
 
 __all__ = ["gated_delta_rule", "gated_delta_step", "plain_solve"]
@@ -175,14 +176,16 @@ def gated_delta_rule(
 
     if mode == "chunk" and T > 0:
         impl = select_backend("gated_delta", backend, q, k, v, g, beta, initial_state)
-        o, S = impl.fn(q, k, v, g, beta, initial_state, output_final_state, chunk_size, scale)
+        with autocast_off(q):  # the kernels choose their dtypes (swax.ops.precision)
+            o, S = impl.fn(q, k, v, g, beta, initial_state, output_final_state, chunk_size, scale)
         return o, (S if output_final_state else None)
     if backend not in (None, "auto") and backend not in list_backends("gated_delta"):
         raise ValueError(
             f"{fn}: unknown backend {backend!r}; expected one of "
             f"{['auto', *list_backends('gated_delta')]}"
         )
-    o, S = _native(q, k, v, g, beta, initial_state, output_final_state, chunk_size, scale, mode)
+    with autocast_off(q):
+        o, S = _native(q, k, v, g, beta, initial_state, output_final_state, chunk_size, scale, mode)
     return o, (S if output_final_state else None)
 
 
@@ -191,10 +194,13 @@ def _native(q, k, v, g, beta, initial_state, output_final_state, chunk_size, sca
     Dv = v.shape[-1]
     out_dtype = q.dtype
     cd = _compute_dtype(q, k, v)
+    # bfloat16 tiles in the chunk form's products (swax.ops.precision), else all in cd
+    md = products_dtype(q) if mode == "chunk" and cd == torch.float32 else cd
     q, k, v, g, beta = (x.to(cd) for x in (q, k, v, g, beta))
     q = q * scale
+    q, k, v = (x.to(md) for x in (q, k, v))
     if initial_state is None:
-        S = q.new_zeros(B, H, Dk, Dv)
+        S = torch.zeros(B, H, Dk, Dv, dtype=cd, device=q.device)
     else:
         S = initial_state.to(cd)
 

@@ -65,7 +65,16 @@ def _solve_unit_lower(A: torch.Tensor, rhs: torch.Tensor) -> torch.Tensor:
     return torch.stack(rows, -2)
 
 
+def _mm(a: torch.Tensor, b: torch.Tensor, md: torch.dtype) -> torch.Tensor:
+    """a @ b on operands cast to ``md``, the products' dtype (:mod:`swax.ops.precision`)."""
+    return a.to(md) @ b.to(md)
+
+
 def _chunk(q, k, v, g, beta, S, chunk_size: int):
+    """The chunk form on q (scaled), k, v in the products' dtype (bfloat16 tiles, or that of
+    the rest) and g, beta, S in the compute dtype (float32/float64), in which the gates, the
+    triangular solve and the state stay; ``o`` comes back in the compute dtype."""
+    md = q.dtype
     B, H, T, Dk = q.shape
     Dv = v.shape[-1]
     C = chunk_size if T >= chunk_size else max(T, 1)  # a short sequence is one short chunk
@@ -98,7 +107,7 @@ def _chunk(q, k, v, g, beta, S, chunk_size: int):
     # unit lower-triangular system (the WY form)
     #   (I + A) U = beta ⊙ V - (beta e^{G} ⊙ K) S0,   A[t, j] = beta_t D[t, j] k_t·k_j (j < t),
     # solved once for [beta V | beta e^G K]: U = Uv - Wk S0 for whatever S0 the chunk starts at.
-    A = (k @ k.transpose(-1, -2)) * decay.masked_fill(~strict, 0.0) * beta.unsqueeze(-1)
+    A = _mm(k, k.transpose(-1, -2), md) * decay.masked_fill(~strict, 0.0) * beta.unsqueeze(-1)
     rhs = torch.cat([beta.unsqueeze(-1) * v, (beta * eG).unsqueeze(-1) * k], dim=-1)
     # (I + A) X = rhs; unitriangular=True uses the implicit unit diagonal of I + A.
     X = _solve_unit_lower(A, rhs)
@@ -106,20 +115,20 @@ def _chunk(q, k, v, g, beta, S, chunk_size: int):
 
     # o_t = S_tᵀ q_t = (e^{G_t} q_t)ᵀ S0 + sum_{j<=t} D[t, j] (q_t·k_j) u_j, and the chunk's
     # end state S_C = e^{G_C} S0 + sum_j e^{G_C - G_j} k_j u_jᵀ
-    attn = (q @ k.transpose(-1, -2)) * decay  # (B, H, N, C, C)
-    qg = q * eG.unsqueeze(-1)  # reads the chunk's start state
+    attn = (_mm(q, k.transpose(-1, -2), md) * decay).to(md)  # (B, H, N, C, C)
+    qg = (q * eG.unsqueeze(-1)).to(md)  # reads the chunk's start state
     kd = k * decay[..., -1, :].unsqueeze(-1)  # exp(G_C - G_j): writes into the end state
     eGC = torch.exp(G[..., -1])  # (B, H, N) whole-chunk decay
 
     # unbind (not per-chunk indexing): the backward of x[:, :, n] would allocate and fill a
     # full-size zero gradient per chunk, which makes backward quadratic in N.
-    kdT = kd.transpose(-1, -2)
+    kdT, Wk = kd.transpose(-1, -2).to(md), Wk.to(md)
     per_chunk = zip(*(x.unbind(2) for x in (Uv, Wk, qg, attn, kdT, eGC[..., None, None])))
     outs = []
-    for Uv_n, Wk_n, qg_n, attn_n, kdT_n, eGC_n in per_chunk:
-        U = Uv_n - Wk_n @ S
-        outs.append(qg_n @ S + attn_n @ U)
-        S = eGC_n * S + kdT_n @ U
+    for Uv_n, Wk_n, qg_n, attn_n, kdT_n, eGC_n in per_chunk:  # the state S in the gates' dtype
+        U = Uv_n - _mm(Wk_n, S, md)
+        outs.append(_mm(qg_n, S, md).to(S.dtype) + _mm(attn_n, U, md))
+        S = eGC_n * S + _mm(kdT_n, U, md)
     if outs:
         o = torch.stack(outs, dim=2).reshape(B, H, N * C, Dv)[:, :, :T]
     else:

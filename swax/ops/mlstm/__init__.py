@@ -93,6 +93,7 @@ from swax.ops.mlstm.parallel import _autograd_chunks, autograd_backend
 from swax.ops.mlstm.recurrent import State, _init_state, _step, recurrent
 from swax.ops.mlstm.triton import triton_backend, triton_environment, triton_usable
 from swax.ops.packing import by_document, check_doc_ids
+from swax.ops.precision import autocast_off
 from swax.ops.registry import list_backends, register_backend, select_backend
 
 MODES = ("parallel", "chunk", "recurrent")
@@ -186,7 +187,8 @@ def mlstm(
     out_dtype = q.dtype
     if mode == "chunk" and T > 0:
         impl = select_backend("mlstm", backend, q, k, v, i, f, initial_state, output_final_state)
-        h, state = impl.fn(q, k, v, i, f, state, chunk_size, eps)
+        with autocast_off(q):  # the kernels choose their dtypes (swax.ops.precision)
+            h, state = impl.fn(q, k, v, i, f, state, chunk_size, eps)
         return h.to(out_dtype), (state if output_final_state else None)
     if backend not in (None, "auto") and backend not in list_backends("mlstm"):
         raise ValueError(
@@ -196,10 +198,11 @@ def mlstm(
     qf = q.float() * Dqk**-0.5
     kf, vf, i_f = k.float(), v.float(), i.float()
 
-    if mode == "recurrent" or T == 0:
-        h, state = recurrent(qf, kf, vf, i_f, f, state, eps)
-    else:
-        h, state = _autograd_chunks(qf, kf, vf, i_f, f, state, T, eps)
+    with autocast_off(q):
+        if mode == "recurrent" or T == 0:
+            h, state = recurrent(qf, kf, vf, i_f, f, state, eps)
+        else:
+            h, state = _autograd_chunks(qf, kf, vf, i_f, f, state, T, eps)
     return h.to(out_dtype), (state if output_final_state else None)
 
 

@@ -55,6 +55,7 @@ import torch
 
 from swax.ops.mlstm.chunkwise_bwd import _bwd_impl
 from swax.ops.mlstm.chunkwise_fwd import _fwd_impl
+from swax.ops.precision import autocast_off, products_dtype
 
 __all__ = ["mlstm_chunkwise", "native_backend"]
 
@@ -85,7 +86,7 @@ def _fwd_op(
     torch.Tensor,
     torch.Tensor,
 ]:
-    with torch.no_grad():
+    with torch.no_grad(), autocast_off(q):
         return _fwd_impl(q, k, v, i, f, C0, n0, m0, chunk_size, scale, eps)
 
 
@@ -94,15 +95,15 @@ def _(q, k, v, i, f, C0, n0, m0, chunk_size, scale, eps):
     B, H, T, D = q.shape
     Dv = v.shape[-1]
     N = T // chunk_size
-    return (
-        q.new_empty(B, H, T, Dv),
-        q.new_empty(B, H, D, Dv),
-        q.new_empty(B, H, D),
-        q.new_empty(B, H),
-        q.new_empty(B, H, T),
-        q.new_empty(B, H, N, D, Dv + 1),
-        q.new_empty(B, H, D, Dv + 1),
-        q.new_empty(B, H, N, chunk_size, Dv + 1),
+    return (  # h and the states in the compute dtype (C0's), vx in v's
+        C0.new_empty(B, H, T, Dv),
+        C0.new_empty(B, H, D, Dv),
+        C0.new_empty(B, H, D),
+        C0.new_empty(B, H),
+        C0.new_empty(B, H, T),
+        C0.new_empty(B, H, N, D, Dv + 1),
+        C0.new_empty(B, H, D, Dv + 1),
+        v.new_empty(B, H, N, chunk_size, Dv + 1),
     )
 
 
@@ -137,7 +138,7 @@ def _bwd_op(
     torch.Tensor,
     torch.Tensor,
 ]:
-    with torch.no_grad():
+    with torch.no_grad(), autocast_off(q):
         return _bwd_impl(
             dh,
             dC_N,
@@ -166,7 +167,7 @@ def _(dh, dC_N, dn_N, dm_N, q, k, vx, i, f, C0, n0, m0, h, den, Cs, C_end, chunk
     return (
         torch.empty_like(q),
         torch.empty_like(k),
-        torch.empty_like(h),
+        vx.new_empty(h.shape),
         torch.empty_like(i),
         torch.empty_like(f),
         torch.empty_like(C0),
@@ -217,10 +218,12 @@ _fwd_op.register_autograd(_backward, setup_context=_setup_context)
 def mlstm_chunkwise(q, k, v, i, f, C0, n0, m0, chunk_size: int, scale: float, eps: float):
     """The mLSTM over ``T = N · chunk_size`` steps from the stabilised state ``(C0, n0, m0)``
     (``m0 = -inf``: the empty state). All inputs in one floating dtype (float32, or float64
-    for gradient checks); q unscaled (multiplied by ``scale`` inside).
+    for gradient checks), except that q, k, v may be bfloat16 with the rest float32: the
+    products then take bfloat16 operands (:mod:`swax.ops.precision`). q unscaled (multiplied by
+    ``scale`` inside).
 
-    Returns ``h`` (B, H, T, Dv) and the final state ``(C, n, m)``; differentiable in every
-    input, including the initial state.
+    Returns ``h`` (B, H, T, Dv) and the final state ``(C, n, m)`` in the gates' dtype;
+    differentiable in every input, including the initial state.
     """
     T = q.shape[2]
     if T % chunk_size:
@@ -236,7 +239,8 @@ def native_backend(q, k, v, i, f, state, chunk_size, eps):
     T, Dqk = q.shape[2], q.shape[3]
     L = min(chunk_size, T)
     cut = T // L * L
-    xs = [x.float() for x in (q, k, v, i, f)]
+    md = products_dtype(q)  # bfloat16 tiles for bfloat16 inputs, else float32 throughout
+    xs = [x.to(md) for x in (q, k, v)] + [x.float() for x in (i, f)]
     C, n, m = state
     pieces = []
     for lo, hi in ((0, cut), (cut, T)):

@@ -52,9 +52,9 @@ def _bwd_state_scan(tl: _Tiles, dY, dC_N, dn_N, decay):
     """Reverse scan over chunks: G[n] = gradient w.r.t. the end state of chunk n,
     G[n-1] = dCloc[n] + decay_n · G[n] with dCloc[n] = (q ⊙ fac)ᵀ dY of chunk n. Returns
     (q ⊙ fac, G, the initial state's gradient [dC | dn], G[n] · s_n)."""
-    Dv = dC_N.shape[-1]
-    qi = tl.q * tl.fac[..., None]
-    dCloc = _bmm(qi.transpose(-1, -2), dY)  # (B, H, N, D, Dv+1), through the outputs
+    Dv, md = dC_N.shape[-1], tl.md
+    qi = (tl.q * tl.fac[..., None]).to(md)
+    dCloc = _bmm(qi.transpose(-1, -2), dY, md, dtype=dY.dtype)  # (B, H, N, D, Dv+1)
     G = torch.empty_like(dCloc)
     G[:, :, -1, :, :Dv] = dC_N
     G[:, :, -1, :, Dv] = dn_N
@@ -68,19 +68,20 @@ def _bwd_state_scan(tl: _Tiles, dY, dC_N, dn_N, decay):
 def _bwd_chunks(tl: _Tiles, dY, Cs, Gs, qi, dot: _Dot) -> _ChunkGrads:
     """dq, dk, dv of every chunk at once (batched matmuls), and the log-scale gradients of
     the factors they were built with. ``qi`` (q ⊙ fac) is reused as a buffer."""
-    Dv = dY.shape[-1] - 1
-    dnum = dY[..., :Dv]
-    dv = _baddbmm_(_bmm(tl.S.transpose(-1, -2), dnum), tl.kh, Gs[..., :Dv])
+    Dv, md, cd = dY.shape[-1] - 1, tl.md, dY.dtype
+    dYm = dY.to(md)  # the products' operand (dY itself unless bfloat16 tiles)
+    dv = _bmm(tl.S.transpose(-1, -2), dYm[..., :Dv], md, dtype=cd)
+    dv = _baddbmm_(dv, tl.kh, Gs[..., :Dv], md)
     # dS overwrites S (no longer needed) unless the exact path still needs both
-    dS = _bmm(dY, tl.vx.transpose(-1, -2), out=None if tl.exact else tl.S)  # (B,H,N,L,L)
-    dq = _bmm(dY, Cs.transpose(-1, -2)).mul_(tl.fac[..., None])  # (B, H, N, L, D)
+    dS = _bmm(dYm, tl.vx.transpose(-1, -2), md, out=None if tl.exact else tl.S)  # (B,H,N,L,L)
+    dq = _bmm(dYm, Cs.transpose(-1, -2), md, dtype=cd).mul_(tl.fac[..., None])  # (B,H,N,L,D)
     gamma = dot(dq, tl.q)  # d log fac_t, fac_t = exp(M_n - r_t) · scale
-    dkh = _bmm(tl.vx, Gs.transpose(-1, -2))  # through the end states; kh_j = k_j exp(w_j - c)
-    sigma = dot(dkh, tl.kh).sum(-1)  # d log s_n
+    dkh = _bmm(tl.vx, Gs.transpose(-1, -2), md, dtype=cd)  # through the end states
+    sigma = dot(dkh, tl.kh).sum(-1)  # d log s_n; kh_j = k_j exp(w_j - c)
     if tl.exact:  # S = (q kᵀ) ⊙ E, E_tj = exp(w_j - r_t) · scale
-        dlogE = dS * tl.S  # d log E_tj = dS_tj · S_tj
+        dlogE = dS.to(cd) * tl.S.to(cd)  # d log E_tj = dS_tj · S_tj
         dP = dS.mul_(tl.E)  # d (q kᵀ)
-        _baddbmm_(dq, dP, tl.k)
+        _baddbmm_(dq, dP, tl.k, md)
         dr_rows = dlogE.sum(-1)
         dw = dlogE.sum(-2)
         del dlogE
@@ -88,12 +89,12 @@ def _bwd_chunks(tl: _Tiles, dY, Cs, Gs, qi, dot: _Dot) -> _ChunkGrads:
         lam = dot(dk, tl.k)  # d log beta_j (end-state writes only)
         dw += lam
         dc = -lam.sum(-1)  # log beta_j = w_j - c
-        _baddbmm_(dk, dP.transpose(-1, -2), tl.q)
+        _baddbmm_(dk, dP.transpose(-1, -2), tl.q, md)
         del dP
     else:  # S = tril(q alpha (k beta)ᵀ), alpha_t = exp(c - r_t) · scale, beta_j = exp(w_j - c)
         dS.tril_()
-        dqh = _bmm(dS, tl.kh, out=qi)  # qi is no longer needed
-        _baddbmm_(dkh, dS.transpose(-1, -2), tl.qh)
+        dqh = _bmm(dS, tl.kh, md, out=qi, dtype=cd)  # qi is no longer needed
+        _baddbmm_(dkh, dS.transpose(-1, -2), tl.qh, md)
         del dS
         dr_rows = dot(dqh, tl.qh)  # d log alpha_t
         dq.addcmul_(dqh, tl.alpha[..., None])
@@ -177,17 +178,17 @@ def _bwd_impl(
     L = chunk_size
     N = T // L
     gt = _gates(i, f, m0, N, L)
-    tl = _Tiles(q, k, vx, gt, L, scale)
+    tl = _Tiles(q, k, vx, gt, L, scale, C0.dtype)
     dot = _Dot()  # one product buffer for every stage
     dY, dm_t = _bwd_readout(dh.reshape(B, H, N, L, Dv), h, den, gt, eps, dot)
-    decay = _exp(gt.g + gt.M[..., :-1] - gt.M[..., 1:], q.dtype)
+    decay = _exp(gt.g + gt.M[..., :-1] - gt.M[..., 1:], C0.dtype)
     qi, G, dC_init, Gs = _bwd_state_scan(tl, dY, dC_N, dn_N, decay)
     cg = _bwd_chunks(tl, dY, Cs, Gs, qi, dot)
     dw, df, dm_init = _bwd_log_gates(gt, cg, dm_t, dm_N, G, Cs, decay, f, m0, dot)
-    return (
-        cg.dq.reshape(B, H, T, D),
-        cg.dk.reshape(B, H, T, D),
-        cg.dv.reshape(B, H, T, Dv),  # dv is computed from vx's first Dv columns
+    return (  # q, k, v's gradients in their dtype (bfloat16 tiles), the rest in C0's
+        cg.dq.reshape(B, H, T, D).to(q.dtype),
+        cg.dk.reshape(B, H, T, D).to(k.dtype),
+        cg.dv.reshape(B, H, T, Dv).to(vx.dtype),  # dv is computed from vx's first Dv columns
         dw.reshape(B, H, T),
         df.reshape(B, H, T),
         dC_init[..., :Dv].contiguous(),

@@ -63,21 +63,31 @@ def _gates(i: torch.Tensor, f: torch.Tensor, m_init: torch.Tensor, N: int, L: in
     return _Gates(b, g, w, c, c_idx, M, cmw, cmw_idx, r, exact)
 
 
-def _bmm(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
-    """Batched matmul over all leading dims (views when possible, no transposed copies);
-    ``out``: a contiguous buffer to write into (its storage is reused)."""
+def _bmm(
+    a: torch.Tensor,
+    b: torch.Tensor,
+    md: torch.dtype,
+    out: torch.Tensor | None = None,
+    dtype: torch.dtype | None = None,
+) -> torch.Tensor:
+    """Batched matmul over all leading dims (views when possible, no transposed copies) of
+    ``a`` and ``b`` cast to ``md``, the products' dtype (float32 accumulation in every dtype);
+    the result in ``md``, or in ``dtype`` when given. ``out``: a contiguous ``md`` buffer to
+    write into (its storage is reused); a buffer of another dtype is not used."""
     shape = (*a.shape[:-1], b.shape[-1])
-    a3, b3 = a.reshape(-1, *a.shape[-2:]), b.reshape(-1, *b.shape[-2:])
-    if out is None:
-        return torch.bmm(a3, b3).view(shape)
-    out = out.view(shape)
-    torch.bmm(a3, b3, out=out.view(-1, *shape[-2:]))
-    return out
+    a3, b3 = a.reshape(-1, *a.shape[-2:]).to(md), b.reshape(-1, *b.shape[-2:]).to(md)
+    if out is None or out.dtype != md:
+        r = torch.bmm(a3, b3).view(shape)
+    else:
+        r = out.view(shape)
+        torch.bmm(a3, b3, out=r.view(-1, *shape[-2:]))
+    return r if dtype is None else r.to(dtype)
 
 
 class _Dot:
-    """Row-wise dot products sum(a * b, -1) through one reused product buffer (a fresh
-    temporary per call would cost a large allocation each)."""
+    """Row-wise dot products sum(a * b, -1) in ``a``'s dtype (the compute dtype: pass the wider
+    operand first) through one reused product buffer (a fresh temporary per call would cost a
+    large allocation each)."""
 
     def __init__(self):
         self.buf = None
@@ -91,11 +101,13 @@ class _Dot:
         return prod.sum(-1)
 
 
-def _baddbmm_(out: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """out += a @ b in place (out contiguous)."""
-    out.view(-1, *out.shape[-2:]).baddbmm_(
-        a.reshape(-1, *a.shape[-2:]), b.reshape(-1, *b.shape[-2:])
-    )
+def _baddbmm_(out: torch.Tensor, a: torch.Tensor, b: torch.Tensor, md: torch.dtype) -> torch.Tensor:
+    """out += a @ b in place (out contiguous), the product in ``md`` (see :func:`_bmm`)."""
+    a3, b3 = a.reshape(-1, *a.shape[-2:]).to(md), b.reshape(-1, *b.shape[-2:]).to(md)
+    if out.dtype == md:
+        out.view(-1, *out.shape[-2:]).baddbmm_(a3, b3)
+    else:  # a low-precision product added to a float32 accumulator
+        out.view(-1, *out.shape[-2:]).add_(torch.bmm(a3, b3))
     return out
 
 
@@ -106,12 +118,13 @@ def _exp(x: torch.Tensor, cd: torch.dtype) -> torch.Tensor:
 
 class _Tiles:
     """What both passes recompute per chunk: q, k, the intra-chunk weights; the q scale is
-    folded into the per-step factors."""
+    folded into the per-step factors. ``md`` is the products' dtype (q's: bfloat16 tiles, or
+    float32/float64 as the rest), ``cd`` that of everything else (the gates, the states)."""
 
-    def __init__(self, q, k, vx, gt, L, scale):
+    def __init__(self, q, k, vx, gt, L, scale, cd):
         B, H, T, D = q.shape
         N = T // L
-        cd = q.dtype
+        self.md = md = q.dtype
         self.q = q.reshape(B, H, N, L, D)
         self.k = k.reshape(B, H, N, L, D)
         self.vx = vx
@@ -122,32 +135,34 @@ class _Tiles:
         self.fac = _exp(M[..., :-1, None] - r + ls, cd)  # q ⊙ fac reads the chunk-start state
         self.exact = gt.exact
         self.beta = _exp(w - c[..., None], cd)  # <= 1
-        self.kh = self.k * self.beta[..., None]
+        self.kh = (self.k * self.beta[..., None]).to(md)
         if self.exact:
             E = torch.empty(B, H, N, L, L, dtype=cd, device=q.device)
             # float64 difference, rounded once; E carries the q scale
             torch.sub(w[..., None, :], (r - ls)[..., :, None], out=E)
             E.add_(torch.full((L, L), -math.inf, dtype=cd, device=q.device).triu_(1)).exp_()
             self.E = E
-            self.S = _bmm(self.q, self.k.transpose(-1, -2)).mul_(E)
+            self.S = _bmm(self.q, self.k.transpose(-1, -2), md).mul_(E)
         else:
             self.alpha = _exp(c[..., None] - r + ls, cd)  # <= scale · exp(_SPREAD)
-            self.qh = self.q * self.alpha[..., None]
-            self.S = _bmm(self.qh, self.kh.transpose(-1, -2)).tril_()
+            self.qh = (self.q * self.alpha[..., None]).to(md)
+            self.S = _bmm(self.qh, self.kh.transpose(-1, -2), md).tril_()
 
 
 def _fwd_impl(q, k, v, i, f, C0, n0, m0, chunk_size: int, scale: float, eps: float):
+    """The forward: q, k, v in the products' dtype (bfloat16, or that of the rest), the gates
+    and the state in the compute dtype; h and the states returned in the compute dtype."""
     B, H, T, D = q.shape
     Dv = v.shape[-1]
     L = chunk_size
     N = T // L
-    cd = q.dtype
+    cd, md = C0.dtype, q.dtype
     gt = _gates(i, f, m0, N, L)
     vx = torch.cat([v.reshape(B, H, N, L, Dv), v.new_ones(B, H, N, L, 1)], -1)
-    tl = _Tiles(q, k, vx, gt, L, scale)
+    tl = _Tiles(q, k, vx, gt, L, scale, cd)
 
-    # inter-chunk: chunk summaries, then the scan over chunk-start states
-    KV = _bmm(tl.kh.transpose(-1, -2), tl.vx).mul_(tl.s[..., None, None])  # (B,H,N,D,Dv+1)
+    # inter-chunk: chunk summaries, then the scan over chunk-start states (in cd)
+    KV = _bmm(tl.kh.transpose(-1, -2), tl.vx, md, dtype=cd).mul_(tl.s[..., None, None])
     decay = _exp(gt.g + gt.M[..., :-1] - gt.M[..., 1:], cd)  # 0 from an empty state
     Cs = torch.empty(B, H, N, D, Dv + 1, dtype=cd, device=q.device)
     Cs[:, :, 0, :, :Dv] = C0
@@ -158,7 +173,7 @@ def _fwd_impl(q, k, v, i, f, C0, n0, m0, chunk_size: int, scale: float, eps: flo
 
     # outputs: chunk-start state read by q ⊙ fac, plus the intra-chunk part
     qi = torch.mul(tl.q, tl.fac[..., None], out=tl.qh if not tl.exact else None)
-    Y = _baddbmm_(_bmm(qi, Cs), tl.S, tl.vx)  # (B, H, N, L, Dv+1)
+    Y = _baddbmm_(_bmm(qi, Cs, md, dtype=cd), tl.S, tl.vx, md)  # (B, H, N, L, Dv+1)
     den = Y[..., Dv]
     Qd = torch.maximum(den.abs(), _exp(-(gt.b + gt.r), cd)) + eps
     h = (Y[..., :Dv] / Qd[..., None]).reshape(B, H, T, Dv)

@@ -42,6 +42,7 @@ from __future__ import annotations
 import torch
 
 from swax.ops.packing import check_doc_ids
+from swax.ops.precision import autocast_off
 from swax.ops.registry import register_backend, select_backend
 from swax.ops.swa.blockwise import _blockwise
 from swax.ops.swa.common import _check_inputs
@@ -106,9 +107,10 @@ def sliding_window_attention(
                 f"got {k.shape[2]} keys for {q.shape[2]} queries"
             )
     impl = select_backend("swa", backend, q, k, v, window, doc_ids)
-    if doc_ids is None:  # a backend registered without document support takes 5 arguments
-        return impl.fn(q, k, v, window, scale)
-    return impl.fn(q, k, v, window, scale, doc_ids)
+    with autocast_off(q):  # the backends choose their dtypes (swax.ops.precision)
+        if doc_ids is None:  # a backend registered without document support takes 5 arguments
+            return impl.fn(q, k, v, window, scale)
+        return impl.fn(q, k, v, window, scale, doc_ids)
 
 
 register_backend(

@@ -13,7 +13,8 @@ import math
 import torch
 import torch.nn.functional as F
 
-from swax.ops.swa.common import _band_mask, _causal_sdpa, _expand_kv
+from swax.ops.precision import products_dtype
+from swax.ops.swa.common import _band_mask, _causal_sdpa, _cpu_upcast, _expand_kv
 
 
 def _block_size(window: int, tq: int) -> int:
@@ -42,7 +43,7 @@ def _doc_sdpa(q, k, v, scale, doc_ids, block: int = 512):
     """Full causal attention within documents (Tq == Tk), query blocks against their keys."""
     B, Hq, T, D = q.shape
     G = Hq // k.shape[1]
-    upcast = q.device.type == "cpu" and q.dtype != torch.float32
+    upcast = _cpu_upcast(q)
     qq, kk, vv = (t.float() if upcast else t for t in (q, k, v))
     kk, vv = _expand_kv(kk, G), _expand_kv(vv, G)
     outs = []
@@ -70,10 +71,15 @@ def _blockwise(q, k, v, window, scale, doc_ids=None):
     nb = math.ceil(Tq / bq)
     L = bq + W - 1
     pad_right = nb * bq - Tq
-    k_win = _key_windows(k.float(), W, bq, nb, off, pad_right)  # (B, Hkv, nb, L, D)
-    v_win = _key_windows(v.float(), W, bq, nb, off, pad_right)  # (B, Hkv, nb, L, Dv)
-    qb = F.pad(q.float() * scale, (0, 0, 0, pad_right)).view(B, Hkv, G, nb, bq, D)
-    s = qb @ k_win[:, :, None].transpose(-1, -2)  # (B, Hkv, G, nb, bq, L)
+    md = products_dtype(q)  # bfloat16 tiles, float32 scores and softmax; else all float32
+    k_win = _key_windows(k.to(md), W, bq, nb, off, pad_right)  # (B, Hkv, nb, L, D)
+    v_win = _key_windows(v.to(md), W, bq, nb, off, pad_right)  # (B, Hkv, nb, L, Dv)
+    if md == torch.bfloat16:  # the scale applied to the float32 scores
+        qb = F.pad(q, (0, 0, 0, pad_right)).view(B, Hkv, G, nb, bq, D)
+        s = (qb @ k_win[:, :, None].transpose(-1, -2)).float() * scale
+    else:
+        qb = F.pad(q.float() * scale, (0, 0, 0, pad_right)).view(B, Hkv, G, nb, bq, D)
+        s = qb @ k_win[:, :, None].transpose(-1, -2)  # (B, Hkv, G, nb, bq, L)
     band = _band_mask.__wrapped__ if torch.compiler.is_compiling() else _band_mask
     mask = band(bq, W, q.device)
     if off < W - 1:  # the first blocks reach left of key 0: mask the zero padding
@@ -86,6 +92,6 @@ def _blockwise(q, k, v, window, scale, doc_ids=None):
         q_doc = F.pad(doc_ids, (0, pad_right)).view(B, 1, nb, bq)
         mask = mask & (q_doc[..., None] == k_doc[:, :, :, None, :])[:, :, None]
     s = s.masked_fill(~mask, float("-inf"))
-    o = s.softmax(-1) @ v_win[:, :, None]  # (B, Hkv, G, nb, bq, Dv)
+    o = s.softmax(-1).to(md) @ v_win[:, :, None]  # (B, Hkv, G, nb, bq, Dv)
     o = o.reshape(B, Hq, nb * bq, Dv)[:, :, :Tq]
     return o.to(q.dtype)

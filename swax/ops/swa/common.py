@@ -47,11 +47,13 @@ def _expand_kv(x: torch.Tensor, groups: int) -> torch.Tensor:
 
 
 def _causal_sdpa(q, k, v, scale, block: int = 512):
-    """Full causal attention with queries aligned to the end of the keys, via fused SDPA."""
+    """Full causal attention with queries aligned to the end of the keys, via fused SDPA
+    (bfloat16 inputs as they are: its CPU kernel accumulates and takes the softmax in float32;
+    other dtypes than float32 upcast on a CPU)."""
     B, Hq, Tq, D = q.shape
     Tk = k.shape[2]
     G = Hq // k.shape[1]
-    upcast = q.device.type == "cpu" and q.dtype != torch.float32
+    upcast = _cpu_upcast(q)
     qq, kk, vv = (t.float() if upcast else t for t in (q, k, v))
     kk, vv = _expand_kv(kk, G), _expand_kv(vv, G)
     if Tq == Tk:
@@ -73,6 +75,12 @@ def _causal_sdpa(q, k, v, scale, block: int = 512):
             )
         out = torch.cat(outs, dim=2)
     return out.to(q.dtype)
+
+
+def _cpu_upcast(q: torch.Tensor) -> bool:
+    """Whether fused SDPA on a CPU takes float32 copies: for dtypes other than float32 and
+    bfloat16 (swax.ops.precision)."""
+    return q.device.type == "cpu" and q.dtype not in (torch.float32, torch.bfloat16)
 
 
 @lru_cache(maxsize=64)

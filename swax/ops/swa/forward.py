@@ -19,6 +19,7 @@ from functools import lru_cache
 import torch
 import torch.nn.functional as F
 
+from swax.ops.precision import products_dtype
 from swax.ops.swa.common import _band_mask, _causal_sdpa, _needs_grad, _round_up
 
 _FWD_SCORE_BYTES = 1 << 20  # scores per bmm group: about L2-sized
@@ -163,12 +164,13 @@ def _fwd_flat(q, k, v, window, scale):
     lead, nb = _round_up(window - 1, bq), -(-Tq // bq)
     slots, L, NH = lead // bq + nb, lead + bq, B * Hkv
     zero = max(0, lead - off)  # zero rows before key 0 in each head's stream
-    ks = k.new_zeros(NH * slots * bq + L, D, dtype=torch.float32)
-    vs = v.new_zeros(NH * slots * bq + L, Dv, dtype=torch.float32)
+    md = products_dtype(q)  # the streams, scores and outputs: bfloat16 tiles or float32
+    ks = k.new_zeros(NH * slots * bq + L, D, dtype=md)
+    vs = v.new_zeros(NH * slots * bq + L, Dv, dtype=md)
     body = slice(zero, lead + Tq)
     ks[: NH * slots * bq].view(B, Hkv, slots * bq, D)[:, :, body] = k[:, :, max(0, off - lead) :]
     vs[: NH * slots * bq].view(B, Hkv, slots * bq, Dv)[:, :, body] = v[:, :, max(0, off - lead) :]
-    qs = q.new_zeros(B, Hkv, slots, G, bq, D, dtype=torch.float32)
+    qs = q.new_zeros(B, Hkv, slots, G, bq, D, dtype=md)
     qv = F.pad(q, (0, 0, 0, nb * bq - Tq)).reshape(B, Hkv, G, nb, bq, D).transpose(2, 3)
     torch.mul(qv, scale, out=qs[:, :, :nb])
     qb = qs.view(NH * slots, G * bq, D)
@@ -177,11 +179,11 @@ def _fwd_flat(q, k, v, window, scale):
     band = _flat_band(bq, window, lead, G)
     npad = -(-zero // bq)  # slots of a head whose windows reach the zeros
     pad = _pad_bias(npad, bq, zero, L) if npad else None
-    o = q.new_empty(B, Hkv, slots, G, bq, Dv, dtype=torch.float32)
+    o = q.new_empty(B, Hkv, slots, G, bq, Dv, dtype=md)
     of = o.view(NH * slots, G * bq, Dv)
     N = NH * slots
     g = max(1, min(N, _FWD_SCORE_BYTES // (G * bq * L * 4)))
-    buf = torch.empty(g, G * bq, L)
+    buf = torch.empty(g, G * bq, L, dtype=md)
     for a in range(0, N, g):
         z = min(N, a + g)
         s = torch.bmm(qb[a:z], k_t[a:z], out=buf[: z - a])
@@ -206,9 +208,10 @@ def _blockwise_fwd(q, k, v, window, scale):
     bq = _fwd_block(window)
     if _flat_fits(B * Hq, Tq, window, bq):
         return _fwd_flat(q, k, v, window, scale)
-    qs = q.float() * scale
-    kf, vf = k.float(), v.float()
-    out = torch.empty(B, Hq, Tq, Dv)
+    md = products_dtype(q)  # bfloat16: q·scale rounded once, the softmax in place in
+    qs = (q.float() * scale).to(md)  # bfloat16 (float32 inside, as the products' rounding)
+    kf, vf = k.to(md), v.to(md)
+    out = torch.empty(B, Hq, Tq, Dv, dtype=md)
     nbf = Tq // bq  # whole blocks
     j_edge = min(nbf, max(0, -(-(window - 1 - off) // bq)))  # windows reaching left of key 0
     a, z = j_edge * bq, nbf * bq
