@@ -36,7 +36,7 @@ test: $(STAMP)
 # The op tests again under other CPU instruction sets than the machine's own: float32 rounding
 # differs between ATen's kernels, and the tolerances must hold on all of them.
 OP_TESTS := tests/ops/test_mlstm_op.py tests/ops/test_gated_delta_op.py tests/ops/test_attention_op.py \
-	tests/ops/test_backends.py tests/ops/test_doc_mask.py
+	tests/ops/test_backends.py tests/ops/test_doc_mask.py tests/ops/test_bf16_kernels.py
 test-isa: $(STAMP)
 	for isa in default avx2; do \
 		echo "op tests with ATEN_CPU_CAPABILITY=$$isa"; \
