@@ -22,8 +22,8 @@ from swax.sweep.run import all_jobs
 ROOT = Path(__file__).resolve().parents[2]
 CONFIGS = sorted(
     p.relative_to(ROOT).as_posix()
-    for d in ("experiments/regime_study", "experiments/window_sweep")
-    for p in (ROOT / d).glob("*.yaml")
+    for main in (ROOT / "experiments").glob("*/__main__.py")  # every study's sweeps
+    for p in main.parent.glob("*.yaml")
     if "task: mqar" in p.read_text()
 )
 

@@ -2,7 +2,7 @@
 TEXT_RULE.md (rule.py), claim 3's two halves and the laziness map's prediction, from the
 committed per-run results of ``text_controls.yaml``, ``text_code.yaml`` (pystdlib) and
 ``text_kjv.yaml`` (KJV) and nothing else: every number in TEXT_STUDY.md, the text-only section
-of REPORT.md and the README's row on it is made here from those files.
+of REPORT.md and the README's rows on it are made here from those files.
 """
 
 from __future__ import annotations
@@ -255,14 +255,6 @@ def verdicts(ccfg=None, mains=None) -> list[dict]:
     return out
 
 
-def _read_from(res: dict) -> str:
-    """'lazy in 5 paired seeds': the verdict and, when it has complete seeds, how many."""
-    what = res["verdict"]
-    if "seeds" in res and not what.startswith("incomplete"):
-        what += f" in {len(res['seeds'])} paired seeds"
-    return what
-
-
 def summary_lines(records: list[dict]) -> list[str]:
     """REPORT.md's sentences on the text study, one per (corpus, family)."""
     out = []
@@ -292,15 +284,3 @@ def summary_lines(records: list[dict]) -> list[str]:
             f"{r['map']}."
         )
     return out
-
-
-def readme_sentence(records: list[dict]) -> str:
-    """The README's sentence on the text study."""
-    parts = []
-    for r in records:
-        at128 = f" (at W_long = 128: {_read_from(r['w128'])})" if r.get("w128") else ""
-        parts.append(f"{r['family']} on {r['corpus']} {_read_from(r)}{at128}")
-    return (
-        "On text alone, by a rule fixed before the runs (TEXT_RULE.md; the recurrent memory's "
-        "copy gain beyond W_long = 64 against W_short = 8, T = 256): " + "; ".join(parts) + "."
-    )

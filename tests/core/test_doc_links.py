@@ -13,6 +13,7 @@ LINK = re.compile(r"(?<!!)\[[^\]]*\]\(([^)\s]+)(?:\s+\"[^\"]*\")?\)")
 PAGES = [
     ROOT / "README.md",
     *sorted((ROOT / "docs").glob("**/*.md")),
+    ROOT / "experiments" / "README.md",
     *sorted((ROOT / "experiments").glob("*/*.md")),
     ROOT / "benchmarks" / "README.md",
 ]

@@ -1,21 +1,24 @@
-"""The regime study's verdict rule and the statistics under it (experiments/regime_study:
-stats.py, verdicts.py, emergence.py, provenance.py and rho*'s interval in laziness.py), held to
+"""The studies' verdict rule and the statistics under it (experiments/lab: stats.py, verdicts.py,
+emergence.py, provenance.py; rho*'s interval is the laziness map's tests'), held to
 textbook tables, values worked by hand and an independent implementation (scipy 1.17's
 scipy.stats, whose numbers are written here as constants: scipy is not a dependency)."""
 
 from __future__ import annotations
 
-import json
 import math
 import statistics
+from pathlib import Path
 
 import pytest
 
-from swax.core.errors import SwaxError
+from experiments.lab import emergence as E
+from experiments.lab import provenance as P
+from experiments.lab import stats as S
+from experiments.lab import verdicts as V
 from swax.sweep import load_sweep
-from tests.experiments.regime import HERE, script
 
-S, V, E = script("stats"), script("verdicts"), script("emergence")
+CLAIMS = Path(__file__).resolve().parents[2] / "claims"
+"""The claims' settings, whose archives predate the field that records the ids."""
 HELD, NOT, CANNOT = "held", "did not hold", "cannot be shown at this scale"
 
 # ------------------------------------------------------------------------------ distributions
@@ -138,38 +141,6 @@ def test_seeds_that_would_settle_a_mean_follow_the_t_table():
     assert V.settle_mean(0.0, 1.0, 4) is None
 
 
-def test_the_issue_cells_change_their_verdicts():
-    """Claims' verdicts from the committed per-seed numbers of the cells issue 50 lists."""
-    cl = script("claims")
-    # claim 3 quality, SX at rho = 0: the stochastic runs' gap to the long window (0.0116,
-    # interval -0.110 to 0.133) contains the whole short-window cost (0.085): cannot be shown
-    short = (1.41517, 1.43995, 1.37923, 1.40526)
-    long_ = (1.31212, 1.38342, 1.30814, 1.29628)
-    stoch = (1.29210, 1.30455, 1.40092, 1.34885)
-    trio = [({"text": a}, {"text": b}, {"text": c}) for a, b, c in zip(short, long_, stoch)]
-    verdict, evidence = cl.quality(trio)
-    gap = [c - b for b, c in zip(long_, stoch)]
-    lo, hi = _t_interval(gap, 3.18245)
-    assert round(lo, 2) == -0.11 and round(hi, 2) == 0.13
-    assert verdict == CANNOT and f"{lo:.4f} to {hi:.4f}" in evidence
-    # claim 3 recall, SX at rho = 1 %: stochastic minus long per seed 0, 0, 96.9, 1.6 (p = 0.50)
-    rec = lambda s, b: {"seed": s, "beyond": b, "kind": "memory", "text": 1.3}  # noqa: E731
-    parts = cl.claim_3(
-        [rec(i, 100.0) for i in range(4)],
-        [rec(i, b) for i, b in enumerate((100.0, 100.0, 3.125, 98.4375))],
-        [rec(i, 100.0) for i in range(4)],
-        {"stochastic": "sx-stoch"},
-    )
-    assert parts[0]["verdict"] == CANNOT
-    # claim 2 with 2 of 4 seeds lazy: cannot be shown (was "did not hold")
-    lazy = [
-        {"seed": i, "kind": k, "beyond": 5.0, "inside": 100.0}
-        for i, k in enumerate(("memory", "lazy", "memory", "lazy"))
-    ]
-    (c2,) = cl.claim_2(lazy, lazy, {"long": "sx-long"})
-    assert c2["verdict"] == CANNOT and "2 of 4 (95 % exact interval 7–93 %)" in c2["evidence"]
-
-
 # ------------------------------------------------------------------------------ emergence
 
 
@@ -235,32 +206,12 @@ def test_pairs_are_ordered_only_where_censoring_does_not_hide_the_order():
     assert E.factor_text(E.factor(left, later)) == "≥ 3.00"
 
 
-# ------------------------------------------------------------------------------ rho* interval
-
-
-def test_rho_star_has_an_interval_that_moves_when_every_cell_agrees():
-    lz = script("laziness")
-    # 3/3 at 0 and 1 %, 0/3 at 2 and 5 %: a bootstrap over seeds gives 1.5 % every time; the
-    # per-cell posteriors do not (3 of 3 lazy is compatible with a lazy share of 46 %)
-    lo, hi = lz.rho_star_posterior(((0.0, 3, 3), (0.01, 3, 3), (0.02, 0, 3), (0.05, 0, 3)),
-                                   20_000)  # fmt: skip
-    assert lo < 0.01 < 0.015 < hi < 0.05
-    # two cells, 3/3 at 0 and 0/3 at 1 %: rho* is 0 when the first share draws at or below 1/2
-    # (P = I_.5(3.5, .5) = 0.0331 > 2.5 %), beyond the last share when both draw above it (P =
-    # 0.967 x 0.0331 = 0.032 > 2.5 %), and symmetric about 0.5 % (swap p for 1 - p of the other
-    # cell): the interval is [0, beyond 1 %] and the median 0.5 %
-    row = ((0.0, 3, 3), (0.01, 0, 3))
-    lo, med, hi = lz.rho_star_posterior(row, 20_000, 0, (0.025, 0.5, 0.975))
-    assert lo == 0.0 and hi == math.inf and med == pytest.approx(0.005, abs=3e-4)
-
-
 # ------------------------------------------------------------------------------ episode ids
 
 
 def test_archived_ids_are_read_from_the_field_or_the_archives_history(tmp_path):
-    P = script("provenance")
-    old_cfg = load_sweep(HERE / "claims.yaml")
-    rho0 = load_sweep(HERE / "claims_rho0.yaml")
+    old_cfg = load_sweep(CLAIMS / "claims.yaml")
+    rho0 = load_sweep(CLAIMS / "claims_rho0.yaml")
     # no field: results/claims used 128-175, results/claims_rho0 the ids after the vocabulary
     assert P.run_ids({}, old_cfg, "sx-long", 0) == {
         "first": 128,
@@ -278,38 +229,3 @@ def test_archived_ids_are_read_from_the_field_or_the_archives_history(tmp_path):
     assert P.run_ids(rec, old_cfg, "sx-long", 0)["recorded"] is True
     assert P.run_ids({"episode_ids": None}, old_cfg, "sx-long", 0) is None
     assert "old episode ids 128–175" in P.label(P.run_ids({}, old_cfg, "sx-long", 0))
-
-
-def test_a_table_of_mixed_id_ranges_is_refused_in_one_line(tmp_path, capsys):
-    lz = script("laziness")
-    cfg = tmp_path / "map.yaml"
-    text = (HERE / "laziness.yaml").read_text().split("\nquick:")[0]  # no quick overrides
-    cfg.write_text(text.replace("archive: results/laziness", "archive: kept"))
-    fake = {
-        "seq_len": 256,
-        "buckets": [],
-        "laziness": {
-            "inside_long": 100,
-            "beyond_long": 5,
-            "beyond_T": 5,
-            "kind": "lazy",
-            "chance": 6.25,
-        },
-    }
-    for seed, ids in (
-        (0, None),
-        (1, {"task": "mqar", "first": 257, "last": 304, "tokenizer_vocab": 257}),
-    ):
-        p = tmp_path / "kept" / "grid-w32-far0.0-lawuniform" / f"seed{seed}.json"
-        p.parent.mkdir(parents=True, exist_ok=True)
-        p.write_text(json.dumps({**fake, **({"episode_ids": ids} if ids else {})}))
-    with pytest.raises(SystemExit) as e:
-        lz.run(
-            lambda: lz.main(["--quick", "--config", str(cfg), "--report-dir", str(tmp_path / "r")])
-        )
-    assert e.value.code == 2
-    err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "Traceback" not in err[0]
-    assert "128–175 (old: 1 run" in err[0] and "257–304 (clean: 1 run" in err[0]
-    with pytest.raises(SwaxError, match="mixes runs trained on different episode ids"):
-        lz.load_cells(load_sweep(cfg))
