@@ -1,6 +1,7 @@
 """The import structure of swax, checked: no import circles, and the layering contract.
 
-    python tools/check_imports.py [PACKAGE_DIR]     (default: swax; exit 1 on any violation)
+    python tools/check_imports.py [PACKAGE_DIR]     (default: swax and experiments; exit 1 on
+                                                     any violation)
 
 Every ``import``/``from … import`` of the package's own modules counts: at the top of a file,
 inside a function (a circle through a function-level import is still a circle: it only fails
@@ -15,6 +16,11 @@ state, model, decode, generation, data, probes, export) imports them, the sweeps
 line; training and evaluation stand side by side (neither imports the other); the sweeps sit
 above both; the command line is on top and nothing else imports it. ``make lint`` runs this
 script; ``tests/core/test_imports.py`` checks that it catches what it should.
+
+The studies (``experiments``, docs/studies.md) have their own contract (``STUDY_READS``): the
+shared study code ``lab`` imports no study; a study imports ``lab`` and itself, and another study
+only where it reads that study's results (declared in STUDY_READS); tests are outside the
+contract (they may import any study), and no import circle anywhere.
 """
 
 from __future__ import annotations
@@ -69,6 +75,29 @@ FORBIDDEN: list[tuple[str, tuple[str, ...], str]] = [
     ("eval", ("train", "sweep", "cli"), "train and eval side by side: neither imports the other"),
     ("sweep", ("cli",), "the command line is on top: nothing else imports it"),
 ]
+
+
+STUDY_READS: dict[str, tuple[str, ...]] = {
+    # study: the studies whose committed results it reads through their modules
+    "text_study": ("laziness_map", "far_share"),
+    "regime_study": ("laziness_map", "claims", "far_share", "text_only", "text_study"),
+}
+
+
+def study_rule(importer: str, target: str) -> str | None:
+    """The rule of the studies' contract that ``importer`` importing ``target`` breaks, if any
+    (names relative to the experiments package; "" is the package itself)."""
+    parts = importer.split(".")
+    if not importer or "tests" in parts or parts[-1] == "conftest" or not target:
+        return None
+    top, other = parts[0], target.split(".")[0]
+    if top == "lab":
+        return None if other == "lab" else "lab imports no study"
+    if other in {"lab", top, *STUDY_READS.get(top, ())}:
+        return None
+    return (
+        f"a study imports lab and the studies it reads (STUDY_READS: {top} reads none of {other})"
+    )
 
 
 def module_names(root: Path) -> dict[str, Path]:
@@ -179,15 +208,17 @@ def _under(name: str, prefix: str) -> bool:
     return name == prefix or name.startswith(prefix + ".")
 
 
-def contract_violations(graph: dict[str, set[str]]) -> list[str]:
+def contract_violations(graph: dict[str, set[str]], broken_rule=None) -> list[str]:
     """One line per module that breaks a rule (the first rule it breaks): by a direct import,
-    or through the modules it imports (``a imports c (via b)``)."""
+    or through the modules it imports (``a imports c (via b)``). ``broken_rule``: the package's
+    contract (default: swax's)."""
+    broken_rule = broken_rule or _broken_rule
     problems = []
     for importer in sorted(graph):
         broken = {
             target: (via, rule)
-            for target, via in _reachable(graph, importer).items()
-            if (rule := _broken_rule(importer, target))
+            for target, via in _reachable(graph, importer, broken_rule).items()
+            if (rule := broken_rule(importer, target))
         }
         for target, (via, rule) in sorted(broken.items()):
             if any(other.startswith(target + ".") for other in broken):
@@ -197,7 +228,7 @@ def contract_violations(graph: dict[str, set[str]]) -> list[str]:
     return problems
 
 
-def _reachable(graph: dict[str, set[str]], start: str) -> dict[str, str | None]:
+def _reachable(graph: dict[str, set[str]], start: str, broken_rule=None) -> dict[str, str | None]:
     """Every module ``start`` imports, directly (None) or through others (the first module on
     the way), in breadth-first order; imports of a broken direct import are not followed, so
     that each break is reported once, where it is."""
@@ -208,7 +239,7 @@ def _reachable(graph: dict[str, set[str]], start: str) -> dict[str, str | None]:
         if target in seen or target == start:
             continue
         seen[target] = via
-        if _broken_rule(start, target) is None:
+        if (broken_rule or _broken_rule)(start, target) is None:
             queue += [(t, via or target) for t in sorted(graph.get(target, ()))]
     return seen
 
@@ -231,20 +262,25 @@ def check(root: Path) -> list[str]:
         "import circle: " + " <-> ".join(f"{name}.{m}" if m else name for m in comp)
         for comp in circles(graph)
     ]
-    return problems + [f"{name}.{p}" for p in contract_violations(graph)]
+    rule = study_rule if name == "experiments" else _broken_rule
+    return problems + [f"{name}.{p}" for p in contract_violations(graph, rule)]
 
 
 def main(argv: list[str]) -> int:
-    root = Path(argv[1] if len(argv) > 1 else Path(__file__).resolve().parents[1] / "swax")
-    if not root.is_dir():
-        print(f"check_imports: {root} is not a folder", file=sys.stderr)
-        return 2
-    problems = check(root)
-    for p in problems:
-        print(p, file=sys.stderr)
-    n = len(module_names(root))
-    print(f"check_imports: {n} modules, {len(problems)} problem(s)")
-    return 1 if problems else 0
+    here = Path(__file__).resolve().parents[1]
+    roots = [Path(a) for a in argv[1:]] or [here / "swax", here / "experiments"]
+    found = 0
+    for root in roots:
+        if not root.is_dir():
+            print(f"check_imports: {root} is not a folder", file=sys.stderr)
+            return 2
+        problems = check(root)
+        for p in problems:
+            print(p, file=sys.stderr)
+        found += len(problems)
+        n = len(module_names(root))
+        print(f"check_imports: {root.name}: {n} modules, {len(problems)} problem(s)")
+    return 1 if found else 0
 
 
 if __name__ == "__main__":

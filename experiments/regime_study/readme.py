@@ -4,6 +4,8 @@ committed results (REPORT.md keeps the full text; docs/studies.md the design).""
 
 from __future__ import annotations
 
+import re
+
 from experiments.claims import judge as C
 from experiments.lab import stats as S
 from experiments.lab.cli import ROOT
@@ -22,6 +24,14 @@ CLAIMS = (
     "3. the stochastic schedule gets both",
 )
 SHORT = {"cannot be shown at this scale": "cannot be shown"}
+PARTS = {
+    "beyond W_long": "recall beyond W_long",
+    "beyond T": "recall beyond T",
+    "lazy": "laziness",
+    "recall": "recall",
+    "quality": "quality",
+}
+"""The claims' parts (experiments.claims.judge.PARTS) in a sentence."""
 
 
 def _mean(recs: list[dict], key: str) -> float:
@@ -30,6 +40,22 @@ def _mean(recs: list[dict], key: str) -> float:
 
 def _lazy(recs: list[dict]) -> str:
     return f"{sum(r['kind'] == 'lazy' for r in recs)} of {len(recs)}"
+
+
+def _count(items: list) -> str:
+    return {0: "none", 1: "one"}.get(len(items), str(len(items)))
+
+
+def _setting(cfg) -> str:
+    rho = C.far_share(cfg)
+    return "no far answer" if rho == 0 else f"{100 * rho:g} % far answers"
+
+
+def _prediction(reading: str) -> tuple[str, str]:
+    """('not lazy', 'refuted'): what the map predicted and the verdict against it, from the
+    text study's reading of the map's prediction."""
+    predicted = re.search(r"predicted ([a-z ]+)", reading)
+    return (predicted.group(1) if predicted else "–"), reading.split(" (")[0]
 
 
 def _word(verdict: str) -> str:
@@ -42,8 +68,7 @@ def episode_row(cfg, runs, family: str, roles: dict) -> list[str] | None:
     if js[0]["verdict"] == "not yet run":
         return None
     s, lg, st = (runs[roles[r]] for r in ("short", "long", "stochastic"))
-    rho = C.far_share(cfg)
-    where = "no far answer" if rho == 0 else f"{100 * rho:g} % far answers"
+    where = _setting(cfg)
     mem = sum(r["beyond"] >= 50 for r in s)
     lazy = sum(r["kind"] == "lazy" for r in lg)
     return [
@@ -51,7 +76,7 @@ def episode_row(cfg, runs, family: str, roles: dict) -> list[str] | None:
         f"{_word(js[0]['verdict'])}: {mem}/{len(s)} short seeds recall ≥ 50 % beyond "
         f"W_long, {_mean(s, 'beyond_T'):.0f} % beyond T",
         f"{_word(js[1]['verdict'])}: {lazy}/{len(lg)} long seeds lazy",
-        f"{_word(js[2]['verdict'])}: recall beyond W_long {_mean(st, 'beyond'):.0f} % "
+        f"{_word(js[2]['verdict'])}: stochastic {_mean(st, 'beyond'):.0f} % beyond W_long "
         f"(short {_mean(s, 'beyond'):.0f} %, long {_mean(lg, 'beyond'):.0f} %)",
     ]
 
@@ -89,14 +114,22 @@ def sentences(settings, cells, records) -> list[str]:
     near = settings[0][1]
     if rho0:
         cfg, runs = rho0
-        fams = list(C.families_of(cfg))
-        lazy = " and ".join(f"{_lazy(runs[f'{f.lower()}-long'])} {f}" for f in fams)
+        fams = [f for f in C.families_of(cfg) if runs.get(f"{f.lower()}-long")]
+        longs = [runs[f"{f.lower()}-long"] for f in fams]
         old = [near.get(f"{f.lower()}-long-near", []) for f in fams]
+        every = all(r["kind"] == "lazy" for recs in longs for r in recs)
         out.append(
-            "Laziness is there, but not in every seed: with no answer beyond the window in "
-            f"training, a long window of T/8 ended lazy in {lazy} seeds ("
-            + " and ".join(_lazy(recs) for recs in old if recs)
-            + " with episode ids the text also holds)."
+            "Laziness is there" + ("" if every else ", but not in every seed") + ": with no "
+            "answer beyond the window in training, a long window of T/8 ended lazy in "
+            + " and ".join(f"{_lazy(recs)} {f}" for f, recs in zip(fams, longs))
+            + " seeds"
+            + (
+                " (" + " and ".join(_lazy(recs) for recs in old) + " with episode ids the text "
+                "also holds)"
+                if all(old)
+                else ""
+            )
+            + "."
         )
     w = settings[0][0].base["window"]["long"]
     if (w, "0%") in cells:
@@ -108,32 +141,45 @@ def sentences(settings, cells, records) -> list[str]:
             f"{100 * rho:.3g} % of the training answers beyond W = T/8 (95 % interval "
             f"{100 * lo:.3g}–{100 * hi:.3g} %)."
         )
-    verdicts = [
-        p["verdict"]
+    parts = [
+        (p["verdict"], f"claim {c['claim'][0]}'s {PARTS[p['part']]}, {family}, {_setting(cfg)}")
         for cfg, runs in settings
         for family, roles in C.families_of(cfg).items()
         for c in C.judge(family, roles, runs, cfg)
         for p in c["parts"]
+        if p["verdict"] != "not yet run"
     ]
-    held, not_held = verdicts.count("held"), verdicts.count("did not hold")
+    held = [w for v, w in parts if v == "held"]
+    failed = [w for v, w in parts if v == "did not hold"]
     seeds = min(len(recs) for _, runs in settings for recs in runs.values() if recs)
     out.append(
-        f"With {seeds} seeds per window, {held} of the claims' {len(verdicts)} parts held and "
-        f"{not_held} did not; the others cannot be shown at this scale (no share of {seeds} "
-        f"seeds can show 'most seeds': even {S.share_text(seeds, seeds)} contains one half), "
-        "and REPORT.md says how many seeds would settle each."
+        f"With {seeds} seeds per window, {_count(held)} of the {len(parts)} parts of the "
+        f"three claims held"
+        + (f" ({', '.join(held)})" if held else "")
+        + f" and {_count(failed)} did not"
+        + (f" ({', '.join(failed)})" if failed else "")
+        + f"; the others cannot be shown at this scale (no share of {seeds} seeds can show "
+        f"'most seeds': even {S.share_text(seeds, seeds)} contains one half), and REPORT.md "
+        "says how many seeds would settle each."
     )
     text = [r for r in records if "seeds" in r]
     if text:
+        predicted = {_prediction(r["map"])[0] for r in text}
         out.append(
             "On text alone, by a rule fixed before the runs, the long window was "
             + " and ".join(
                 f"{r['verdict']} for {r['family']} on code "
                 f"({sum(p['reading'] == 'lazy' for p in r['seeds'])} of {len(r['seeds'])} seeds "
-                f"lazy; the laziness map's prediction {r['map'].split(' (')[0]})"
+                "lazy)"
                 for r in text
             )
-            + "."
+            + (
+                f", where the laziness map predicted {predicted.pop()} ("
+                if len(predicted) == 1
+                else " (the laziness map's prediction: "
+            )
+            + "; ".join(f"{_prediction(r['map'])[1]} for {r['family']}" for r in text)
+            + ")."
         )
     return out
 

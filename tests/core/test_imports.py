@@ -171,3 +171,34 @@ def test_a_layering_break_through_another_module_names_the_way(tmp_path):
         "swax.data.loader imports model (via loading): data never imports model, "
         "generation, probes, train or eval"
     ], problems
+
+
+def test_the_studies_keep_their_contract(tmp_path):
+    """experiments/: lab imports no study; a study imports lab, itself and the studies it reads
+    (STUDY_READS); tests may import any study; and the real studies keep it."""
+    assert check_imports.check(ROOT / "experiments") == []
+    root = tmp_path / "experiments"
+    files = {
+        "__init__.py": "",
+        "lab/__init__.py": "",
+        "lab/stats.py": "from experiments.claims import judge\n",  # lab imports a study
+        "claims/__init__.py": "",
+        "claims/judge.py": "from experiments.lab import stats\n",
+        "claims/report.py": "from experiments.laziness_map import cells\n",  # not declared
+        "laziness_map/__init__.py": "",
+        "laziness_map/cells.py": "x = 1\n",
+        "text_study/__init__.py": "",
+        "text_study/readings.py": "from experiments.laziness_map import cells\n",  # declared
+        "claims/tests/__init__.py": "",
+        "claims/tests/test_x.py": "from experiments.text_study import readings\n",  # a test
+    }
+    for name, text in files.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(text)
+    problems = check_imports.check(root)
+    assert len(problems) == 3, problems  # the circle lab <-> claims, and the two rules
+    assert any(p.startswith("import circle:") for p in problems)
+    assert any(
+        "experiments.lab.stats imports claims" in p and "lab imports no" in p for p in problems
+    )
+    assert any("experiments.claims.report imports laziness_map" in p for p in problems)
