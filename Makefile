@@ -8,7 +8,7 @@ BASE_STAMP := $(VENV)/.installed-base
 STAMP  := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: install demo demo-recall test test-isa test-gpu-interp test-slow lint format bench gpu-check clean
+.PHONY: install demo demo-recall test test-isa test-gpu-interp test-slow lint format bench gpu-check studies clean
 
 # the package and what it needs (the demos); the test extra on top for the tests and the lint
 $(BASE_STAMP): pyproject.toml
@@ -91,6 +91,15 @@ bench: $(STAMP)
 # -> benchmarks/results/gpu_check.{json,md}. `python3 tools/gpu_check.py --dry-run` lists it.
 gpu-check:
 	$(PYTHON) tools/gpu_check.py
+
+# Every study's reports regenerated from its committed results and compared with the committed
+# ones byte for byte (`python -m experiments.<study> report --check`, docs/studies.md); a study is
+# a folder of experiments/ with a __main__.py. About a minute on 2 cores.
+studies: $(BASE_STAMP)
+	@fail=0; for main in experiments/*/__main__.py; do \
+		study=$$(basename $$(dirname $$main)); \
+		$(BIN)/python -m experiments.$$study report --check || fail=1; \
+	done; exit $$fail
 
 clean:
 	rm -rf $(VENV) $(INTERP_VENV) .pytest_cache build *.egg-info
