@@ -31,16 +31,16 @@ and gives a factor only where both emerged.
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 
 from experiments.lab import emergence as E
 from experiments.lab import provenance as P
 from experiments.lab import verdicts as V
+from experiments.lab.cli import archived
 from experiments.lab.markdown import fmt
 from experiments.lab.recall import record
-from swax.sweep import archive_path, load_sweep
+from swax.sweep import load_sweep
 
 HERE = Path(__file__).resolve().parent
 SETTINGS = ("claims.yaml", "claims_rho0.yaml")
@@ -56,17 +56,11 @@ PARTS = (("beyond W_long", "beyond T"), ("lazy",), ("recall", "quality"))
 
 
 def load_runs(cfg) -> dict[str, list[dict]]:
-    """{run name: [record per archived seed]} (see laziness.record), each with its episode ids
-    ("ids", provenance.run_ids); a SwaxError when the setting mixes id ranges."""
-    out = {}
-    for name in cfg.runs:
-        recs = []
-        for seed in cfg.seeds:
-            path = archive_path(cfg, name, seed)
-            if path is not None and path.is_file():
-                ev = json.loads(path.read_text())
-                recs.append({**record(ev, seed), "ids": P.run_ids(ev, cfg, name, seed)})
-        out[name] = recs
+    """{run name: [record per archived seed]} (experiments.lab.recall.record), each with its
+    episode ids ("ids", provenance.run_ids); a SwaxError when the setting mixes id ranges."""
+    out: dict[str, list[dict]] = {name: [] for name in cfg.runs}
+    for name, seed, ev in archived(cfg):
+        out[name].append({**record(ev, seed), "ids": P.run_ids(ev, cfg, name, seed)})
     where = Path(cfg.archive).name if cfg.archive else cfg.name
     P.one_range([(n, r["seed"], r["ids"]) for n, rs in out.items() for r in rs], where)
     return out

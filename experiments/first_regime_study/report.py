@@ -266,11 +266,7 @@ SUPERSEDED = (
 def header(cfg, cfg_path: Path, results, mresults, quick: bool) -> list[str]:
     """The report's title, provenance, time and seeds lines."""
     rel = cfg_path.relative_to(ROOT) if cfg_path.is_relative_to(ROOT) else cfg_path
-    every = {(e["name"], e["seed"]): e for evs in results.values() for e in evs}
-    for evs in (mresults or {}).values():
-        every.update({("mp-" + e["name"], e["seed"]): e for e in evs})
-    train_s = sum(e.get("train_elapsed_s") or 0 for e in every.values())
-    eval_s = sum(e.get("eval_elapsed_s", 0) for e in every.values())
+    train_m, eval_m = ws.summed_minutes(results, mresults)
     files = [f for f in RESULTS["cpu" if cfg_path.name == "sweep.yaml" else "gpu"] if f]
     lines = [
         f"# {cfg.name}: the window effect in the paper's regime",
@@ -288,19 +284,12 @@ def header(cfg, cfg_path: Path, results, mresults, quick: bool) -> list[str]:
         + (f" and `{rel.with_name('multipair.yaml')}`" if mresults is not None else "")
         + (" with `--quick`" if quick else ""),
         f"- runs: {cfg.jobs} at a time with {cfg.base.get('threads') or 'default'} thread(s) "
-        f"each; training {train_s / 60:.1f} min and evaluation {eval_s / 60:.1f} min summed "
+        f"each; training {train_m:.1f} min and evaluation {eval_m:.1f} min summed "
         "over runs",
         f"- seeds: {cfg.seeds}",
         "",
     ]
-    if quick:
-        lines += [
-            "> **A smoke run** (`--quick`: a few training steps and evaluation samples). Its "
-            "numbers and verdicts check that the pipeline works; they say nothing about the "
-            "paper's claims. The full run is the same command without `--quick`.",
-            "",
-        ]
-    return lines
+    return lines + (ws.SMOKE_RUN if quick else [])
 
 
 def regime_lines(cfg, agg: dict, seq_len: int, main: list[str]) -> list[str]:
@@ -361,9 +350,7 @@ def write_report(cfg, cfg_path: Path, results, mcfg, mresults, out: Path, quick=
         magg = aggregate(mresults)
         mseq = next(iter(mresults.values()))[0]["seq_len"]
         lines += multipair_section(mcfg, magg, mseq)
-    if cfg.notes.strip():
-        lines += ["## Notes", "", cfg.notes.strip(), ""]
-    lines += ["## Config", "", "```yaml", cfg_path.read_text().rstrip(), "```", ""]
+    lines += ws.closing_lines(cfg, cfg_path)
     report = out / report_name
     report.write_text("\n".join(lines))
     return report

@@ -82,16 +82,21 @@ class Study:
         return f"python -m {self.package}"
 
 
-def load_archived(cfg, convert) -> dict[str, list]:
-    """{run name: [convert(archived result, seed) per seed that has one]} of a sweep's runs."""
-    out = {}
+def archived(cfg):
+    """(run name, seed, archived result) of every run of a sweep that has one, in the order of
+    its runs and seeds."""
     for name in cfg.runs:
-        recs = []
         for seed in cfg.seeds:
             path = archive_path(cfg, name, seed)
             if path is not None and path.is_file():
-                recs.append(convert(json.loads(path.read_text()), seed))
-        out[name] = recs
+                yield name, seed, json.loads(path.read_text())
+
+
+def load_archived(cfg, convert) -> dict[str, list]:
+    """{run name: [convert(archived result, seed) per seed that has one]} of a sweep's runs."""
+    out: dict[str, list] = {name: [] for name in cfg.runs}
+    for name, seed, ev in archived(cfg):
+        out[name].append(convert(ev, seed))
     return out
 
 

@@ -281,3 +281,33 @@ def probe_section(agg, names, seq_len) -> list[str]:
     ]
     lines += _table(["run", "full", "window cut", "recurrent reset", "both", "carried by"], rows)
     return lines + [""]
+
+
+# ------------------------------------------------------------------------------ header, end
+
+SMOKE_RUN = [
+    "> **A smoke run** (`--quick`: a few training steps and evaluation samples). Its numbers and "
+    "verdicts check that the pipeline works; they say nothing about the paper's claims. The full "
+    "run is the same command without `--quick`.",
+    "",
+]
+"""The note under the header of a report of reduced runs."""
+
+
+def summed_minutes(*results: dict | None) -> tuple[float, float]:
+    """(training, evaluation) minutes summed over the runs of one or more sweeps' results (a
+    run that stands for several grid points counted once)."""
+    every = {
+        (i, e["name"], e["seed"]): e
+        for i, res in enumerate(results)
+        for evs in (res or {}).values()
+        for e in evs
+    }
+    train = sum(e.get("train_elapsed_s") or 0 for e in every.values())
+    return train / 60, sum(e.get("eval_elapsed_s", 0) for e in every.values()) / 60
+
+
+def closing_lines(cfg, cfg_path: Path) -> list[str]:
+    """A report's end: the sweep's notes and its config as run."""
+    notes = ["## Notes", "", cfg.notes.strip(), ""] if cfg.notes.strip() else []
+    return notes + ["## Config", "", "```yaml", cfg_path.read_text().rstrip(), "```", ""]

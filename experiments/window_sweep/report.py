@@ -15,13 +15,16 @@ from experiments.lab.cli import ROOT
 from experiments.lab.markdown import table as _table
 from experiments.lab.sweep_claims import _acc, _far, all_claims
 from experiments.lab.sweep_report import (
+    SMOKE_RUN,
     carrier,
+    closing_lines,
     curve_section,
     figures,
     fmt,
     probe_section,
     recall_rows,
     results_tables,
+    summed_minutes,
     task_text,
 )
 from swax.core.plotting import pyplot
@@ -128,9 +131,7 @@ def grid_section(agg, cfg, seq_len, fig) -> list[str]:
 def header(cfg, cfg_path: Path, results: dict, seq_len: int, quick: bool) -> list[str]:
     """The report's title, provenance, time and seeds lines."""
     rel = cfg_path.relative_to(ROOT) if cfg_path.is_relative_to(ROOT) else cfg_path
-    runs = {(e["name"], e["seed"]): e for evs in results.values() for e in evs}  # grid aliases once
-    run_time = sum(e.get("train_elapsed_s") or 0 for e in runs.values())
-    evals = sum(e.get("eval_elapsed_s", 0) for e in runs.values())
+    run_time, evals = summed_minutes(results)
     results_file = names(cfg_path.name)[1]
     lines = [
         f"# {cfg.name}: window size and long-range recall",
@@ -142,20 +143,13 @@ def header(cfg, cfg_path: Path, results: dict, seq_len: int, quick: bool) -> lis
         f"- command: `{COMMAND} run" + (" --quick" if quick else "") + "`",
         f"- config: `{rel}`" + (" with `--quick`" if quick else ""),
         f"- runs: {cfg.jobs} at a time with {cfg.base.get('threads') or 'default'} thread(s) "
-        f"each; training {run_time / 60:.1f} min and evaluation {evals / 60:.1f} min summed "
+        f"each; training {run_time:.1f} min and evaluation {evals:.1f} min summed "
         "over runs",
         f"- seeds: {cfg.seeds}; training length {seq_len} tokens; every run sees the same "
         "number of tokens",
         "",
     ]
-    if quick:
-        lines += [
-            "> **A smoke run** (`--quick`: a few training steps and evaluation samples). Its "
-            "numbers and verdicts check that the pipeline works; they say nothing about the "
-            "paper's claims. The full run is the same command without `--quick`.",
-            "",
-        ]
-    return lines
+    return lines + (SMOKE_RUN if quick else [])
 
 
 def write_report(cfg, cfg_path: Path, results: dict, out: Path, quick: bool = False) -> Path:
@@ -176,9 +170,7 @@ def write_report(cfg, cfg_path: Path, results: dict, out: Path, quick: bool = Fa
     lines += curve_section(agg, main, seq_len, paths.get("curves"))
     lines += probe_section(agg, main + [n for n in results if n not in main], seq_len)
     lines += grid_section(agg, cfg, seq_len, phase)
-    if cfg.notes.strip():
-        lines += ["## Notes", "", cfg.notes.strip(), ""]
-    lines += ["## Config", "", "```yaml", cfg_path.read_text().rstrip(), "```", ""]
+    lines += closing_lines(cfg, cfg_path)
     report = out / report_name
     report.write_text("\n".join(lines))
     return report
