@@ -75,6 +75,19 @@ def pooled(rec: dict | None, distances, control: bool = False) -> dict:
     return {"k": k, "n": n, "share": share, "ci": wilson(k, n)}
 
 
+def pooled_gain(rec: dict | None, distances) -> dict:
+    """The passkey gain (nats per key token) averaged over ``distances``, with a 95 % interval
+    from the distances' bootstrap intervals (normal approximation: each interval's half-width /
+    1.96 as its standard error, the trials of different distances independent)."""
+    rows = [r for r in (rec or {}).get("passkey", {}).get("rows", []) if r["distance"] in distances]
+    gains = [r["gain"] for r in rows if r.get("gain", {}).get("n")]
+    if not gains:
+        return {"mean": math.nan, "ci": [math.nan, math.nan], "n": 0}
+    m = sum(x["mean"] for x in gains) / len(gains)
+    se = math.sqrt(sum(((x["ci"][1] - x["ci"][0]) / 3.92) ** 2 for x in gains)) / len(gains)
+    return {"mean": m, "ci": [m - 1.96 * se, m + 1.96 * se], "n": sum(x["n"] for x in gains)}
+
+
 # ------------------------------------------------------------------------------ the controls
 
 
@@ -116,8 +129,17 @@ def claim1_seed(short: dict, long: dict | None) -> dict:
         and ps["share"] - pl["share"] >= POINTS
         and ps["ci"][0] > pc["ci"][1]
     )
+    gs, gl = pooled_gain(short, FAR_DISTANCES), pooled_gain(long, FAR_DISTANCES)
+    by_gain = counts(gs) and bool(gl.get("n")) and gs["ci"][0] > gl["ci"][1]
+    retr = retr or by_gain
     copies = counts(e_far)
-    fails = mem and e_far is not None and e_far["ci"][1] < DELTA and ps["ci"][1] < POINTS
+    fails = (
+        mem
+        and e_far is not None
+        and e_far["ci"][1] < DELTA
+        and ps["ci"][1] < POINTS
+        and not gs["ci"][1] >= DELTA
+    )
     return {
         "memory": mem,
         "copies_beyond_T": copies,
@@ -127,6 +149,8 @@ def claim1_seed(short: dict, long: dict | None) -> dict:
         "passkey": ps,
         "passkey_long": pl,
         "E_far": e_far,
+        "key_gain": gs,
+        "key_gain_long": gl,
     }
 
 

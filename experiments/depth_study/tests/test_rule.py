@@ -115,6 +115,22 @@ def test_claim1_seed_and_verdict():
     assert R.claim1_verdict([nomem] * 2 + [holds] * 3, 5, True).startswith("cannot decide")
 
 
+def test_claim1_by_the_passkey_gain_when_no_key_comes_back_whole():
+    def with_gain(mean, lo, hi):
+        r = rec({R.MEMORY: MEM, R.BEYOND_T: g(0.02, 0.01, 0.03)}, NONE)
+        for row in r["passkey"]["rows"]:
+            row["gain"] = g(mean, lo, hi, n=200)
+        return r
+
+    long = with_gain(0.0, -0.01, 0.01)
+    seed = R.claim1_seed(with_gain(0.3, 0.2, 0.4), long)
+    assert seed["retrieves"] and seed["holds"]
+    # pooled over four distances: the interval narrows by half (four equal intervals)
+    assert seed["key_gain"]["ci"][1] - seed["key_gain"]["ci"][0] == pytest.approx(0.1)
+    assert not R.claim1_seed(with_gain(0.3, 0.2, 0.4), with_gain(0.3, 0.2, 0.4))["retrieves"]
+    assert not R.claim1_seed(with_gain(0.005, 0.001, 0.009), long)["retrieves"]  # below delta
+
+
 def test_pooled_passkey_and_its_wilson_interval():
     p = R.pooled(rec({}, {2048: (10, 200, 0), 4096: (30, 200, 1), 64: (200, 200, 0)}), (2048, 4096))
     assert (p["k"], p["n"]) == (40, 400) and p["share"] == pytest.approx(0.1)
@@ -216,7 +232,6 @@ def test_quick_depth_study_under_a_minute(tmp_path):
         str(tmp_path / "r"),
     ]
     env = {"SWAX_THREADS": "1"}
-    import os
 
     r = subprocess.run(
         cmd, cwd=ROOT, capture_output=True, text=True, timeout=600, env={**os.environ, **env}
