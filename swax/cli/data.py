@@ -106,8 +106,14 @@ def cmd_data_far_share(cfg: C.DataFarShareConfig) -> int:
 
     from swax.version import __version__
 
-    res = {"source": cfg.source, **res, "seed": cfg.seed, "samples": cfg.samples,
-           "python": platform.python_version(), "swax": __version__}  # fmt: skip
+    res = {
+        "source": cfg.source,
+        **res,
+        "seed": cfg.seed,
+        "samples": cfg.samples,
+        "python": platform.python_version(),
+        "swax": __version__,
+    }
     print(
         f"far share of {cfg.source} ({tok.name}, context {context}; "
         f"{res['documents']['held_out']:,} held-out documents, "

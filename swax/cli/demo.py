@@ -40,16 +40,36 @@ SEQ_LEN = 64
 WINDOWS = {"short": 8, "long": 64}
 MULTIPLES = (1, 2, 4, 8, 16, 32)
 BASE = [
-    "model.preset=tiny", "model.d_model=64", "model.n_layers=2", "model.n_heads=2",
-    "model.recurrent_heads=2", "model.qk_dim_factor=1.0", "model.mlstm_igate_bias_init=-4",
-    "data.source=kjv", "data.tokenizer=byte", "data.synthetic.task=mqar",
-    "data.synthetic.fraction=1.0", "data.synthetic.num_needles=1",
-    "data.synthetic.num_queries=1", "data.synthetic.answers_only=true",
-    "data.synthetic.min_distance=8", "window.kind=fixed", "window.short=8", "window.long=64",
-    f"seq_len={SEQ_LEN}", "batch_size=32", "steps=1200", "optim.lr=3e-3",
-    "optim.schedule=cosine", "optim.warmup_steps=50", "checkpoint.every=400",
-    "log.every=200", "log.val_every=0", "log.val_batches=1", "log.tensorboard=false",
-]  # fmt: skip
+    "model.preset=tiny",
+    "model.d_model=64",
+    "model.n_layers=2",
+    "model.n_heads=2",
+    "model.recurrent_heads=2",
+    "model.qk_dim_factor=1.0",
+    "model.mlstm_igate_bias_init=-4",
+    "data.source=kjv",
+    "data.tokenizer=byte",
+    "data.synthetic.task=mqar",
+    "data.synthetic.fraction=1.0",
+    "data.synthetic.num_needles=1",
+    "data.synthetic.num_queries=1",
+    "data.synthetic.answers_only=true",
+    "data.synthetic.min_distance=8",
+    "window.kind=fixed",
+    "window.short=8",
+    "window.long=64",
+    f"seq_len={SEQ_LEN}",
+    "batch_size=32",
+    "steps=1200",
+    "optim.lr=3e-3",
+    "optim.schedule=cosine",
+    "optim.warmup_steps=50",
+    "checkpoint.every=400",
+    "log.every=200",
+    "log.val_every=0",
+    "log.val_batches=1",
+    "log.tensorboard=false",
+]
 """The window study's one-pair setting (experiments/window_sweep/sweep.yaml), shortened."""
 
 
@@ -97,12 +117,16 @@ def run(run_dir: str | Path, overrides: list[str], samples: int = 64) -> dict:
     run_dir = Path(run_dir)
     recall = evaluate_pair(train_pair(run_dir, overrides), samples)
     lengths = sorted(recall["short"])
-    print(f"\nrecall (%) of the key's value, {samples} episodes per length (chance 6.25%), "
-          "each model with its own window:")  # fmt: skip
+    print(
+        f"\nrecall (%) of the key's value, {samples} episodes per length (chance 6.25%), "
+        "each model with its own window:"
+    )
     print(f"{'context':>16}  {'short W=8':>9}  {'long W=64':>9}")
     for n in lengths:
-        print(f"{n:>6} ({n // SEQ_LEN:>2}x train)  {recall['short'][n]:>9.1f}  "
-              f"{recall['long'][n]:>9.1f}")  # fmt: skip
+        print(
+            f"{n:>6} ({n // SEQ_LEN:>2}x train)  {recall['short'][n]:>9.1f}  "
+            f"{recall['long'][n]:>9.1f}"
+        )
     beyond = {r: sum(recall[r][n] for n in lengths[1:]) / (len(lengths) - 1) for r in recall}
     print(
         f"\nbeyond the training length the short-window model keeps {beyond['short']:.0f}% on "

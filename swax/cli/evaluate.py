@@ -64,6 +64,65 @@ def cmd_eval_recall(cfg: C.RecallConfig) -> int:
 
     trained, run_windows, seq_len = training_setup(cfg.model) if cfg.model else (None, {}, None)
     edges = _bucket_edges(cfg)
+    lengths = _recall_lengths(cfg, seq_len)
+    episodes = _recall_episodes(cfg, trained)
+    out = _eval_out(cfg, "recall", RECALL_FILES)
+    model, tok, label, window = _eval_model(cfg)
+    explicit = str(cfg.window) != "default"
+    windows = {"own": window} if explicit else {"long": window, **run_windows}
+    _, val = build_datasets(DataConfig(), tok, seq_len=1, seed=0)
+    results = recall_by_window(
+        model,
+        tok,
+        val.tokens,
+        episodes,
+        lengths,
+        cfg.samples,
+        windows,
+        seed=cfg.seed,
+        batch_size=cfg.batch_size,
+        progress=True,
+    )
+    meta = {
+        "model": _model_name(cfg),
+        "label": label,
+        "windows": windows,
+        "seq_len": seq_len,
+        "episodes": dataclasses.asdict(episodes),
+        "samples": cfg.samples,
+    }
+    path = write_recall(out, results, meta)
+    chance = 100 / (episodes.mqar_values if episodes.task == "mqar" else 10**episodes.digits)
+    named = ", ".join(f"{k} {v}" for k, v in windows.items())
+    print(
+        f"recall (%) of {label}, {episodes.num_needles} pair(s), {cfg.samples} episodes per "
+        f"length; windows: {named}"
+    )
+    print(recall_table(results, lengths, seq_len))
+    print(
+        f"how to read: % of episodes whose answer the model produced (chance {chance:.2g}%); "
+        "long = the model's own window, train = its run's training window, own = --window"
+        f"{_not_trained_on_retrieval(cfg)}"
+    )
+    if edges and cfg.bucket_samples:
+        short, long, T = edges
+        rows = _recall_by_distance(cfg, edges, model, tok, val.tokens, episodes, window)
+        lazy = verdict(rows, chance, T)
+        results = {
+            **results,
+            "buckets": rows,
+            "laziness": lazy,
+            "bucket_windows": {"short": short, "long": long, "seq_len": T},
+        }
+        path = write_recall(out, results, meta)
+        _print_buckets(rows, lazy, edges)
+    print(_footer(path))
+    return 0
+
+
+def _recall_lengths(cfg: C.RecallConfig, seq_len: int | None) -> list[int]:
+    """--lengths in tokens: each item a length (4k, 2000) or a multiple (``4x``) of the run's
+    training length ``seq_len``."""
     lengths = []
     for item in [x.strip() for x in cfg.lengths.split(",") if x.strip()]:
         if item.lower().endswith("x"):
@@ -77,61 +136,62 @@ def cmd_eval_recall(cfg: C.RecallConfig) -> int:
             lengths += parse_lengths(item, "--lengths")
     if not lengths:
         raise SwaxError(f"--lengths: no length given in {cfg.lengths!r}")
+    return lengths
+
+
+def _recall_episodes(cfg: C.RecallConfig, trained: SyntheticConfig | None) -> SyntheticConfig:
+    """The episodes to score: the run's own task settings when --task matches them, else the
+    task's defaults, with --pairs, --queries and --min-distance where given."""
     task = cfg.task if cfg.task != "auto" else (trained.task if trained else "mqar")
     base = trained if trained is not None and trained.task == task else None
-    episodes = dataclasses.replace(
+    given = {"num_needles": cfg.pairs, "num_queries": cfg.queries, "min_distance": cfg.min_distance}
+    return dataclasses.replace(
         base or SyntheticConfig(task=task, fraction=1.0, compact=True, min_distance=8),
         far_share=None,  # evaluation distances are uniform
-        **{k: v for k, v in (("num_needles", cfg.pairs), ("num_queries", cfg.queries),
-                             ("min_distance", cfg.min_distance)) if v is not None},
-    )  # fmt: skip
-    out = _eval_out(cfg, "recall", RECALL_FILES)
-    model, tok, label, window = _eval_model(cfg)
-    explicit = str(cfg.window) != "default"
-    windows = {"own": window} if explicit else {"long": window, **run_windows}
-    _, val = build_datasets(DataConfig(), tok, seq_len=1, seed=0)
-    results = recall_by_window(
-        model, tok, val.tokens, episodes, lengths, cfg.samples, windows, seed=cfg.seed,
-        batch_size=cfg.batch_size, progress=True,
-    )  # fmt: skip
-    meta = {"model": _model_name(cfg), "label": label, "windows": windows, "seq_len": seq_len,
-            "episodes": dataclasses.asdict(episodes), "samples": cfg.samples}  # fmt: skip
-    path = write_recall(out, results, meta)
-    chance = 100 / (episodes.mqar_values if episodes.task == "mqar" else 10**episodes.digits)
-    named = ", ".join(f"{k} {v}" for k, v in windows.items())
-    print(f"recall (%) of {label}, {episodes.num_needles} pair(s), {cfg.samples} episodes per "
-          f"length; windows: {named}")  # fmt: skip
-    print(recall_table(results, lengths, seq_len))
-    print(f"how to read: % of episodes whose answer the model produced (chance {chance:.2g}%); "
-          "long = the model's own window, train = its run's training window, own = --window"
-          f"{_not_trained_on_retrieval(cfg)}")  # fmt: skip
-    if edges and cfg.bucket_samples:
-        short, long, T = edges
-        buckets = distance_buckets(short, long, T)
-        print(
-            f"recall by distance: {len(buckets)} buckets × {cfg.bucket_samples} episodes × 3 "
-            "(own window, window cut, recurrent reset) ...",
-            file=sys.stderr,
-            flush=True,
-        )
-        rows = recall_by_bucket(
-            model, tok, val.tokens, episodes, buckets, cfg.bucket_samples, window,
-            probe_window=short, seed=cfg.seed, batch_size=cfg.batch_size,
-        )  # fmt: skip
-        lazy = verdict(rows, chance, T)
-        results = {**results, "buckets": rows, "laziness": lazy,
-                   "bucket_windows": {"short": short, "long": long, "seq_len": T}}  # fmt: skip
-        path = write_recall(out, results, meta)
-        print(f"\nrecall by distance (reach: the window the answer needs; W_short {short}, "
-              f"W_long {long}, T {T}; window_cut: window {short}; reset: recurrent state "
-              "emptied before the question):")  # fmt: skip
-        print(bucket_table(rows))
-        print(
-            f"inside W_long {lazy['inside_long']:.1f}%, beyond it within T "
-            f"{lazy['beyond_long']:.1f}%, beyond T {lazy['beyond_T']:.1f}%: {lazy['kind']}"
-        )
-    print(_footer(path))
-    return 0
+        **{k: v for k, v in given.items() if v is not None},
+    )
+
+
+def _recall_by_distance(
+    cfg: C.RecallConfig, edges: tuple[int, int, int], model, tok, tokens, episodes, window
+) -> list[dict]:
+    """Recall per distance bucket of ``edges`` (W_short, W_long, T): the model's own window,
+    the window cut to W_short, and the recurrent state reset."""
+    short, long, T = edges
+    buckets = distance_buckets(short, long, T)
+    print(
+        f"recall by distance: {len(buckets)} buckets × {cfg.bucket_samples} episodes × 3 "
+        "(own window, window cut, recurrent reset) ...",
+        file=sys.stderr,
+        flush=True,
+    )
+    return recall_by_bucket(
+        model,
+        tok,
+        tokens,
+        episodes,
+        buckets,
+        cfg.bucket_samples,
+        window,
+        probe_window=short,
+        seed=cfg.seed,
+        batch_size=cfg.batch_size,
+    )
+
+
+def _print_buckets(rows: list[dict], lazy: dict, edges: tuple[int, int, int]) -> None:
+    """The recall-by-distance table and its verdict line."""
+    short, long, T = edges
+    print(
+        f"\nrecall by distance (reach: the window the answer needs; W_short {short}, "
+        f"W_long {long}, T {T}; window_cut: window {short}; reset: recurrent state "
+        "emptied before the question):"
+    )
+    print(bucket_table(rows))
+    print(
+        f"inside W_long {lazy['inside_long']:.1f}%, beyond it within T "
+        f"{lazy['beyond_long']:.1f}%, beyond T {lazy['beyond_T']:.1f}%: {lazy['kind']}"
+    )
 
 
 def _bucket_edges(cfg: C.RecallConfig) -> tuple[int, int, int] | None:
@@ -185,8 +245,10 @@ def _not_trained_on_retrieval(cfg: C.EvalConfig) -> str:
     trained, _, seq_len = training_setup(cfg.model)
     if seq_len is None or trained is not None:
         return ""
-    return ("; this model was not trained on retrieval (its run's data.synthetic.fraction is 0), "
-            "so scores near chance are expected")  # fmt: skip
+    return (
+        "; this model was not trained on retrieval (its run's data.synthetic.fraction is 0), "
+        "so scores near chance are expected"
+    )
 
 
 def _footer(out) -> str:
@@ -364,9 +426,11 @@ def cmd_eval_ppl(cfg: C.PplConfig) -> int:
             f"{r['bucket_start'] + 1:>8,}-{r['bucket_end']:<9,}  {r['loss']:7.4f}  {r['ppl']:9.3f}"
         )
     trained = f"; it was trained on sequences of {train_len:,}" if train_len else ""
-    print(f"how to read: the mean loss (nats per token, {tok.name} tokenizer) of the tokens at "
-          f"those positions, ppl = exp(loss){trained}: a loss that stays flat or falls at later "
-          "positions means the model keeps using its context there")  # fmt: skip
+    print(
+        f"how to read: the mean loss (nats per token, {tok.name} tokenizer) of the tokens at "
+        f"those positions, ppl = exp(loss){trained}: a loss that stays flat or falls at later "
+        "positions means the model keeps using its context there"
+    )
     print(_footer(out))
     return 0
 

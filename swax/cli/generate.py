@@ -44,9 +44,12 @@ class _Streamer:
             return
         self.estimated = True
         rate = len(self.ids) / elapsed
-        print(f"[{rate:,.1f} tok/s: {self.total:,} new tokens would take about "
-              f"{fmt_seconds(self.total / rate)}; Ctrl-C stops and keeps the text]",
-              file=sys.stderr, flush=True)  # fmt: skip
+        print(
+            f"[{rate:,.1f} tok/s: {self.total:,} new tokens would take about "
+            f"{fmt_seconds(self.total / rate)}; Ctrl-C stops and keeps the text]",
+            file=sys.stderr,
+            flush=True,
+        )
 
     def __call__(self, t) -> None:
         if not self.estimated:
@@ -57,8 +60,12 @@ class _Streamer:
             if now - self.last >= self.every:
                 self.last = now
                 n = len(self.ids)
-                print(f"generating: {n:,} of {self.total:,} new tokens, "
-                      f"{n / (now - self.t0):,.1f} tok/s", file=sys.stderr, flush=True)  # fmt: skip
+                print(
+                    f"generating: {n:,} of {self.total:,} new tokens, "
+                    f"{n / (now - self.t0):,.1f} tok/s",
+                    file=sys.stderr,
+                    flush=True,
+                )
             return
         self.ids.append(int(t[0]))
         text = self.tok.decode(self.ids[self.mark :])
@@ -127,9 +134,12 @@ def cmd_generate(cfg: C.GenerateConfig) -> int:
     stream = cfg.stream and not cfg.stop
     on_token = _Streamer(tok, stream, cfg.max_new_tokens)
     if cfg.max_new_tokens >= LONG_GENERATION:
-        print(f"note: up to {cfg.max_new_tokens:,} new tokens; an estimate of how long that "
-              "takes follows once the rate is known (Ctrl-C stops and keeps the text)",
-              file=sys.stderr, flush=True)  # fmt: skip
+        print(
+            f"note: up to {cfg.max_new_tokens:,} new tokens; an estimate of how long that "
+            "takes follows once the rate is known (Ctrl-C stops and keeps the text)",
+            file=sys.stderr,
+            flush=True,
+        )
     t0 = time.perf_counter()
     prefill_done = []  # seconds at the end of the prefill
     compiled_before = compile_seconds(model)

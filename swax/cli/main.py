@@ -224,8 +224,9 @@ def main(argv: list[str] | None = None) -> int:
     elif extra:
         where = " ".join(x for x in (args.command, *_subcommand(args)) if x)
         prog = f"swax {where}" if where else "swax"
-        parser.exit(2, f"swax: error: unrecognized arguments: {' '.join(extra)} "
-                       f"(see {prog} --help)\n")  # fmt: skip
+        parser.exit(
+            2, f"swax: error: unrecognized arguments: {' '.join(extra)} (see {prog} --help)\n"
+        )
     if not getattr(args, "fn", None):
         if isinstance(COMMANDS.get(getattr(args, "command", None)), dict):
             parser.parse_args([args.command, "--help"])
@@ -251,8 +252,11 @@ def main(argv: list[str] | None = None) -> int:
         if not is_disk_full(e) or os.environ.get("SWAX_DEBUG"):
             raise
         where = f" writing {e.filename}" if getattr(e, "filename", None) else ""
-        print(f"swax: error: no space left on the device{where}; free some space and run "
-              "again (what was saved before is intact)", file=sys.stderr)  # fmt: skip
+        print(
+            f"swax: error: no space left on the device{where}; free some space and run "
+            "again (what was saved before is intact)",
+            file=sys.stderr,
+        )
         return 2
 
 
