@@ -317,8 +317,9 @@ def generate(
     decoder, advance = None, None
     if max_new_tokens > 1:  # else no step: the one id comes from the prefill's logits
         sampling = Sampling(temperature, top_k, top_p)
-        decoder = Decoder.start(model, [(state, range(B))], nxt, sampling, compile,
-                                max_new_tokens, gen)  # fmt: skip
+        decoder = Decoder.start(
+            model, [(state, range(B))], nxt, sampling, compile, max_new_tokens, gen
+        )
         state, advance = None, decoder.advance  # the buffers hold the state now
     every = _check_every(device, return_state)
     out, _ = _decode_loop(nxt, advance, max_new_tokens, stopping, on_token, done, every)

@@ -197,8 +197,11 @@ def decode_weights(model: SwaxLM, weights: str = "int8", head: bool = True) -> S
     new.load_state_dict(tensors, assign=True, strict=True)
     for name in sorted(linears):
         parent, _, attr = name.rpartition(".")
-        setattr(new.get_submodule(parent) if parent else new, attr,
-                make.from_linear(model.get_submodule(name)))  # fmt: skip
+        setattr(
+            new.get_submodule(parent) if parent else new,
+            attr,
+            make.from_linear(model.get_submodule(name)),
+        )
     if head and model.head is None:
         tied = nn.Linear(model.config.d_model, model.config.vocab_size, bias=False, device="meta")
         tied.weight = model.embed.weight
@@ -262,6 +265,12 @@ def greedy_agreement(
         diff = max(diff, float((la - lb).abs().max()))
         std.append(float(la.std()))
     mean = lambda xs: sum(xs) / len(xs)  # noqa: E731
-    return dict(prefix=mean(prefix), overall=mean(overall), forced=mean(forced),
-                max_logit_diff=diff, logit_std=mean(std), prompts=len(prefix),
-                new_tokens=max_new_tokens)  # fmt: skip
+    return dict(
+        prefix=mean(prefix),
+        overall=mean(overall),
+        forced=mean(forced),
+        max_logit_diff=diff,
+        logit_std=mean(std),
+        prompts=len(prefix),
+        new_tokens=max_new_tokens,
+    )

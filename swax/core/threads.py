@@ -220,6 +220,8 @@ class AutoThreads:
         global _applied, _note
         torch.set_num_threads(n)
         _applied = n
-        _note = (f"auto: {cpus} usable CPU(s), {others:.1f} in use by others lately; "
-                 f"--threads N or {ENV}=N to override")  # fmt: skip
+        _note = (
+            f"auto: {cpus} usable CPU(s), {others:.1f} in use by others lately; "
+            f"--threads N or {ENV}=N to override"
+        )
         return f"now {threads_note()}"

@@ -199,9 +199,12 @@ def copy_events(rows: np.ndarray, context: int, baseline: NgramBaseline | None =
     else:
         only = np.zeros((R, T), bool)
     return CopyEvents(
-        row=row.ravel().copy(), pos=pos.ravel().copy(), reach=reach.ravel(),
-        copy_right=copy_right.ravel(), only_copy=only.ravel(),
-    )  # fmt: skip
+        row=row.ravel().copy(),
+        pos=pos.ravel().copy(),
+        reach=reach.ravel(),
+        copy_right=copy_right.ravel(),
+        only_copy=only.ravel(),
+    )
 
 
 def split_documents(docs: list, held_out: float, seed: int = 0) -> tuple[list[int], list[int]]:

@@ -49,8 +49,15 @@ BYTE_EOT_TOKEN = "<|endoftext|>"
 """The special token of id 256 in the exported byte-level tokenizer."""
 
 
-HF_OUTPUTS = (CONFIG_NAME, WEIGHTS_NAME, CHECKSUMS_NAME, *REMOTE_FILES, "tokenizer.json",
-              "tokenizer_config.json", "special_tokens_map.json")  # fmt: skip
+HF_OUTPUTS = (
+    CONFIG_NAME,
+    WEIGHTS_NAME,
+    CHECKSUMS_NAME,
+    *REMOTE_FILES,
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+)
 """The files ``swax export hf`` writes (what ``--overwrite`` may replace)."""
 
 

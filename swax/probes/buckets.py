@@ -119,10 +119,20 @@ def recall_by_bucket(
         for name, (w, reset) in runs.items():
             try:
                 res = episode_accuracy(
-                model, tokenizer, haystack, [b.length], samples, cfg, window=w, seed=seed + b.hi,
-                progress=progress, batch_size=batch_size, reset_recurrent=reset,
-                reach_range=(max(b.lo + 1, 1), b.hi), keep_answers=True,
-                )[b.length]  # fmt: skip
+                    model,
+                    tokenizer,
+                    haystack,
+                    [b.length],
+                    samples,
+                    cfg,
+                    window=w,
+                    seed=seed + b.hi,
+                    progress=progress,
+                    batch_size=batch_size,
+                    reset_recurrent=reset,
+                    reach_range=(max(b.lo + 1, 1), b.hi),
+                    keep_answers=True,
+                )[b.length]
             except SwaxError as e:  # below the episodes' min_distance: an empty bucket
                 if not str(e).startswith("no distance"):
                     raise
@@ -136,8 +146,9 @@ def recall_by_bucket(
     return out
 
 
-def check_buckets(tokenizer, haystack, cfg: SyntheticConfig, buckets: list[Bucket],
-                  model_vocab: int | None = None) -> None:  # fmt: skip
+def check_buckets(
+    tokenizer, haystack, cfg: SyntheticConfig, buckets: list[Bucket], model_vocab: int | None = None
+) -> None:
     """Build one episode per bucket as :func:`recall_by_bucket` would, without a model, so that
     a configuration whose episodes cannot be made fails before any training: the SwaxError of
     the first bucket that cannot (an empty bucket, below min_distance, is allowed there too)."""
@@ -153,8 +164,14 @@ def check_buckets(tokenizer, haystack, cfg: SyntheticConfig, buckets: list[Bucke
     hay = np.asarray(haystack)
     for b in buckets:
         try:
-            make_episode(np.random.default_rng([0, b.length]), tokenizer, hay, b.length, cfg,
-                         reach_range=(max(b.lo + 1, 1), b.hi))  # fmt: skip
+            make_episode(
+                np.random.default_rng([0, b.length]),
+                tokenizer,
+                hay,
+                b.length,
+                cfg,
+                reach_range=(max(b.lo + 1, 1), b.hi),
+            )
         except SwaxError as e:
             if not str(e).startswith("no distance"):
                 raise

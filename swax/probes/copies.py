@@ -114,18 +114,28 @@ def gain_interval(gains, docs, samples: int = BOOTSTRAP, seed: int = 0) -> dict:
     x = np.asarray(gains, np.float64)
     n = len(x)
     if n == 0:
-        return {"mean": math.nan, "ci": [math.nan, math.nan], "n": 0, "docs": 0,
-                "copies": False}  # fmt: skip
+        return {"mean": math.nan, "ci": [math.nan, math.nan], "n": 0, "docs": 0, "copies": False}
     _, unit = np.unique(np.asarray(docs), return_inverse=True)
     num = np.bincount(unit, weights=x)
     den = np.bincount(unit).astype(np.float64)
     mean, lo, hi = bootstrap_share(num, den, samples, seed)
-    return {"mean": float(mean), "ci": [lo, hi], "n": n, "docs": int(len(num)),
-            "copies": bool(lo > 0)}  # fmt: skip
+    return {
+        "mean": float(mean),
+        "ci": [lo, hi],
+        "n": n,
+        "docs": int(len(num)),
+        "copies": bool(lo > 0),
+    }
 
 
-def replaced_row(row: np.ndarray, t: int, context: int, hashes: np.ndarray, filler: np.ndarray,
-                 rng: np.random.Generator) -> np.ndarray:  # fmt: skip
+def replaced_row(
+    row: np.ndarray,
+    t: int,
+    context: int,
+    hashes: np.ndarray,
+    filler: np.ndarray,
+    rng: np.random.Generator,
+) -> np.ndarray:
     """``row`` with every earlier occurrence of the context ending at ``t`` (hashes: the row's
     context hashes) and the token after it replaced by a slice of ``filler`` of the same
     length, drawn at a random place."""
@@ -269,8 +279,14 @@ def plan_copy_events(
         rows, ev, hashes = by_length[b.length]
         ok = ev.only_copy & (ev.reach > max(b.lo, context)) & (ev.reach <= b.hi)
         sel = np.flatnonzero(ok & (ev.pos >= getattr(b, "min_pos", 0)))
-        row = {"bucket": b.label, "key": b.key, "lo": b.lo, "hi": b.hi, "length": b.length,
-               "available": int(len(sel))}  # fmt: skip
+        row = {
+            "bucket": b.label,
+            "key": b.key,
+            "lo": b.lo,
+            "hi": b.hi,
+            "length": b.length,
+            "available": int(len(sel)),
+        }
         if len(sel) > events:
             sel = np.sort(rng.choice(sel, events, replace=False))
         row["n"] = int(len(sel))
@@ -278,8 +294,9 @@ def plan_copy_events(
         # the document of each event's target (token t + 1 of row r), or its row without eot
         docs = doc_of[r_idx * b.length + t_idx + 1] if eot is not None else r_idx
         row["docs"] = int(len(np.unique(docs)))
-        repl = [replaced_row(rows[r], t, context, hashes[r], tokens, rng)
-                for r, t in zip(r_idx, t_idx)]  # fmt: skip
+        repl = [
+            replaced_row(rows[r], t, context, hashes[r], tokens, rng) for r, t in zip(r_idx, t_idx)
+        ]
         plan = CopyPlan(row, t_idx, docs, rows[r_idx], np.stack(repl) if repl else rows[:0])
         if placebo:
             pl = [

@@ -192,10 +192,17 @@ class _EvalContext(CopyStages):
     def recall(self) -> dict:
         lengths = [m * self.tcfg.seq_len for m in self.ev.length_multiples]
         return recall_by_window(
-            self.model, self.tok, self.val, self.ep_cfg, lengths, self.ev.samples,
-            self.windows, seed=self.ev.seed, batch_size=self.ev.batch_size,
+            self.model,
+            self.tok,
+            self.val,
+            self.ep_cfg,
+            lengths,
+            self.ev.samples,
+            self.windows,
+            seed=self.ev.seed,
+            batch_size=self.ev.batch_size,
             progress=self.progress,
-        )  # fmt: skip
+        )
 
     def text_loss(self) -> dict:
         """Held-out text at the training length, with each evaluation window."""
@@ -269,10 +276,18 @@ class _EvalContext(CopyStages):
         w, T = self.tcfg.window, self.tcfg.seq_len
         buckets = distance_buckets(w.short, w.long, T, tuple(self.ev.bucket_far))
         rows = recall_by_bucket(
-            self.model, self.tok, self.val, self.ep_cfg, buckets, self.ev.bucket_samples,
-            self.deploy_window, probe_window=self.ev.probe_window or w.short, seed=self.ev.seed,
-            batch_size=self.ev.batch_size, progress=self.progress,
-        )  # fmt: skip
+            self.model,
+            self.tok,
+            self.val,
+            self.ep_cfg,
+            buckets,
+            self.ev.bucket_samples,
+            self.deploy_window,
+            probe_window=self.ev.probe_window or w.short,
+            seed=self.ev.seed,
+            batch_size=self.ev.batch_size,
+            progress=self.progress,
+        )
         return {"buckets": rows, "laziness": verdict(rows, chance_of(self.ep_cfg), T)}
 
     def _checkpoints(self) -> list[tuple[int, object]]:
@@ -295,10 +310,17 @@ class _EvalContext(CopyStages):
         points = []
         for step, load in self._checkpoints():
             row = recall_by_bucket(
-                load(), self.tok, self.val, self.ep_cfg, far, self.ev.emergence_samples,
-                self.deploy_window, probe_window=self.ev.probe_window or w.short,
-                seed=self.ev.seed, batch_size=self.ev.batch_size,
-            )[0]  # fmt: skip
+                load(),
+                self.tok,
+                self.val,
+                self.ep_cfg,
+                far,
+                self.ev.emergence_samples,
+                self.deploy_window,
+                probe_window=self.ev.probe_window or w.short,
+                seed=self.ev.seed,
+                batch_size=self.ev.batch_size,
+            )[0]
             points.append(
                 {
                     "step": step,
@@ -469,6 +491,8 @@ def run_script(main) -> None:
         sys.exit(2)
     except KeyboardInterrupt as e:  # Ctrl-C, or a training run stopped by a signal
         if not getattr(e, "reported", False):  # a run's own stop line was printed already
-            print("interrupted: finished runs are kept; run the same command to continue",
-                  file=sys.stderr)  # fmt: skip
+            print(
+                "interrupted: finished runs are kept; run the same command to continue",
+                file=sys.stderr,
+            )
         sys.exit(getattr(e, "exit_code", 130))

@@ -73,8 +73,14 @@ class SwaxPredictor:
             self._warm = True
             n = 2 * self.prefill_chunk  # the prompt's ids, repeated: only the shapes matter
             warm = ids.repeat(1, -(-n // ids.shape[1]))[:, :n]
-            generate(self.model, warm, max_new_tokens=2, window=self.window,
-                     prefill_chunk_size=self.prefill_chunk, compile=self.compile)  # fmt: skip
+            generate(
+                self.model,
+                warm,
+                max_new_tokens=2,
+                window=self.window,
+                prefill_chunk_size=self.prefill_chunk,
+                compile=self.compile,
+            )
         marks: dict[str, float] = {}
 
         def prefilled(done: int, total: int) -> None:

@@ -82,8 +82,10 @@ def format_table(r: NiahResult, tasks, lengths) -> str:
     extra = []
     if r.timing:  # the model's speed, below the accuracy table
         for key, label in (("prefill", "prefill tok/s"), ("decode", "decode tok/s")):
-            rates = [r.timing[n].as_dict()[f"{key}_tokens_per_s"] if n in r.timing else None
-                     for n in lengths]  # fmt: skip
+            rates = [
+                r.timing[n].as_dict()[f"{key}_tokens_per_s"] if n in r.timing else None
+                for n in lengths
+            ]
             extra.append([label, *["-" if x is None else _fmt_rate(x) for x in rates]])
     rows += extra
     widths = [max(len(x[i]) for x in [head, *rows]) for i in range(len(head))]

@@ -368,11 +368,16 @@ def reading_note(results: dict[str, dict], bundled: bool = False) -> str:
     are, and, for the bundled samples, that a handful of records shows the pipeline works, not
     how good the model is."""
     parts = []
-    chance = [f"{n} {100 * r['metrics']['chance']:.1f}" for n, r in results.items()
-              if "chance" in r["metrics"]]  # fmt: skip
+    chance = [
+        f"{n} {100 * r['metrics']['chance']:.1f}"
+        for n, r in results.items()
+        if "chance" in r["metrics"]
+    ]
     if chance:
-        parts.append("accuracy in % ± its standard error over the n records; chance (a uniform "
-                     f"guess): {', '.join(chance)}")  # fmt: skip
+        parts.append(
+            "accuracy in % ± its standard error over the n records; chance (a uniform "
+            f"guess): {', '.join(chance)}"
+        )
     if "lambada" in results:
         parts.append(
             "lambada: acc = the last word is the greedy continuation (chance ≈ 0); perplexity = "
@@ -383,8 +388,10 @@ def reading_note(results: dict[str, dict], bundled: bool = False) -> str:
         parts.append("pass@1: the share of problems whose generated program passes the tests")
     if bundled:
         n = max(r["metrics"]["n"] for r in results.values())
-        parts.append(f"{n} bundled records per task show that the pipeline runs, not how good "
-                     "the model is: pass --data-dir with the real test sets")  # fmt: skip
+        parts.append(
+            f"{n} bundled records per task show that the pipeline runs, not how good "
+            "the model is: pass --data-dir with the real test sets"
+        )
     return "\n".join(f"how to read: {p}" if i == 0 else f"  {p}" for i, p in enumerate(parts))
 
 
