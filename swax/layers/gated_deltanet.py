@@ -22,7 +22,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from swax.layers.base import TokenMixer, recurrent_mixing_flops
+from swax.layers.base import TokenMixer, gate_linear, recurrent_mixing_flops
 from swax.layers.norm import MultiHeadNorm
 from swax.ops.conv import causal_conv1d
 from swax.ops.gated_delta import gated_delta_rule, gated_delta_step
@@ -139,8 +139,9 @@ class GatedDeltaNetLayer(TokenMixer):
         q = self._grouped(l2_normalize(q.view(heads), self.rsqrt_l2).to(u.dtype), -2)
         k = self._grouped(l2_normalize(k.view(heads), self.rsqrt_l2).to(u.dtype), -2)
         v = v.reshape(*x.shape[:-1], self.v_heads, -1)
-        beta = torch.sigmoid(self.b_proj(x).float())  # (B, T, Hv)
-        g = -self.A_log.float().exp() * F.softplus(self.a_proj(x).float() + self.dt_bias.float())
+        beta = torch.sigmoid(gate_linear(self.b_proj, x))  # (B, T, Hv), float32
+        a = gate_linear(self.a_proj, x)
+        g = -self.A_log.float().exp() * F.softplus(a + self.dt_bias.float())
         return q, k, v, g, beta, F.silu(self.g_proj(x)), conv
 
     def step(self, x: torch.Tensor, buffers: tuple, pos=None) -> torch.Tensor:

@@ -25,7 +25,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from swax.layers.base import TokenMixer, recurrent_mixing_flops
+from swax.layers.base import TokenMixer, gate_linear, recurrent_mixing_flops
 from swax.layers.norm import MultiHeadNorm
 from swax.ops.conv import causal_conv1d
 from swax.ops.mlstm import mlstm, mlstm_step
@@ -125,8 +125,8 @@ class MLSTMLayer(TokenMixer):
         q = self.q(xqk).view(heads)
         k = self.k(xqk).view(heads)
         v = self.v(x).view(heads)
-        i = soft_cap(self.igate(x), self.gate_soft_cap)
-        f = soft_cap(self.fgate(x), self.gate_soft_cap)
+        i = soft_cap(gate_linear(self.igate, x), self.gate_soft_cap)  # float32 (gate_linear)
+        f = soft_cap(gate_linear(self.fgate, x), self.gate_soft_cap)
         return q, k, v, i, f, torch.sigmoid(self.ogate(x)), conv
 
     def _out(self, o: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
