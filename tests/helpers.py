@@ -297,13 +297,17 @@ def grad_noise_floor(
 
 
 def model_noise_floor(
-    module: torch.nn.Module, fn: Callable[[torch.nn.Module], torch.Tensor], draws=2, seed=0
+    module: torch.nn.Module,
+    fn: Callable[[torch.nn.Module], torch.Tensor],
+    draws=2,
+    seed=0,
+    unit: float = U32,
 ) -> tuple[float, torch.Tensor]:
     """(floor, float64 output) for ``fn(module)`` at model level: the normwise change of the
     float64 output when every parameter of a float64 copy of ``module`` is perturbed by one
     float32 rounding (relative 2^-24, ``draws`` times): how much float32 rounding alone moves
     this output. Two float32 computations of it (e.g. chunked prefill and one full pass) then
-    agree within ``2 * NOISE_FACTOR`` times the floor."""
+    agree within ``2 * NOISE_FACTOR`` times the floor. ``unit``: U16 for a bfloat16 model."""
     import copy
 
     model64 = copy.deepcopy(module).double()
@@ -315,7 +319,7 @@ def model_noise_floor(
         m = copy.deepcopy(model64)
         with torch.no_grad():
             for p in m.parameters():
-                p.mul_(1 + U32 * (2 * torch.rand(p.shape, generator=g, dtype=torch.float64) - 1))
+                p.mul_(1 + unit * (2 * torch.rand(p.shape, generator=g, dtype=torch.float64) - 1))
             worst = max(worst, rel_err(fn(m), ref))
     return worst, ref
 

@@ -36,7 +36,7 @@ from swax.train.config import TrainConfig, save_train_config
 from swax.train.guard import Faults, StepGuard, faults_from_env
 from swax.train.logger import RunLogger
 from swax.train.monitor import LazinessMonitor
-from swax.train.peak import Peak, peak_flops
+from swax.train.peak import Peak, peak_flops, slow_bf16_warning
 from swax.train.runctl import StopSignals, remove_stale_files
 from swax.train.schedules import lr_at, window_schedule
 
@@ -345,7 +345,7 @@ def setup_run(cfg: TrainConfig, info: D.DistInfo) -> RunState:
     run.out.logger = RunLogger(cfg, run_dir, info.is_main, run.progress.start_step)
     if info.is_main:
         save_train_config(cfg, run_dir / "config.yaml")
-    run.out.peak = peak_flops(info.device)
+    run.out.peak = peak_flops(info.device, net.amp_dtype)  # of the dtype the run computes in
     if info.device.type == "cpu":
         run.out.auto_threads = AutoThreads()
     _announce(run, n_params, resumed=ckpt is not None)
@@ -404,6 +404,9 @@ def _announce(run: RunState, n_params: int, resumed: bool) -> None:
         + (f" | {threads_note()}" if info.device.type == "cpu" else "")
     )
     run.logger.message(f"MFU: the model's FLOP/s over {run.out.peak.describe()}")
+    slow = slow_bf16_warning(info.device, run.net.amp_dtype)
+    if slow:
+        _warn_main(info)(slow)
     o = cfg.optim
     if cfg.steps > plan:
         final = lr_at(plan - 1, plan, o.lr, o.warmup_steps, o.schedule, o.min_lr_ratio,

@@ -196,7 +196,9 @@ class TrainConfig:
     device: str = "auto"
     """auto (cuda when available), cpu or cuda."""
     dtype: Literal["auto", "float32", "bfloat16"] = "auto"
-    """Autocast dtype: auto = bfloat16 on CUDA, float32 on CPU."""
+    """Autocast dtype: auto = bfloat16 on CUDA, float32 on CPU (runs stay comparable).
+    bfloat16 on a CPU pays only with bfloat16 matrix units (AMX, AVX-512 BF16); without them the
+    run warns that it is slower (docs/training.md, "bfloat16 on a CPU")."""
     compile: bool = False
     """torch.compile the model."""
     activation_checkpointing: bool = False

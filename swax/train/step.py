@@ -109,8 +109,9 @@ def _forward_backward(run: RunState, batches: list, window) -> float:
         sync = contextlib.nullcontext()
         if info.distributed and run.cfg.dist.strategy == "ddp" and j < last:
             sync = net.model.no_sync()  # all-reduce the gradients once, after the last one
-        with sync, _autocast(dev, net.amp_dtype):
-            ce = _cross_entropy_sum(net.fwd(x, window=window, **extra), y, w)
+        with sync:
+            with _autocast(dev, net.amp_dtype):  # the forward; the backward follows its dtypes
+                ce = _cross_entropy_sum(net.fwd(x, window=window, **extra), y, w)
             (ce * scale).backward()
         loss_sum += ce.detach().double()
     D.all_reduce_sum(loss_sum)
@@ -166,6 +167,10 @@ def _grad_norm(model: torch.nn.Module, clip: float) -> float:
 
 
 def _autocast(device: torch.device, dtype):
+    """bfloat16 autocast (dtype=bfloat16; None: float32, no autocast). The weights stay float32
+    masters: autocast casts each to bfloat16 once per forward (its weight cache) and the
+    gradients flow back to the float32 weights; the ops take bfloat16 tiles and keep gates,
+    states and normalisers in float32 (swax.ops.precision), the loss is float32."""
     if dtype is None:
         return contextlib.nullcontext()
     return torch.autocast(device_type=device.type, dtype=dtype)
