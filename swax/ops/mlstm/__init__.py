@@ -62,8 +62,10 @@ Backends of ``mode="chunk"`` (chosen through :mod:`swax.ops.registry`, op name `
   saving them; registered as ``torch.library`` custom ops, so ``torch.compile`` keeps it.
 * ``autograd``: the chunkwise form (``parallel.py``), differentiated by autograd (a reference).
 
-All arithmetic is float32 whatever the input dtype (except bfloat16/float16 tiles inside the
-Triton kernel); ``h`` is returned in ``q``'s dtype.
+All arithmetic is float32 whatever the input dtype, except the matrix products of bfloat16
+inputs in the ``native`` kernel (bfloat16 tiles, float32 accumulation; the gates' float64
+bookkeeping, the states and the denominator as for float32: :mod:`swax.ops.precision`) and the
+bfloat16/float16 tiles inside the Triton kernel; ``h`` is returned in ``q``'s dtype.
 Log-decays inside a chunk are formed as segment sums of ``log f`` (never as differences of
 a long cumulative sum), so very long sequences processed with state passing keep full
 precision.
