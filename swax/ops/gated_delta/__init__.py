@@ -33,8 +33,9 @@ Backends of ``mode="chunk"`` (chosen through :mod:`swax.ops.registry`, op name
 Precision: inputs may be float32 or bfloat16 (or float16); the math runs in float32 and the
 returned state is float32, except that the chunk form's matrix products take bfloat16 tiles of
 bfloat16 q, k, v (float32 accumulation; the gates, the triangular solve and the state stay
-float32: :mod:`swax.ops.precision`). Float64 inputs are computed in float64 (state float64 too), which
-lets tests check the chunk algebra to round-off and run ``torch.autograd.gradcheck``.
+float32: :mod:`swax.ops.precision`). Float64 inputs are computed in float64 (state float64
+too), which lets tests check the chunk algebra to round-off and run
+``torch.autograd.gradcheck``.
 Backward is plain autograd through both modes (the chunk mode's graph holds ``C × C`` tiles per
 chunk, never ``T × T``, and loops over chunks, never over time steps).
 
