@@ -43,8 +43,12 @@ def gate_linear(lin: nn.Linear, x: torch.Tensor) -> torch.Tensor:
     projections (d_model -> heads) whose outputs feed exponentials (the mLSTM's input and
     forget gates, Gated DeltaNet's decay and write strength): rounded to bfloat16, a gate
     pre-activation near -10 moves by 1/32 and its exponential by 3 %. The same operation as
-    ``lin(x)`` for float32 weights and inputs outside autocast."""
+    ``lin(x)`` for float32 weights and inputs outside autocast. A module other than
+    ``nn.Linear`` (swax.quant's int8 or bfloat16 weights, which compute in float32) is called on
+    x in float32."""
     with autocast_off(x):
+        if not isinstance(lin, nn.Linear):
+            return lin(x.float())
         b = None if lin.bias is None else lin.bias.float()
         return F.linear(x.float(), lin.weight.float(), b)
 
