@@ -199,9 +199,8 @@ def _native(q, k, v, g, beta, initial_state, output_final_state, chunk_size, sca
     cd = _compute_dtype(q, k, v)
     # bfloat16 tiles in the chunk form's products (swax.ops.precision), else all in cd
     md = products_dtype(q) if mode == "chunk" and cd == torch.float32 else cd
-    q, k, v, g, beta = (x.to(cd) for x in (q, k, v, g, beta))
-    q = q * scale
-    q, k, v = (x.to(md) for x in (q, k, v))
+    q = (q.to(cd) * scale).to(md)  # scaled in cd, rounded once to bfloat16 tiles
+    k, v, g, beta = k.to(md), v.to(md), g.to(cd), beta.to(cd)
     if initial_state is None:
         S = torch.zeros(B, H, Dk, Dv, dtype=cd, device=q.device)
     else:

@@ -76,7 +76,7 @@ def _blockwise(q, k, v, window, scale, doc_ids=None):
     v_win = _key_windows(v.to(md), W, bq, nb, off, pad_right)  # (B, Hkv, nb, L, Dv)
     if md == torch.bfloat16:  # the scale applied to the float32 scores
         qb = F.pad(q, (0, 0, 0, pad_right)).view(B, Hkv, G, nb, bq, D)
-        s = (qb @ k_win[:, :, None].transpose(-1, -2)).float() * scale
+        s = (qb @ k_win[:, :, None].transpose(-1, -2)).float().mul_(scale)
     else:
         qb = F.pad(q.float() * scale, (0, 0, 0, pad_right)).view(B, Hkv, G, nb, bq, D)
         s = qb @ k_win[:, :, None].transpose(-1, -2)  # (B, Hkv, G, nb, bq, L)
