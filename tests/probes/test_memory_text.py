@@ -243,3 +243,28 @@ def test_passkey_bad_input_and_the_interval():
     assert (lo + hi) / 2 == pytest.approx(0.5) and hi - lo == pytest.approx(
         2 * math.sqrt(z2 * (0.25 / 20 + z2 / 1600)) / (1 + z2 / 20)
     )
+
+
+def test_the_shared_whole_row_losses_equal_the_truncated_rows():
+    """Where many events share rows, copy_gain reads their unedited rows once, whole (the
+    _OrigReader); the losses must equal the truncated-row reading up to float32 rounding (a
+    few ulp of each loss through two layers: 1e-5 relative is 80 ulp)."""
+    from swax.probes.copies import _OrigReader, nll_at
+
+    rng = np.random.default_rng(0)
+    phrase = rng.integers(1, 50, 12)
+    stream = []
+    while len(stream) < 4096:
+        stream += rng.integers(1, 50, int(rng.integers(3, 100))).tolist() + phrase.tolist()
+    stream = np.array(stream[:4096])
+    base = NgramBaseline(np.random.default_rng(1).integers(1, 50, 5000), CONTEXT)
+    plans = plan_copy_events(stream[:2048], copy_ranges([8, 32, 128], 128), base, 60)
+    assert all(p.row["n"] >= 30 for p in plans), [p.row["n"] for p in plans]
+    torch.manual_seed(0)
+    model = SwaxLM(SwaxConfig(d_model=32, n_layers=2, n_heads=2, layer_pattern="SX")).eval()
+    reader = _OrigReader(model, 8)
+    for plan in plans:
+        shared = reader(plan, 16)
+        truncated = nll_at(model, plan.orig, plan.pos, 16, False, 8)
+        np.testing.assert_allclose(shared, truncated, rtol=1e-5)
+    assert reader.rows  # the whole rows were read (and shared by both plans)
