@@ -37,7 +37,7 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import machine_line, matmul_gflops, print_table  # noqa: E402
+from common import machine_line, matmul_gflops, print_table, write_csv  # noqa: E402
 
 from swax import SwaxConfig, SwaxLM  # noqa: E402
 from swax.generate import prefill  # noqa: E402
@@ -226,6 +226,7 @@ def main(argv=None) -> int:
         help="without bfloat16 units: skip a bfloat16 step estimated longer",
     )
     ap.add_argument("--profile", action="store_true")
+    ap.add_argument("--csv", default="benchmarks/results/precision.csv")
     args = ap.parse_args(argv)
     cap = torch.backends.cpu.get_cpu_capability()
     print(f"# {machine_line()}; bfloat16 matrix units: {bf16_matrix_units()} ({cap})")
@@ -246,6 +247,8 @@ def main(argv=None) -> int:
             print(rows[-1], flush=True)
     print("\n## speed, best of interleaved rounds (bf16/fp32 > 1: bfloat16 faster)")
     print_table(rows, ["threads", "case", "kind", "float32 tok/s", "bfloat16 tok/s", "bf16/fp32"])
+    write_csv([*({k: v for k, v in r.items() if k != "rate"} for r in ceil), *rows], args.csv)
+    print(f"# wrote {args.csv}")
     return 0
 
 

@@ -27,6 +27,15 @@ def test_prefill_131k_tokens_without_quadratic_tensors():
     assert rss < 4.0
 
 
+def test_precision_benchmark_smoke(tmp_path):
+    out = tmp_path / "precision.csv"
+    args = ["--threads", "1", "--cases", "sx64", "--rounds", "1", "--csv", str(out)]
+    r = run(["benchmarks/precision.py", *args])
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "## matmul ceiling" in r.stdout and "SX d64 2L T=256" in r.stdout
+    assert "bf16/fp32" in out.read_text()
+
+
 def test_copy_probe_benchmark_smoke():
     r = run(
         [
