@@ -14,7 +14,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from experiments.depth_study.report import CONFIGS, HERE, load, write_report, write_reports
+from experiments.depth_study.report import (
+    CONFIGS,
+    HERE,
+    blocks,
+    load,
+    write_report,
+    write_reports,
+)
 from experiments.lab.cli import Study, main
 
 
@@ -29,6 +36,7 @@ STUDY = Study(
     configs=CONFIGS,
     reports=write_reports,
     quick_reports=quick_reports,
+    blocks=blocks,
     quick_skips=("controls.yaml", "sd.yaml", "lr.yaml", "reference.yaml"),
     doc=__doc__,
 )

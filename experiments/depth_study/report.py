@@ -7,7 +7,7 @@ import math
 from pathlib import Path
 
 from experiments.depth_study import rule as R
-from experiments.lab.cli import load_archived
+from experiments.lab.cli import ROOT, load_archived
 from experiments.lab.markdown import table
 from swax.sweep import load_sweep
 
@@ -83,6 +83,11 @@ def family(name: str, runs: dict, planned: int, ctl: dict) -> dict:
         "v1": R.claim1_verdict(c1, planned, mem_ok),
         "v2": R.claim2_verdict(c2, planned, mem_ok and att_ok),
     }
+    pending = [k for k in (name, "attention") if ctl.get(k, {}).get("why") == "no result"]
+    if name in pending:
+        out["v1"] = out["v2"] = "pending (its control has no result yet)"
+    elif pending:
+        out["v2"] = "pending (the attention control has no result yet)"
     refs = [x for x in c2 if x["reference"]]
     out["p2"] = R.sign_p(sum(x["primary"] == "lazy" for x in refs), len(refs))
     if stoch:
@@ -332,3 +337,52 @@ def provenance(every: dict) -> list[str]:
             ]
         )
     return ["## What each run is (from its provenance)", "", *table(head, rows), ""]
+
+
+README = ROOT / "README.md"
+BEGIN = "<!-- depth-study:begin (written by python -m experiments.depth_study report) -->"
+END = "<!-- depth-study:end -->"
+PLANNED = {"controls.yaml": 3, "sx.yaml": 15, "sd.yaml": 6, "lr.yaml": 6, "reference.yaml": 2}
+
+
+def readme_block(here: Path = HERE) -> str:
+    """The README's table (claim × family: the verdict and its headline) and a few sentences
+    on where the study stands, from the committed results alone."""
+    runs = {c: load(c, here) for c in CONFIGS}
+    _, ctl = controls(runs["controls.yaml"])
+    fams = {n: family(n, runs[c], k, ctl) for n, (c, k) in FAMILIES.items()}
+    head = [
+        "family",
+        "1. memory beyond T",
+        "2. a long window is lazy",
+        "3. stochastic: memory",
+        "3. stochastic: quality",
+    ]
+    rows = []
+    for name, f in fams.items():
+        n = len(f["seeds"])
+        lazy = sum(x["primary"] == "lazy" for x in f["c2"])
+        holds = sum(x["holds"] for x in f["c1"])
+        none = "pending (no runs yet)" if name == "SX" else "– (no stochastic arm)"
+        c3m = f["v3m"] if "c3" in f else none
+        c3q = f["q3"]["verdict"] if "c3" in f else none
+        c1 = f"{f['v1']} (holds in {holds} of {n} seeds)" if n else f["v1"]
+        c2 = f"{f['v2']} (lazy in {lazy} of {n})" if n else f["v2"]
+        rows.append([name, c1, c2, c3m, c3q])
+    done = {c: sum(len(v) for v in runs[c].values()) for c in CONFIGS}
+    status = ", ".join(f"{c.removesuffix('.yaml')} {done[c]} of {PLANNED[c]}" for c in CONFIGS)
+    ok = [k for k, c in ctl.items() if c["passes"]]
+    failed = [f"{k} ({c['why']})" for k, c in ctl.items() if not c["passes"]]
+    failed = [x for x in failed if not x.endswith("(no result)")]
+    waiting = [k for k, c in ctl.items() if c["why"] == "no result"]
+    text = [f"Runs committed: {status}."]
+    for what, names in (("passed", ok), ("failed", failed), ("not in yet", waiting)):
+        if names:
+            text.append(f"Controls {what}: {'; '.join(names)}.")
+    return "\n".join([*table(head, rows), "", " ".join(text)])
+
+
+def blocks() -> list:
+    from experiments.lab.cli import Block
+
+    return [Block(README, BEGIN, END, readme_block)]
