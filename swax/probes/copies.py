@@ -363,13 +363,16 @@ def copy_gain(
     bootstrap: int = BOOTSTRAP,
     seed: int = 1234,
     probe_keys=None,
+    probe_events: int = 0,
 ) -> list[dict]:
     """The copy gain (nats) of ``model`` on every plan's events with ``window``, with the window
     cut to ``probe_window`` (left out when it equals ``window``) and with the recurrent reset
     (the probes only when probe_window is set, and only on the ranges whose key is in
     ``probe_keys`` when that is given). Each row: the plan's row, the mean loss on the events'
     targets, and the gains with their intervals (:func:`gain_interval`); with placebo rows in the
-    plan, the placebo's gain and the gain above it (``placebo``, ``excess``)."""
+    plan, the placebo's gain and the gain above it (``placebo``, ``excess``). ``probe_events``
+    (0: all): the probes read a random subset of this many of each range's events (the reset
+    reads each event's row in a forward of its own)."""
     settings = {"gain": (window, False)}
     if probe_window is not None:
         if probe_window != window:
@@ -384,9 +387,10 @@ def copy_gain(
         for name, (w, reset) in settings.items():
             if name != "gain" and probe_keys is not None and row["key"] not in probe_keys:
                 continue
-            a = nll_at(model, plan.orig, plan.pos, w, True, batch_size) if reset else orig(plan, w)
-            z = nll_at(model, plan.repl, plan.pos, w, reset, batch_size)
-            g = gain_interval(z - a, plan.docs, bootstrap, seed)
+            at = plan if name == "gain" else _subset(plan, probe_events, seed)
+            a = nll_at(model, at.orig, at.pos, w, True, batch_size) if reset else orig(at, w)
+            z = nll_at(model, at.repl, at.pos, w, reset, batch_size)
+            g = gain_interval(z - a, at.docs, bootstrap, seed)
             if name == "gain":
                 row["nll"] = float(a.mean())
                 row["gain"] = g
@@ -396,6 +400,23 @@ def copy_gain(
                 row.setdefault("probes", {})[name] = g
         out.append(row)
     return out
+
+
+def _subset(plan: CopyPlan, n: int, seed: int) -> CopyPlan:
+    """``plan`` with a random ``n`` of its events (all of them when n is 0 or not fewer)."""
+    if not n or n >= len(plan.pos):
+        return plan
+    keep = np.sort(np.random.default_rng([seed, 2]).choice(len(plan.pos), n, replace=False))
+    row = {**plan.row, "probe_n": int(n)}
+    return CopyPlan(
+        row,
+        plan.pos[keep],
+        plan.docs[keep],
+        plan.orig[keep],
+        plan.repl[keep],
+        row_idx=plan.row_idx[keep] if plan.row_idx is not None else None,
+        all_rows=plan.all_rows,
+    )
 
 
 def _placebo(

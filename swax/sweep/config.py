@@ -103,6 +103,9 @@ class EvalSpec:
     copy_probe_keys: list[str] = field(default_factory=list)
     """Keys of the copy ranges read with the window cut and the recurrent reset (e.g. r8_32,
     beyond_128); empty = every range."""
+    copy_probe_events: int = bounded(0, "[0, inf)")
+    """The window-cut and reset probes read a random subset of this many of each range's
+    events (0 = all): the reset reads each event in a forward of its own."""
     copy_curve_keys: list[str] = field(default_factory=list)
     """Keys of the copy ranges read at every checkpoint (copy_curve_events); empty = every
     range but the past-T ones."""

@@ -70,6 +70,7 @@ class CopyStages:
             batch_size=self.ev.batch_size,
             seed=self.ev.seed,
             probe_keys=set(self.ev.copy_probe_keys) or None,
+            probe_events=self.ev.copy_probe_events,
         )
         out = {"context": self.ev.copy_context, "buckets": rows}
         return {"copies": {**out, "interval": "bootstrap over documents"}}

@@ -268,3 +268,17 @@ def test_the_shared_whole_row_losses_equal_the_truncated_rows():
         truncated = nll_at(model, plan.orig, plan.pos, 16, False, 8)
         np.testing.assert_allclose(shared, truncated, rtol=1e-5)
     assert reader.rows  # the whole rows were read (and shared by both plans)
+
+
+def test_the_probes_read_a_random_subset_when_asked(planted):
+    """probe_events = 10: the window cut and the reset read 10 of the range's 30 events, with
+    the values a copier gives them by hand."""
+    held, base = planted
+    plans = plan_copy_events(held, copy_ranges([32, 64], 256), base, 30, eot=EOT)
+    model = Copier(memory=False, vocab=BIG_V)
+    row = copy_gain(model, plans, 100, probe_window=8, batch_size=16, probe_events=10)[0]
+    hand = math.log(BIG_V) - math.log1p((BIG_V - 1) * math.exp(-20.0))
+    assert row["gain"]["n"] == 30 and row["probes"]["reset"]["n"] == 10
+    assert row["probes"]["reset"]["mean"] == pytest.approx(hand, rel=1e-5)
+    assert row["probes"]["window_cut"]["n"] == 10
+    assert row["probes"]["window_cut"]["mean"] == pytest.approx(0.0, abs=1e-9)
