@@ -31,21 +31,8 @@ ROOT = Path(__file__).resolve().parents[1]
 FOLDERS = ("swax", "experiments", "benchmarks", "tools", "tests")
 
 FMT_SKIP_ALLOWED: dict[str, int] = {
-    # TEMPORARY, to be emptied: swax/ files that still hold `# fmt: skip` on statements that
-    # are not tables (path: how many such lines it may keep; a file may go below, never above).
-    # Other people were editing swax/ when the rule came; whoever next edits one of these files
-    # reformats it and drops its line here.
-    "swax/ops/gated_delta/__init__.py": 2,
-    "swax/ops/mlstm/__init__.py": 2,
-    "swax/ops/swa/blockwise.py": 1,
-    "swax/ops/swa/flex.py": 1,
-    "swax/train/build.py": 5,
-    "swax/train/checkpoint.py": 1,
-    "swax/train/config.py": 2,
-    "swax/train/distributed.py": 1,
-    "swax/train/monitor.py": 1,
-    "swax/train/schedules.py": 1,
-    "swax/train/step.py": 1,
+    # files that may keep `# fmt: skip` on statements that are not tables (path: how many such
+    # lines); empty: every non-table statement is formatted.
 }
 
 FMT_SKIP = re.compile(r"#\s*fmt:\s*skip\s*$")

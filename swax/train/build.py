@@ -96,8 +96,13 @@ class Progress:
     summary: dict = field(default_factory=dict)
 
     def state_dict(self, elapsed: float) -> dict:
-        return {"elapsed": elapsed, "plan_steps": self.plan_steps, "tokens": self.tokens_seen,
-                "batches": self.batches, "summary": self.summary}  # fmt: skip
+        return {
+            "elapsed": elapsed,
+            "plan_steps": self.plan_steps,
+            "tokens": self.tokens_seen,
+            "batches": self.batches,
+            "summary": self.summary,
+        }
 
     def load_state_dict(self, state: dict, steps: int) -> None:
         """A checkpoint's trainer state (``steps``: this run's, the plan of checkpoints written
@@ -276,9 +281,15 @@ def _build_data(cfg: TrainConfig, info: D.DistInfo) -> tuple[RunData, SwaxConfig
     if val_ds is not None:
         per_rank = cfg.batch_size // info.world_size
         val_loader = PackedLoader(
-            val_ds, cfg.seq_len, per_rank, info.rank, info.world_size, cfg.seed,
-            doc_mask=cfg.data.doc_mask, vocab_size=mcfg.vocab_size,
-        )  # fmt: skip
+            val_ds,
+            cfg.seq_len,
+            per_rank,
+            info.rank,
+            info.world_size,
+            cfg.seed,
+            doc_mask=cfg.data.doc_mask,
+            vocab_size=mcfg.vocab_size,
+        )
     return RunData(tok, loader, val_loader, train_ds.num_tokens), mcfg
 
 
@@ -384,8 +395,10 @@ def restore(run: RunState) -> None:
     used, at = state.get("threads"), progress.start_step  # auto may pick another count now:
     if used and last_setting() == AUTO and info.device.type == "cpu":  # keep the run's, pinned
         set_threads(int(used), why=f"threads=auto: the run's count at step {at}")
-        _warn_main(info)(f"note: threads=auto: resuming with the {used} thread(s) the run used "
-                         f"at step {at}, so that it continues bit-exactly")  # fmt: skip
+        _warn_main(info)(
+            f"note: threads=auto: resuming with the {used} thread(s) the run used "
+            f"at step {at}, so that it continues bit-exactly"
+        )
     run.guard.load_state_dict(state.get("guard", {}))
 
 
@@ -409,16 +422,18 @@ def _announce(run: RunState, n_params: int, resumed: bool) -> None:
         _warn_main(info)(slow)
     o = cfg.optim
     if cfg.steps > plan:
-        final = lr_at(plan - 1, plan, o.lr, o.warmup_steps, o.schedule, o.min_lr_ratio,
-                      o.decay_frac)  # fmt: skip
+        final = lr_at(
+            plan - 1, plan, o.lr, o.warmup_steps, o.schedule, o.min_lr_ratio, o.decay_frac
+        )
         run.logger.message(
             f"extending the run past its plan of {plan} steps: steps {plan + 1}-{cfg.steps} "
             f"keep its last learning rate ({final:.3g}) and long window; the schedules are not "
             "re-stretched"
         )
     if cfg.steps < plan:
-        at = lr_at(cfg.steps - 1, plan, o.lr, o.warmup_steps, o.schedule, o.min_lr_ratio,
-                   o.decay_frac)  # fmt: skip
+        at = lr_at(
+            cfg.steps - 1, plan, o.lr, o.warmup_steps, o.schedule, o.min_lr_ratio, o.decay_frac
+        )
         _warn_main(info)(
             f"warning: steps={cfg.steps} is shorter than the run's plan of {plan} steps: it "
             f"stops at step {cfg.steps} with the plan's learning rate there ({at:.3g}), before "

@@ -273,9 +273,11 @@ class Checkpoints:
 
         with S.quiet():
             out = async_save(
-                tensors, storage_writer=writer, process_group=self.group,
+                tensors,
+                storage_writer=writer,
+                process_group=self.group,
                 **S.single_process(async_save),
-            )  # fmt: skip
+            )
         written = getattr(out, "upload_completion", out)
         is_main = self.is_main
 

@@ -363,9 +363,19 @@ def _set(tree: dict, path: list[str], value: Any) -> None:
     node[path[-1]] = value
 
 
-RESUME_MAY_CHANGE = ("steps", "threads", "resume", "device", "log", "guard", "checkpoint.every",
-                     "checkpoint.keep", "checkpoint.format", "checkpoint.async_save",
-                     "dist")  # fmt: skip
+RESUME_MAY_CHANGE = (
+    "steps",
+    "threads",
+    "resume",
+    "device",
+    "log",
+    "guard",
+    "checkpoint.every",
+    "checkpoint.keep",
+    "checkpoint.format",
+    "checkpoint.async_save",
+    "dist",
+)
 """Keys (or sections) a resumed run may set differently from its config.yaml: how long it runs,
 where and how fast, and what it logs; everything that shapes the model, the data order or the
 optimisation must stay as the run started."""
@@ -462,8 +472,11 @@ def train_config_keys() -> list[tuple[str, str, str]]:
     the model's fields (whose defaults are the tiny preset's)."""
     rows = config_keys(TrainConfig)
     i = next(j for j, r in enumerate(rows) if r[0] == "model")
-    preset = ("model.preset", "tiny", f"Named preset, one of {', '.join(PRESETS)}; the "
-              "model.* keys given override its fields")  # fmt: skip
+    preset = (
+        "model.preset",
+        "tiny",
+        f"Named preset, one of {', '.join(PRESETS)}; the model.* keys given override its fields",
+    )
     return [*rows[:i], preset, *config_keys(SwaxConfig, "model."), *rows[i + 1 :]]
 
 

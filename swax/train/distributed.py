@@ -72,9 +72,12 @@ def _attempt_store(world: int, timeout: datetime.timedelta):
     if attempt is None or os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True":
         return None
     store = dist.TCPStore(
-        os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), world, is_master=False,
+        os.environ["MASTER_ADDR"],
+        int(os.environ["MASTER_PORT"]),
+        world,
+        is_master=False,
         timeout=timeout,
-    )  # fmt: skip
+    )
     return dist.PrefixStore(f"swax/attempt_{attempt}", store)
 
 

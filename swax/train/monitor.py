@@ -69,10 +69,16 @@ class LazinessMonitor:
         try:
             with torch.no_grad():
                 rows = recall_by_bucket(
-                    model, self.tokenizer, self.haystack, self.syn, self.buckets,
-                    self.cfg.log.laziness_samples, window, probe_window=self.cfg.window.short,
+                    model,
+                    self.tokenizer,
+                    self.haystack,
+                    self.syn,
+                    self.buckets,
+                    self.cfg.log.laziness_samples,
+                    window,
+                    probe_window=self.cfg.window.short,
                     seed=MONITOR_SEED,
-                )  # fmt: skip
+                )
         finally:
             model.train(was_training)
         T = self.cfg.seq_len

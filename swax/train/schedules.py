@@ -110,8 +110,7 @@ class StochasticWindow:
         each = " (drawn per layer)" if self.per_layer else ""
         text = f"stochastic: {self.short} with p {self.p_short:g}, else {self.long}{each}"
         if self.anneal_start < self.total_steps:
-            text += (f"; {self.long} from step {self.anneal_start + 1} "
-                     f"(last {self.anneal_frac:.0%})")  # fmt: skip
+            text += f"; {self.long} from step {self.anneal_start + 1} (last {self.anneal_frac:.0%})"
         return text
 
 

@@ -128,8 +128,9 @@ def train_step(run: RunState, step: int) -> tuple[dict, Verdict]:
     window = run.sched(step)
     # past the plan (an extended run), the plan's last step's rate: never re-stretched
     plan = run.progress.plan_steps
-    lr = lr_at(min(step, plan - 1), plan, o.lr, o.warmup_steps, o.schedule, o.min_lr_ratio,
-               o.decay_frac)  # fmt: skip
+    lr = lr_at(
+        min(step, plan - 1), plan, o.lr, o.warmup_steps, o.schedule, o.min_lr_ratio, o.decay_frac
+    )
     for group in net.optimizer.param_groups:
         group["lr"] = lr
     index, batches = next_batches(run)

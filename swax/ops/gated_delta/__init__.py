@@ -169,13 +169,13 @@ def gated_delta_rule(
             raise ValueError(f"{fn}: doc_ids cannot be combined with an initial_state")
 
         def op(q, k, v, g, beta, init, out_state):
-            return gated_delta_rule(q, k, v, g, beta, init, out_state, mode, chunk_size, scale,
-                                    backend)  # fmt: skip
+            return gated_delta_rule(
+                q, k, v, g, beta, init, out_state, mode, chunk_size, scale, backend
+            )
 
         # padding: decay exp(0) = 1 and write strength 0 leave the state as it is
         neutral = (0.0, 0.0, 0.0, 0.0, 0.0)
-        return by_document(op, (q, k, v, g, beta), neutral, doc_ids, chunk_size,
-                           output_final_state)  # fmt: skip
+        return by_document(op, (q, k, v, g, beta), neutral, doc_ids, chunk_size, output_final_state)
 
     if mode == "chunk" and T > 0:
         impl = select_backend("gated_delta", backend, q, k, v, g, beta, initial_state)

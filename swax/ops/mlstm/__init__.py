@@ -182,8 +182,8 @@ def mlstm(
     if initial_state is not None:
         _check_state(initial_state, B, H, Dqk, Dv, "initial_state", "mlstm")
     if doc_ids is not None:
-        return _by_document(q, k, v, i, f, output_final_state, mode, chunk_size, eps, backend,
-                            initial_state, doc_ids)  # fmt: skip
+        rest = (output_final_state, mode, chunk_size, eps, backend, initial_state, doc_ids)
+        return _by_document(q, k, v, i, f, *rest)
     state = _init_state(initial_state, B, H, Dqk, Dv, q.device)
 
     out_dtype = q.dtype
@@ -211,8 +211,7 @@ def mlstm(
 _IGATE_OFF, _FGATE_KEEP = -1.0e4, 1.0e4  # padding: i = exp(-1e4 - m) = 0, f = sigmoid(1e4) = 1
 
 
-def _by_document(q, k, v, i, f, want_state, mode, chunk_size, eps, backend, initial_state,
-                 doc_ids):  # fmt: skip
+def _by_document(q, k, v, i, f, want_state, mode, chunk_size, eps, backend, initial_state, doc_ids):
     """mlstm on each packed document alone (swax.ops.packing.by_document)."""
     B, _, T, _ = q.shape
     check_doc_ids(doc_ids, B, T, "mlstm")

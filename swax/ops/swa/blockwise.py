@@ -52,8 +52,11 @@ def _doc_sdpa(q, k, v, scale, doc_ids, block: int = 512):
         pos = torch.arange(s, e, device=q.device)[:, None]
         mask = (torch.arange(e, device=q.device)[None, :] <= pos)[None, None]
         mask = mask & (doc_ids[:, None, s:e, None] == doc_ids[:, None, None, :e])
-        outs.append(F.scaled_dot_product_attention(
-            qq[:, :, s:e], kk[:, :, :e], vv[:, :, :e], attn_mask=mask, scale=scale))  # fmt: skip
+        outs.append(
+            F.scaled_dot_product_attention(
+                qq[:, :, s:e], kk[:, :, :e], vv[:, :, :e], attn_mask=mask, scale=scale
+            )
+        )
     return torch.cat(outs, dim=2).to(q.dtype)
 
 

@@ -298,9 +298,12 @@ def _flex_cpu_call(q, k, v, window, scale, padded):
     if not state["announced"]:
         state["announced"] = True
         # a warning, so that it is seen: the compile is a pause of seconds with no other output
-        log.warning("swax: swa on the CPU: compiling flex attention (no gradient, window %d); "
-                    "this takes seconds, once or twice per process (%s=0 avoids it)",
-                    window, CPU_FLEX_ENV)  # fmt: skip
+        log.warning(
+            "swax: swa on the CPU: compiling flex attention (no gradient, window %d); "
+            "this takes seconds, once or twice per process (%s=0 avoids it)",
+            window,
+            CPU_FLEX_ENV,
+        )
     try:
         out = _compiled_flex(cpu=True)(
             qp, kp, vp, block_mask=mask, scale=scale, enable_gqa=q.shape[1] != k.shape[1]
