@@ -71,7 +71,14 @@ def family(name: str, runs: dict, planned: int, ctl: dict) -> dict:
     short, long, stoch = (runs.get(f"{f}-{r}", {}) for r in ("short", "long", "stoch"))
     seeds = sorted(s for s in short if s in long)
     c1 = [{"seed": s, **R.claim1_seed(short[s], long[s])} for s in seeds]
-    c2 = [{"seed": s, **R.claim2_seed(short[s], long[s])} for s in seeds]
+    c2 = [
+        {
+            "seed": s,
+            **R.claim2_seed(short[s], long[s]),
+            "lasting": (R.lasting_from(short[s]), R.lasting_from(long[s])),
+        }
+        for s in seeds
+    ]
     mech = [{"seed": s, **R.mechanism_seed(short[s], long[s])} for s in seeds]
     mem_ok = ctl.get(name, {}).get("passes", False)
     att_ok = ctl.get("attention", {}).get("passes", False)
@@ -99,8 +106,8 @@ def family(name: str, runs: dict, planned: int, ctl: dict) -> dict:
         }
         out.update(
             c3=c3,
-            v3m=R.memory_half(c3, planned),
-            q3=R.quality_half(loss["short"], loss["long"], loss["stoch"]),
+            v3m=R.memory_half(c3, planned, mem_ok),
+            q3=R.quality_half(loss["short"], loss["long"], loss["stoch"], planned, mem_ok),
         )
     return out
 
@@ -173,6 +180,7 @@ def seed_tables(name: str, f: dict) -> list[str]:
         "E (256, T] short",
         "long",
         "claim 2 (primary / secondary)",
+        "G (256, T] > 0 from step (short / long)",
         "mechanism",
     ]
     rows = []
@@ -199,6 +207,7 @@ def seed_tables(name: str, f: dict) -> list[str]:
                 R.fmt(b["E_short"]),
                 R.fmt(b["E_long"]),
                 f"{b['primary']} / {b['secondary']}",
+                " / ".join("never" if x is None else str(x) for x in b["lasting"]),
                 mech,
             ]
         )
@@ -310,9 +319,54 @@ def write_report(runs: dict, path: Path, title: str = "The depth study") -> Path
         *passkey_table(every, list(every)),
         "",
     ]
+    lines += reference_section(runs.get("reference.yaml", {}), runs.get("sx.yaml", {}))
+    lines += lr_section(runs.get("lr.yaml", {}))
     lines += provenance(every)
     path.write_text("\n".join(lines) + "\n")
     return path
+
+
+def reference_section(ref: dict, sx: dict) -> list[str]:
+    """RULE.md section 8: does the T = 4096 reference count, and E over (T, 4T] beside it."""
+    recs = ref.get("sx-short-t4096", {})
+    if not recs:
+        return []
+    head = ["seed", "counts (G overlaps at ≤ 512)", "E (T, 4T] short, T = 1024", "reference"]
+    rows = []
+    for s, rec in sorted(recs.items()):
+        r = R.reference_reading(rec, sx.get("sx-short", {}).get(s))
+        ok = "yes" if r["counts"] else "no: tune batch and lr first"
+        rows.append([str(s), ok, R.fmt(r["E_far_short"]), R.fmt(r["E_far_ref"])])
+    return ["## The reference (T = 4096; read, not judged)", "", *table(head, rows), ""]
+
+
+def lr_section(lr: dict) -> list[str]:
+    """RULE.md section 8: claim 2's reading and the loss gap at each learning rate (seed 0)."""
+    rates = sorted({n.split("-lr")[1] for n in lr if "-lr" in n}, key=float)
+    if not any(lr.values()):
+        return []
+    rows, readings = [], []
+    for rate in rates:
+        short = lr.get(f"sx-short-lr{rate}", {}).get(0)
+        long = lr.get(f"sx-long-lr{rate}", {}).get(0)
+        if short is None or long is None:
+            rows.append([rate, "–", "–", "–"])
+            continue
+        r = R.lr_reading(short, long)
+        readings.append(r)
+        rows.append([rate, r["primary"], r["secondary"], f"{r['gap']:+.4f}"])
+    head = ["lr", "claim 2 primary", "secondary", "loss short − long"]
+    says = "yes" if R.hinges(readings) else "no"
+    if len(readings) < len(rates):
+        says = f"not yet ({len(readings)} of {len(rates)} rates)"
+    return [
+        "## The learning rate (SX, seed 0, 8.2M tokens; read, not judged)",
+        "",
+        *table(head, rows),
+        "",
+        f"Does a reading or the sign of the gap hinge on the learning rate? {says}.",
+        "",
+    ]
 
 
 def provenance(every: dict) -> list[str]:

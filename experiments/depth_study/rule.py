@@ -138,7 +138,8 @@ def claim1_seed(short: dict, long: dict | None) -> dict:
         and e_far is not None
         and e_far["ci"][1] < DELTA
         and ps["ci"][1] < POINTS
-        and not gs["ci"][1] >= DELTA
+        and bool(gs["n"])
+        and gs["ci"][1] < DELTA
     )
     return {
         "memory": mem,
@@ -165,9 +166,13 @@ def claim2_seed(short: dict, long: dict) -> dict:
         "primary": "no reference",
         "secondary": "no reference",
     }
-    if not ref or el is None or not el.get("n"):
+    if not ref:
         return out
-    if el["ci"][1] < es["ci"][0] and es["mean"] - el["mean"] >= DELTA:
+    if el is None or not el.get("n"):
+        out["primary"] = out["secondary"] = "no long result"
+        return out
+    separated = el["ci"][1] < es["ci"][0] and es["mean"] - el["mean"] >= DELTA
+    if separated and el["mean"] < 0.75 * es["mean"]:
         out["primary"] = "lazy"
     elif counts(el) and el["mean"] >= 0.75 * es["mean"]:
         out["primary"] = "not lazy"
@@ -256,7 +261,9 @@ def claim2_verdict(seeds: list[dict], planned: int, controls_ok: bool) -> str:
     return "partial"
 
 
-def memory_half(seeds: list[dict], planned: int) -> str:
+def memory_half(seeds: list[dict], planned: int, control_ok: bool = True) -> str:
+    if not control_ok:
+        return "cannot decide at this scale (the memory control failed)"
     if len(seeds) < planned:
         return f"incomplete, {len(seeds)} of {planned} seeds"
     k = need(planned)
@@ -269,10 +276,19 @@ def memory_half(seeds: list[dict], planned: int) -> str:
     return "cannot be shown at this scale"
 
 
-def quality_half(short: list[float], long: list[float], stoch: list[float]) -> dict:
-    """Section 7: the paired t intervals of stoch − long and of c = short − long."""
-    if len(stoch) < 2:
-        return {"verdict": "incomplete", "c": math.nan}
+def quality_half(
+    short: list[float],
+    long: list[float],
+    stoch: list[float],
+    planned: int = 2,
+    control_ok: bool = True,
+) -> dict:
+    """Section 7: the paired t intervals of stoch − long and of c = short − long (a verdict once
+    all ``planned`` seeds are in, and only when the family's memory control passed)."""
+    if not control_ok:
+        return {"verdict": "cannot decide at this scale (the memory control failed)", "c": None}
+    if len(stoch) < max(planned, 2):
+        return {"verdict": f"incomplete, {len(stoch)} of {planned} seeds", "c": None}
     c = paired(short, long)
     d = paired(stoch, long)
     lo_c, hi_c = c["ci"]
@@ -286,6 +302,59 @@ def quality_half(short: list[float], long: list[float], stoch: list[float]) -> d
     else:
         verdict = "cannot be shown at this scale"
     return {"verdict": verdict, "c": c, "d": d}
+
+
+# ------------------------------------------------------------------------------ read, not judged
+
+REFERENCE_RANGES = ("r8_32", "r32_128", "r128_512")
+"""Section 8: where the T = 4096 reference must match the T = 1024 short run."""
+
+
+def overlaps(a: dict | None, b: dict | None) -> bool:
+    return bool(a and b and a.get("n") and b.get("n")) and (
+        a["ci"][0] <= b["ci"][1] and b["ci"][0] <= a["ci"][1]
+    )
+
+
+def reference_reading(ref: dict, short: dict | None) -> dict:
+    """Section 8: the reference counts when its G overlaps the short run's in each of
+    REFERENCE_RANGES; then E over (T, 4T] of both, side by side."""
+    ok = all(overlaps(gain(ref, k), gain(short, k)) for k in REFERENCE_RANGES)
+    return {
+        "counts": ok,
+        "E_far_short": excess(short, BEYOND_T),
+        "E_far_ref": excess(ref, BEYOND_T),
+    }
+
+
+def lr_reading(short: dict | None, long: dict | None) -> dict:
+    """Section 8: one learning rate's claim-2 reading and text-loss gap loss(short) − loss(long)."""
+    c2 = claim2_seed(short or {}, long or {})
+    gap = math.nan
+    if short and long:
+        gap = short["text_val_loss"] - long["text_val_loss"]
+    return {"primary": c2["primary"], "secondary": c2["secondary"], "gap": gap}
+
+
+def hinges(readings: list[dict]) -> bool:
+    """Section 8: the primary claim-2 reading or the sign of the gap differs between lrs."""
+    prim = {r["primary"] for r in readings}
+    signs = {r["gap"] > 0 for r in readings if not math.isnan(r["gap"])}
+    return len(prim) > 1 or len(signs) > 1
+
+
+def lasting_from(rec: dict | None, key: str = MEMORY) -> int | None:
+    """Section 6 (partial): the first checkpoint from which G over ``key`` keeps its lower bound
+    above 0 at every later checkpoint (None: never, or no curve)."""
+    pts = sorted((rec or {}).get("copy_curve", []), key=lambda p: p["step"])
+    first = None
+    for p in pts:
+        lo = p.get("ci", {}).get(key, [math.nan])[0]
+        if lo > 0:
+            first = p["step"] if first is None else first
+        else:
+            first = None
+    return first
 
 
 # ------------------------------------------------------------------------------ text

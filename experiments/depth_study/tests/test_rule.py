@@ -61,6 +61,13 @@ def test_claim2_seed_readings():
     assert fragile["primary"] == "unclear" and fragile["secondary"] == "lazy"
     none = R.claim2_seed(rec({R.MEMORY: g(0.05, -0.01, 0.1)}), rec({R.MEMORY: MEM}))
     assert not none["reference"] and none["primary"] == "no reference"
+    # tight intervals apart, but the long run keeps 80 % of the memory: not lazy, never both
+    tight = R.claim2_seed(
+        rec({R.MEMORY: g(0.10, 0.095, 0.105)}), rec({R.MEMORY: g(0.08, 0.075, 0.085)})
+    )
+    assert tight["primary"] == "not lazy"
+    gone = R.claim2_seed(short, rec({}))
+    assert gone["reference"] and gone["primary"] == "no long result"
 
 
 def _c2(readings: list[str]) -> list[dict]:
@@ -101,7 +108,12 @@ def test_claim1_seed_and_verdict():
     # copies beyond T but retrieves no passkey: neither holds nor fails
     half = R.claim1_seed(rec({R.MEMORY: MEM, R.BEYOND_T: g(0.02, 0.01, 0.03)}, NONE), long)
     assert not half["holds"] and not half["fails"]
-    fails = R.claim1_seed(rec({R.MEMORY: MEM, R.BEYOND_T: g(0.0, -0.002, 0.002)}, NONE), long)
+    flat = rec({R.MEMORY: MEM, R.BEYOND_T: g(0.0, -0.002, 0.002)}, NONE)
+    # without a passkey gain the seed cannot fail (missing is not a failure) ...
+    assert not R.claim1_seed(flat, long)["fails"]
+    for r in flat["passkey"]["rows"]:
+        r["gain"] = g(0.0, -0.005, 0.005, n=200)
+    fails = R.claim1_seed(flat, long)  # ... with a flat one it does
     assert fails["fails"] and not fails["holds"]
     # the long run retrieving as well: no advantage, claim 1 does not hold in the seed
     same = R.claim1_seed(
@@ -169,6 +181,46 @@ def test_claim3_halves():
     assert R.quality_half(s, lg, wobbly)["verdict"] == "cannot be shown at this scale"
     # the short window's loss lower than the long one's: nothing to resolve
     assert R.quality_half(lg, s, s)["verdict"].startswith("not applicable")
+    # a verdict waits for the planned seeds, and a failed memory control decides nothing
+    assert R.quality_half(s[:3], lg[:3], lg[:3], planned=5)["verdict"] == "incomplete, 3 of 5 seeds"
+    assert R.quality_half(s, lg, lg, planned=5, control_ok=False)["verdict"].startswith("cannot")
+    assert R.memory_half([keeps] * 5, 5, control_ok=False).startswith("cannot decide")
+
+
+def test_the_reference_counts_only_where_it_matches_the_short_run():
+    near = {k: g(0.1, 0.08, 0.12) for k in R.REFERENCE_RANGES}
+    short = rec({**near, R.BEYOND_T: g(0.0, -0.01, 0.01)})
+    ref = rec({**near, R.BEYOND_T: g(0.05, 0.03, 0.07)})
+    r = R.reference_reading(ref, short)
+    assert r["counts"] and r["E_far_ref"]["mean"] == 0.05 and r["E_far_short"]["mean"] == 0.0
+    off = rec({**near, "r32_128": g(0.2, 0.15, 0.25)})  # one range outside the short run's
+    assert not R.reference_reading(off, short)["counts"]
+    assert not R.reference_reading(ref, None)["counts"]
+
+
+def test_a_learning_rate_changes_a_reading_or_the_gap_sign():
+    short = rec({R.MEMORY: MEM}, loss=1.0)
+    lazy = R.lr_reading(short, rec({R.MEMORY: g(0.005, -0.001, 0.01)}, loss=1.1))
+    assert lazy["primary"] == "lazy" and lazy["gap"] == pytest.approx(-0.1)
+    also = R.lr_reading(short, rec({R.MEMORY: g(0.004, -0.001, 0.01)}, loss=1.05))
+    assert not R.hinges([lazy, also])
+    flipped = R.lr_reading(short, rec({R.MEMORY: g(0.004, -0.001, 0.01)}, loss=0.9))
+    assert R.hinges([lazy, flipped])  # the sign of the gap
+    busy = R.lr_reading(short, rec({R.MEMORY: g(0.045, 0.03, 0.06)}, loss=1.1))
+    assert R.hinges([lazy, busy])  # the reading
+
+
+def test_the_curve_reading_needs_the_lower_bound_to_stay_above_0():
+    def curve(los):
+        pts = [
+            {"step": 960 * (i + 1), "ci": {R.MEMORY: [lo, lo + 0.02]}} for i, lo in enumerate(los)
+        ]
+        return {"copy_curve": pts}
+
+    assert R.lasting_from(curve([-0.01, 0.001, 0.002, 0.01])) == 1920
+    assert R.lasting_from(curve([0.01, -0.001, 0.002, 0.01])) == 2880  # fell below 0 once
+    assert R.lasting_from(curve([0.01, 0.02, -0.01])) is None
+    assert R.lasting_from({}) is None
 
 
 def test_controls():
