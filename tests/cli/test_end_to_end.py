@@ -281,11 +281,18 @@ def _assert_clean(output: str, what: str) -> None:
     )
 
 
+TRAINED_SPREAD = 0.02
+"""Twice the spread of the trained demo's loss over the thread counts and CPUs measured (0.010):
+a documented loss further than this from a fresh run's is stale, not a rounding order."""
+
+
 @pytest.mark.slow
 def test_the_documented_demo_losses_are_a_fresh_runs(tmp_path):
     """The losses README.md and docs/demo.md quote for `make demo` are what a fresh `swax demo`
-    prints, within 0.01: the table quotes two threads, this runs one, and the two sum in
-    different orders (1.281 and 1.288 after 400 steps)."""
+    prints, within TRAINED_SPREAD after training (the untrained loss within 0.01): 400 steps
+    carry float32 rounding-order differences into the loss, so thread counts and CPUs end
+    apart (measured with the same code: 1.281 on two threads, 1.288 and 1.291 on one thread of
+    two different CPUs, the last an AVX2-only one)."""
     env = {**os.environ, "SWAX_THREADS": "1"}
     r = subprocess.run(
         [sys.executable, "-m", "swax", "demo", "--context", "2048"],
@@ -304,12 +311,12 @@ def test_the_documented_demo_losses_are_a_fresh_runs(tmp_path):
     )
     assert readme, "the README's sentence on the demo's loss"
     assert abs(float(readme.group(1)) - before) <= 0.01
-    assert abs(float(readme.group(2)) - after) <= 0.01
+    assert abs(float(readme.group(2)) - after) <= TRAINED_SPREAD
     demo = (ROOT / "docs" / "demo.md").read_text()
     row = re.search(r"\| (\d+\.\d+) untrained → \*\*(\d+\.\d+)\*\* \|", demo)
     assert row, "docs/demo.md's table of the demo's loss"
     assert abs(float(row.group(1)) - before) <= 0.01
-    assert abs(float(row.group(2)) - after) <= 0.01
+    assert abs(float(row.group(2)) - after) <= TRAINED_SPREAD
 
 
 def _readme() -> str:
