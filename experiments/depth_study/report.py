@@ -360,7 +360,7 @@ def lr_section(lr: dict) -> list[str]:
     if len(readings) < len(rates):
         says = f"not yet ({len(readings)} of {len(rates)} rates)"
     return [
-        "## The learning rate (SX, seed 0, 8.2M tokens; read, not judged)",
+        "## The learning rate (SX, seed 0, 15.4M tokens; read, not judged)",
         "",
         *table(head, rows),
         "",
