@@ -27,6 +27,12 @@ LABELS = {
 }
 
 
+def label(key: str) -> str:
+    """A range key as the reports print it: "(8, 32]", "(8, 32] past T"."""
+    base = key.removesuffix("_pastT")
+    return LABELS.get(base, base) + (" past T" if key != base else "")
+
+
 def load(config: str, here: Path = HERE, quick: bool = False, cfg=None) -> dict:
     """{run name: {seed: archived result}} of one of the study's sweeps."""
     cfg = cfg or load_sweep(here / config, quick=quick)
@@ -55,9 +61,9 @@ def controls(runs: dict) -> tuple[list[str], dict]:
         rows.append(
             [
                 name,
-                R.fmt(R.excess(rec, "beyond_128")),
+                R.efmt(R.excess(rec, "beyond_128")),
                 R.fmt(R.gain(rec, "beyond_128", "reset")),
-                R.fmt(R.excess(rec, R.INSIDE)),
+                R.efmt(R.excess(rec, R.INSIDE)),
                 R.share(R.pooled(rec, R.NEAR_DISTANCES)),
                 "yes" if c["passes"] else f"no: {c['why']}",
             ]
@@ -128,6 +134,8 @@ def verdict_table(fams: dict) -> list[str]:
             ["1: retrieval beyond T", name, f["v1"], str(n), f"holds in {holds} of {n} seeds"]
         )
         lazy = sum(x["primary"] == "lazy" for x in f["c2"])
+        refs = [x for x in f["c2"] if x["reference"]]
+        k = sum(x["primary"] == "lazy" for x in refs)
         seen = sum(x["seen"] for x in f["mech"])
         rows.append(
             [
@@ -135,8 +143,8 @@ def verdict_table(fams: dict) -> list[str]:
                 name,
                 f["v2"],
                 str(n),
-                f"lazy in {lazy} of {n} (sign test p {f['p2']:.3f}); "
-                f"mechanism seen in {seen} of {n}",
+                f"lazy in {lazy} of {n} (sign test p {f['p2']:.3f}: {k} of the {len(refs)} "
+                f"with a reference); mechanism seen in {seen} of {n}",
             ]
         )
         if "c3" in f:
@@ -198,14 +206,14 @@ def seed_tables(name: str, f: dict) -> list[str]:
             [
                 str(a["seed"]),
                 "yes" if a["memory"] else "no",
-                R.fmt(a["E_far"]),
+                R.efmt(a["E_far"]),
                 R.share(a["passkey"]),
                 R.share(a["passkey_long"]),
                 R.fmt(a["key_gain"]),
                 R.fmt(a["key_gain_long"]),
                 c1,
-                R.fmt(b["E_short"]),
-                R.fmt(b["E_long"]),
+                R.efmt(b["E_short"]),
+                R.efmt(b["E_long"]),
                 f"{b['primary']} / {b['secondary']}",
                 " / ".join("never" if x is None else str(x) for x in b["lasting"]),
                 mech,
@@ -217,7 +225,7 @@ def seed_tables(name: str, f: dict) -> list[str]:
             "",
             "Claim 3, memory half: "
             + "; ".join(
-                f"seed {x['seed']} {x['reading']} (E {R.fmt(x['E_stoch'])})" for x in f["c3"]
+                f"seed {x['seed']} {x['reading']} (E {R.efmt(x['E_stoch'])})" for x in f["c3"]
             ),
         ]
     return out + [""]
@@ -225,7 +233,7 @@ def seed_tables(name: str, f: dict) -> list[str]:
 
 def gain_table(runs: dict, names: list[str], keys=RANGES) -> list[str]:
     """Mean E per range over the seeds of each run (min–max over seeds)."""
-    head = ["run", "seeds"] + [LABELS.get(k, k.replace("_pastT", " past T")) for k in keys]
+    head = ["run", "seeds"] + [label(k) for k in keys]
     rows = []
     for name in names:
         recs = runs.get(name, {})
@@ -334,9 +342,14 @@ def reference_section(ref: dict, sx: dict) -> list[str]:
     head = ["seed", "counts (G overlaps at ≤ 512)", "E (T, 4T] short, T = 1024", "reference"]
     rows = []
     for s, rec in sorted(recs.items()):
-        r = R.reference_reading(rec, sx.get("sx-short", {}).get(s))
-        ok = "yes" if r["counts"] else "no: tune batch and lr first"
-        rows.append([str(s), ok, R.fmt(r["E_far_short"]), R.fmt(r["E_far_ref"])])
+        short = sx.get("sx-short", {}).get(s)
+        r = R.reference_reading(rec, short)
+        if short is None:
+            rows.append([str(s), "not yet (no T = 1024 short run of this seed)", "–", "–"])
+        elif not r["counts"]:
+            rows.append([str(s), "no: tune batch and lr first", "–", "–"])
+        else:
+            rows.append([str(s), "yes", R.efmt(r["E_far_short"]), R.efmt(r["E_far_ref"])])
     return ["## The reference (T = 4096; read, not judged)", "", *table(head, rows), ""]
 
 

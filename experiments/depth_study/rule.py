@@ -8,6 +8,7 @@ report prints it. Section numbers refer to RULE.md.
 from __future__ import annotations
 
 import math
+from fractions import Fraction
 
 from experiments.lab.stats import paired
 from swax.probes.passkey import wilson
@@ -75,6 +76,13 @@ def pooled(rec: dict | None, distances, control: bool = False) -> dict:
     return {"k": k, "n": n, "share": share, "ci": wilson(k, n)}
 
 
+def points_above(a: dict, b: dict, points: float = POINTS) -> bool:
+    """Share a ≥ share b + ``points``, decided on the counts (k/n) so that an exact tie (40
+    more of 800) is not lost to float rounding."""
+    gap = Fraction(a["k"], a["n"]) - Fraction(b["k"], b["n"])
+    return gap >= Fraction(points).limit_denominator(1000)
+
+
 def pooled_gain(rec: dict | None, distances) -> dict:
     """The passkey gain (nats per key token) averaged over ``distances``, with a 95 % interval
     from the distances' bootstrap intervals (normal approximation: each interval's half-width /
@@ -125,9 +133,7 @@ def claim1_seed(short: dict, long: dict | None) -> dict:
     ps, pl = pooled(short, FAR_DISTANCES), pooled(long, FAR_DISTANCES)
     pc = pooled(short, FAR_DISTANCES, control=True)
     retr = bool(ps["n"] and pl["n"]) and (
-        ps["ci"][0] > pl["ci"][1]
-        and ps["share"] - pl["share"] >= POINTS
-        and ps["ci"][0] > pc["ci"][1]
+        ps["ci"][0] > pl["ci"][1] and points_above(ps, pl) and ps["ci"][0] > pc["ci"][1]
     )
     gs, gl = pooled_gain(short, FAR_DISTANCES), pooled_gain(long, FAR_DISTANCES)
     by_gain = counts(gs) and bool(gl.get("n")) and gs["ci"][0] > gl["ci"][1]
@@ -365,6 +371,11 @@ def fmt(g: dict | None) -> str:
         return "–"
     lo, hi = g["ci"]
     return f"{g['mean']:+.4f} [{lo:+.4f}, {hi:+.4f}]"
+
+
+def efmt(e: dict | None) -> str:
+    """An E with its count (section 2: events where no placebo span fits are left out)."""
+    return fmt(e) + (f" n {e['n']}" if e and e.get("n") else "")
 
 
 def share(p: dict) -> str:

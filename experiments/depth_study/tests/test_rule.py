@@ -143,6 +143,18 @@ def test_claim1_by_the_passkey_gain_when_no_key_comes_back_whole():
     assert not R.claim1_seed(with_gain(0.005, 0.001, 0.009), long)["retrieves"]  # below delta
 
 
+def test_five_points_exactly_counts():
+    """41 of 800 against 1 of 800 is 5 points above: a float subtraction makes it 4.99..."""
+    assert 41 / 800 - 1 / 800 < R.POINTS  # the rounding the rule must not be lost to
+    short_rows = {2048: (11, 200, 0), 4096: (10, 200, 0), 8192: (10, 200, 0), 16384: (10, 200, 0)}
+    long_rows = {2048: (1, 200, 0), 4096: (0, 200, 0), 8192: (0, 200, 0), 16384: (0, 200, 0)}
+    short = rec({R.MEMORY: MEM, R.BEYOND_T: g(0.02, 0.01, 0.03)}, short_rows)
+    seed = R.claim1_seed(short, rec({R.MEMORY: MEM}, long_rows))
+    assert seed["retrieves"] and seed["holds"]
+    long_rows[4096] = (1, 200, 0)  # 39 of 800 apart: 4.9 points, not enough
+    assert not R.claim1_seed(short, rec({R.MEMORY: MEM}, long_rows))["retrieves"]
+
+
 def test_pooled_passkey_and_its_wilson_interval():
     p = R.pooled(rec({}, {2048: (10, 200, 0), 4096: (30, 200, 1), 64: (200, 200, 0)}), (2048, 4096))
     assert (p["k"], p["n"]) == (40, 400) and p["share"] == pytest.approx(0.1)
@@ -292,4 +304,4 @@ def test_quick_depth_study_under_a_minute(tmp_path):
     text = (tmp_path / "r" / "REPORT.md").read_text()
     for run in ("sx-short", "sx-long", "sx-stoch"):
         assert f"| {run} | 1 |" in text, run
-    assert "r8_32 past T" in text and "## Passkey retrieved" in text
+    assert "(8, 32] past T" in text and "## Passkey retrieved" in text
