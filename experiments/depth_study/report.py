@@ -86,6 +86,17 @@ def family(name: str, runs: dict, planned: int, ctl: dict) -> dict:
         for s in seeds
     ]
     mech = [{"seed": s, **R.mechanism_seed(short[s], long[s])} for s in seeds]
+    # a short run whose long pair has no result yet: its own readings, printed, not judged
+    alone = [
+        {
+            "seed": s,
+            **R.claim1_seed(short[s], None),
+            "E_short": R.excess(short[s], R.MEMORY),
+            "lasting": R.lasting_from(short[s]),
+        }
+        for s in sorted(short)
+        if s not in long
+    ]
     mem_ok = ctl.get(name, {}).get("passes", False)
     att_ok = ctl.get("attention", {}).get("passes", False)
     out = {
@@ -93,6 +104,7 @@ def family(name: str, runs: dict, planned: int, ctl: dict) -> dict:
         "c1": c1,
         "c2": c2,
         "mech": mech,
+        "alone": alone,
         "v1": R.claim1_verdict(c1, planned, mem_ok),
         "v2": R.claim2_verdict(c2, planned, mem_ok and att_ok),
     }
@@ -217,6 +229,24 @@ def seed_tables(name: str, f: dict) -> list[str]:
                 f"{b['primary']} / {b['secondary']}",
                 " / ".join("never" if x is None else str(x) for x in b["lasting"]),
                 mech,
+            ]
+        )
+    for a in f.get("alone", []):
+        rows.append(
+            [
+                str(a["seed"]),
+                "yes" if a["memory"] else "no",
+                R.efmt(a["E_far"]),
+                R.share(a["passkey"]),
+                "–",
+                R.fmt(a["key_gain"]),
+                "–",
+                "pending (no long run yet)",
+                R.efmt(a["E_short"]),
+                "–",
+                "pending",
+                f"{'never' if a['lasting'] is None else a['lasting']} / –",
+                "–",
             ]
         )
     out += table(head, rows)

@@ -155,6 +155,19 @@ def test_five_points_exactly_counts():
     assert not R.claim1_seed(short, rec({R.MEMORY: MEM}, long_rows))["retrieves"]
 
 
+def test_a_short_run_without_its_long_pair_is_printed_not_judged():
+    from experiments.depth_study import report as P
+
+    short = rec({R.MEMORY: MEM, R.BEYOND_T: g(0.02, 0.01, 0.03)}, FAR)
+    ctl = {"SX": {"passes": True}, "attention": {"passes": True}}
+    f = P.family("SX", {"sx-short": {0: short, 1: short}, "sx-long": {1: short}}, 5, ctl)
+    assert [x["seed"] for x in f["c1"]] == [1] and [x["seed"] for x in f["alone"]] == [0]
+    assert f["v1"].startswith("incomplete, 1 of 5")
+    rows = [r for r in P.seed_tables("SX", f) if r.startswith("| 0 ")]
+    assert len(rows) == 1 and "pending (no long run yet)" in rows[0]
+    assert "+0.0200 [+0.0100, +0.0300] n 1000" in rows[0]  # its E over (T, 4T], with its count
+
+
 def test_pooled_passkey_and_its_wilson_interval():
     p = R.pooled(rec({}, {2048: (10, 200, 0), 4096: (30, 200, 1), 64: (200, 200, 0)}), (2048, 4096))
     assert (p["k"], p["n"]) == (40, 400) and p["share"] == pytest.approx(0.1)
