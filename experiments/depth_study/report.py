@@ -441,6 +441,20 @@ END = "<!-- depth-study:end -->"
 PLANNED = {"controls.yaml": 3, "sx.yaml": 15, "sd.yaml": 6, "lr.yaml": 6, "reference.yaml": 2}
 
 
+def summary_row(name: str, f: dict) -> list[str]:
+    """One family's README row: each claim's verdict with the per-seed counts behind it."""
+    n = len(f["seeds"])
+    lazy = sum(x["primary"] == "lazy" for x in f["c2"])
+    holds = sum(x["holds"] for x in f["c1"])
+    seen = sum(x["seen"] for x in f["mech"])
+    none = "pending (no runs yet)" if name == "SX" else "– (no stochastic arm)"
+    c3m = f["v3m"] if "c3" in f else none
+    c3q = f["q3"]["verdict"] if "c3" in f else none
+    c1 = f"{f['v1']} (holds in {holds} of {n} seeds)" if n else f["v1"]
+    c2 = f"{f['v2']} (lazy in {lazy} of {n}; mechanism seen in {seen})" if n else f["v2"]
+    return [name, c1, c2, c3m, c3q]
+
+
 def readme_block(here: Path = HERE) -> str:
     """The README's table (claim × family: the verdict and its headline) and a few sentences
     on where the study stands, from the committed results alone."""
@@ -454,17 +468,7 @@ def readme_block(here: Path = HERE) -> str:
         "3. stochastic: memory",
         "3. stochastic: quality",
     ]
-    rows = []
-    for name, f in fams.items():
-        n = len(f["seeds"])
-        lazy = sum(x["primary"] == "lazy" for x in f["c2"])
-        holds = sum(x["holds"] for x in f["c1"])
-        none = "pending (no runs yet)" if name == "SX" else "– (no stochastic arm)"
-        c3m = f["v3m"] if "c3" in f else none
-        c3q = f["q3"]["verdict"] if "c3" in f else none
-        c1 = f"{f['v1']} (holds in {holds} of {n} seeds)" if n else f["v1"]
-        c2 = f"{f['v2']} (lazy in {lazy} of {n})" if n else f["v2"]
-        rows.append([name, c1, c2, c3m, c3q])
+    rows = [summary_row(name, f) for name, f in fams.items()]
     done = {c: sum(len(v) for v in runs[c].values()) for c in CONFIGS}
     status = ", ".join(f"{c.removesuffix('.yaml')} {done[c]} of {PLANNED[c]}" for c in CONFIGS)
     ok = [k for k, c in ctl.items() if c["passes"]]

@@ -168,6 +168,24 @@ def test_a_short_run_without_its_long_pair_is_printed_not_judged():
     assert "+0.0200 [+0.0100, +0.0300] n 1000" in rows[0]  # its E over (T, 4T], with its count
 
 
+def test_the_readme_row_counts_the_lazy_pairs_and_the_mechanism():
+    from experiments.depth_study import report as P
+
+    short = rec({R.MEMORY: MEM, R.INSIDE: g(0.2, 0.15, 0.25)}, NONE)
+    seen = {R.INSIDE: {"reset": g(0.25, 0.2, 0.3), "window_cut": g(0.02, 0.0, 0.05)}}
+    busy = {R.INSIDE: {"reset": g(0.25, 0.2, 0.3), "window_cut": g(0.2, 0.14, 0.26)}}
+    lazy = rec({R.MEMORY: g(0.005, -0.001, 0.01), R.INSIDE: g(0.3, 0.25, 0.35)}, NONE, probes=seen)
+    busy_long = rec({R.MEMORY: g(0.045, 0.03, 0.06), R.INSIDE: g(0.3, 0.25, 0.35)}, probes=busy)
+    ctl = {"SX": {"passes": True}, "attention": {"passes": True}}
+    runs = {"sx-short": {0: short, 1: short, 2: short}, "sx-long": {0: lazy, 1: busy_long}}
+    row = P.summary_row("SX", P.family("SX", runs, 5, ctl))
+    assert row[0] == "SX" and "(holds in 0 of 2 seeds)" in row[1]
+    assert row[2].endswith("(lazy in 1 of 2; mechanism seen in 1)")
+    assert row[3] == row[4] == "pending (no runs yet)"  # no stochastic run yet
+    empty = P.summary_row("SD", P.family("SD", {}, 3, ctl))
+    assert "lazy in" not in empty[2] and empty[3] == "– (no stochastic arm)"
+
+
 def test_pooled_passkey_and_its_wilson_interval():
     p = R.pooled(rec({}, {2048: (10, 200, 0), 4096: (30, 200, 1), 64: (200, 200, 0)}), (2048, 4096))
     assert (p["k"], p["n"]) == (40, 400) and p["share"] == pytest.approx(0.1)
