@@ -3,10 +3,16 @@
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 
 from experiments.depth_study import rule as R
+from experiments.depth_study.curves import (
+    PAST,
+    figure,
+    gain_table,
+    key_gain_table,
+    passkey_table,
+)
 from experiments.lab.cli import ROOT, load_archived
 from experiments.lab.markdown import table
 from swax.sweep import load_sweep
@@ -14,23 +20,6 @@ from swax.sweep import load_sweep
 HERE = Path(__file__).resolve().parent
 CONFIGS = ("controls.yaml", "sx.yaml", "sd.yaml", "lr.yaml", "reference.yaml")
 FAMILIES = {"SX": ("sx.yaml", 5), "SD": ("sd.yaml", 3)}
-RANGES = ("r8_32", "r32_128", "r128_512", "r512_1024", "beyond_128", "beyond_256", "r1024_4096")
-PAST = ("r8_32_pastT", "r32_128_pastT", "r128_512_pastT", "r512_1024_pastT")
-LABELS = {
-    "r8_32": "(8, 32]",
-    "r32_128": "(32, 128]",
-    "r128_512": "(128, 512]",
-    "r512_1024": "(512, 1024]",
-    "beyond_128": "(128, T]",
-    "beyond_256": "(256, T]",
-    "r1024_4096": "(T, 4T]",
-}
-
-
-def label(key: str) -> str:
-    """A range key as the reports print it: "(8, 32]", "(8, 32] past T"."""
-    base = key.removesuffix("_pastT")
-    return LABELS.get(base, base) + (" past T" if key != base else "")
 
 
 def load(config: str, here: Path = HERE, quick: bool = False, cfg=None) -> dict:
@@ -260,51 +249,6 @@ def seed_tables(name: str, f: dict) -> list[str]:
     return out + [""]
 
 
-def gain_table(runs: dict, names: list[str], keys=RANGES) -> list[str]:
-    """Mean E per range over the seeds of each run (min–max over seeds)."""
-    head = ["run", "seeds"] + [label(k) for k in keys]
-    rows = []
-    for name in names:
-        recs = runs.get(name, {})
-        if not recs:
-            continue
-        cells = []
-        for k in keys:
-            vals = [R.mean(R.excess(r, k)) for r in recs.values()]
-            vals = [v for v in vals if not math.isnan(v)]
-            cells.append(
-                f"{sum(vals) / len(vals):+.4f} ({min(vals):+.3f}…{max(vals):+.3f})" if vals else "–"
-            )
-        rows.append([name, str(len(recs)), *cells])
-    return table(head, rows)
-
-
-def passkey_table(runs: dict, names: list[str]) -> list[str]:
-    """Retrieval by distance, pooled over each run's seeds (Wilson interval)."""
-    dists = sorted(
-        {
-            r["distance"]
-            for recs in runs.values()
-            for rec in recs.values()
-            for r in rec.get("passkey", {}).get("rows", [])
-        }
-    )
-    head = ["run", *[str(d) for d in dists]]
-    rows = []
-    for name in names:
-        recs = runs.get(name, {})
-        if recs:
-            cells = []
-            for d in dists:
-                p = {"k": 0, "n": 0}
-                for rec in recs.values():
-                    q = R.pooled(rec, (d,))
-                    p = {"k": p["k"] + q["k"], "n": p["n"] + q["n"]}
-                cells.append(f"{100 * p['k'] / p['n']:.1f}" if p["n"] else "–")
-            rows.append([name, *cells])
-    return table(head, rows)
-
-
 def write_reports(out: Path, here: Path = HERE) -> list[Path]:
     """REPORT.md from the committed results."""
     runs = {c: load(c, here) for c in CONFIGS}
@@ -336,6 +280,7 @@ def write_report(runs: dict, path: Path, title: str = "The depth study") -> Path
     for name, f in fams.items():
         lines += seed_tables(name, f)
     main = {**runs.get("sx.yaml", {}), **runs.get("sd.yaml", {})}
+    fig = figure({**main, **runs.get("reference.yaml", {})}, path.parent / "depth_study.png")
     every = {
         **runs.get("controls.yaml", {}),
         **main,
@@ -354,6 +299,18 @@ def write_report(runs: dict, path: Path, title: str = "The depth study") -> Path
         "## Passkey retrieved (%) by distance, all seeds pooled",
         "",
         *passkey_table(every, list(every)),
+        "",
+        "## The planted key's gain by distance (nats per key byte, mean over seeds)",
+        "",
+        "The control's loss on the 16 key bytes minus the trial's (what the first occurrence "
+        "saves; ln 16 = 2.77 nats per hex digit is all of it). Read with the window cut to 8, "
+        "attention cannot see the first key: what is left is the memory's; read with the "
+        "memory reset before the repeat, what is left is attention's. A probe's row is printed "
+        "where it differs from the run's own reading.",
+        "",
+        *key_gain_table(every, list(every)),
+        "",
+        f"![E by reach and the key gain by distance, per run](./{fig.name})",
         "",
     ]
     lines += reference_section(runs.get("reference.yaml", {}), runs.get("sx.yaml", {}))

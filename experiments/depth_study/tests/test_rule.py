@@ -186,6 +186,30 @@ def test_the_readme_row_counts_the_lazy_pairs_and_the_mechanism():
     assert "lazy in" not in empty[2] and empty[3] == "– (no stochastic arm)"
 
 
+def test_the_key_gain_table_averages_seeds_and_prints_a_probe_where_it_differs():
+    from experiments.depth_study import curves as P
+
+    def run(gains, reset=None):
+        rows = []
+        for d, m in gains.items():
+            r = {"distance": d, "gain": g(m, m - 0.01, m + 0.01, 200)}
+            if reset is not None and d <= 128:
+                r["probes"] = {"reset": {"gain": g(reset, 0, 0, 200)}, "window_cut": r}
+            rows.append(r)
+        return {"passkey": {"rows": rows}}
+
+    runs = {
+        "a": {0: run({32: 0.2, 2048: 0.0}, reset=0.0), 1: run({32: 0.4, 2048: 0.002}, reset=0.0)},
+        "b": {0: run({32: 0.5})},
+    }
+    lines = P.key_gain_table(runs, ["a", "b", "none"])
+    assert lines[0] == "| run | 32 | 2048 |"
+    assert lines[2] == "| a | +0.3000 | +0.0010 |"  # the mean of the two seeds
+    # the reset differs from the run's own reading: printed; the cut equals it: not
+    assert lines[3] == "| a: memory reset | +0.0000 | – |"
+    assert lines[4] == "| b | +0.5000 | – |" and len(lines) == 5
+
+
 def test_pooled_passkey_and_its_wilson_interval():
     p = R.pooled(rec({}, {2048: (10, 200, 0), 4096: (30, 200, 1), 64: (200, 200, 0)}), (2048, 4096))
     assert (p["k"], p["n"]) == (40, 400) and p["share"] == pytest.approx(0.1)
