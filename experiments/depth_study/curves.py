@@ -95,10 +95,12 @@ def key_gain_table(runs: dict, names: list[str]) -> list[str]:
     rows, dists = [], set()
     for name in names:
         recs = runs.get(name, {})
-        own = {d: f"{v:+.4f}" for d, v in key_gains(recs).items()}
-        for probe, what in ((None, ""), *PROBES):
-            g = {d: f"{v:+.4f}" for d, v in key_gains(recs, probe).items()}
-            if g and not (probe and all(g[d] == own.get(d) for d in g)):
+        read = {
+            what: {d: f"{v:+.4f}" for d, v in key_gains(recs, probe).items()}
+            for probe, what in ((None, ""), *PROBES)
+        }
+        for what, g in read.items():
+            if g and not (what and all(g[d] == read[""].get(d) for d in g)):
                 rows.append((f"{name}{': ' + what if what else ''}", g))
                 dists |= set(g)
     dists = sorted(dists)
@@ -115,7 +117,7 @@ def figure(runs: dict, path: Path) -> Path:
     plt = pyplot()
     fig, (a, b) = plt.subplots(1, 2, figsize=(11, 4.2))
     keys = ("r8_32", "r32_128", "r128_512", "r512_1024", "r1024_4096")
-    mids = [16, 64, 256, 724, 2048]  # geometric middles of the ranges
+    mids = [math.prod(map(int, k[1:].split("_"))) ** 0.5 for k in keys]  # geometric middles
     for i, (name, recs) in enumerate(runs.items()):
         color = f"C{i % 10}"
         pts = [(x, [R.mean(R.excess(r, k)) for r in recs.values()]) for x, k in zip(mids, keys)]

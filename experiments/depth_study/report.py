@@ -125,18 +125,26 @@ def _ci(d: dict) -> str:
     return f"{d['mean']:+.3f} [{d['ci'][0]:+.3f}, {d['ci'][1]:+.3f}]"
 
 
+def tally(f: dict) -> tuple[int, int, int, int]:
+    """A family's paired seeds and, among them, how many hold claim 1, read lazy (primary) and
+    show the mechanism."""
+    return (
+        len(f["seeds"]),
+        sum(x["holds"] for x in f["c1"]),
+        sum(x["primary"] == "lazy" for x in f["c2"]),
+        sum(x["seen"] for x in f["mech"]),
+    )
+
+
 def verdict_table(fams: dict) -> list[str]:
     head = ["claim", "family", "verdict (RULE.md)", "seeds", "headline"]
     rows = []
     for name, f in fams.items():
-        n = len(f["seeds"])
-        holds = sum(x["holds"] for x in f["c1"])
+        n, holds, lazy, seen = tally(f)
         rows.append(
             ["1: retrieval beyond T", name, f["v1"], str(n), f"holds in {holds} of {n} seeds"]
         )
-        lazy = sum(x["primary"] == "lazy" for x in f["c2"])
         refs = sum(x["reference"] for x in f["c2"])  # a lazy pair always has one
-        seen = sum(x["seen"] for x in f["mech"])
         rows.append(
             [
                 "2: laziness",
@@ -400,10 +408,7 @@ PLANNED = {"controls.yaml": 3, "sx.yaml": 15, "sd.yaml": 6, "lr.yaml": 6, "refer
 
 def summary_row(name: str, f: dict) -> list[str]:
     """One family's README row: each claim's verdict with the per-seed counts behind it."""
-    n = len(f["seeds"])
-    lazy = sum(x["primary"] == "lazy" for x in f["c2"])
-    holds = sum(x["holds"] for x in f["c1"])
-    seen = sum(x["seen"] for x in f["mech"])
+    n, holds, lazy, seen = tally(f)
     none = "pending (no runs yet)" if name == "SX" else "– (no stochastic arm)"
     c3m = f["v3m"] if "c3" in f else none
     c3q = f["q3"]["verdict"] if "c3" in f else none
