@@ -85,6 +85,46 @@ def key_gains(recs: dict, probe: str | None = None) -> dict:
     return {d: sum(v) / len(v) for d, v in sorted(by_d.items())}
 
 
+def _mean(vals: list[float]) -> str:
+    return f"{sum(vals) / len(vals):.4f} ({min(vals):.3f}…{max(vals):.3f})" if vals else "–"
+
+
+def loss_table(runs: dict, names: list[str]) -> list[str]:
+    """Held-out text loss (nats per byte) of each run, mean over its seeds (min…max): with its
+    own window (claim 3's quality reading), and read at W = 8 and W = 128 where the run
+    recorded them."""
+    head = ["run", "seeds", "own window", "read at W = 8", "read at W = 128"]
+    rows = []
+    for name in names:
+        recs = runs.get(name, {})
+        if not recs:
+            continue
+        own = [r["text_val_loss"] for r in recs.values() if "text_val_loss" in r]
+        at = {w: [] for w in (8, 128)}
+        for r in recs.values():
+            for k, loss in r.get("text_loss", {}).items():
+                w = r.get("windows", {}).get(k)
+                if w in at:
+                    at[w].append(loss)
+        rows.append([name, str(len(recs)), _mean(own), _mean(at[8]), _mean(at[128])])
+    return table(head, rows)
+
+
+def loss_gaps(runs: dict, family: str) -> list[str]:
+    """Per seed of one family: loss(short) − loss(long) and loss(stoch) − loss(long), each at
+    its own window (the paired differences claim 3's quality half reads)."""
+    f = family.lower()
+    short, long, stoch = (runs.get(f"{f}-{r}", {}) for r in ("short", "long", "stoch"))
+    rows = []
+    for s in sorted(long):
+        cells = []
+        for other in (short, stoch):
+            x = other.get(s, {}).get("text_val_loss")
+            cells.append("–" if x is None else f"{x - long[s]['text_val_loss']:+.4f}")
+        rows.append([family, str(s), *cells])
+    return rows
+
+
 PROBES = (("window_cut", "window cut to 8"), ("reset", "memory reset"))
 
 

@@ -11,6 +11,8 @@ from experiments.depth_study.curves import (
     figure,
     gain_table,
     key_gain_table,
+    loss_gaps,
+    loss_table,
     passkey_table,
 )
 from experiments.lab.cli import ROOT, load_archived
@@ -319,6 +321,20 @@ def write_report(runs: dict, path: Path, title: str = "The depth study") -> Path
         *key_gain_table(every, list(every)),
         "",
         f"![E by reach and the key gain by distance, per run](./{fig.name})",
+        "",
+        "## Held-out text loss (nats per byte, 256 held-out rows at each run's T)",
+        "",
+        "Own window: what claim 3's quality half compares (the stochastic run at 128). A short "
+        "window read at W = 128 has never seen a window that long.",
+        "",
+        *loss_table(every, list(every)),
+        "",
+        "Paired by seed, each at its own window (the quality half's differences):",
+        "",
+        *table(
+            ["family", "seed", "short − long", "stoch − long"],
+            [r for name in FAMILIES for r in loss_gaps(main, name)],
+        ),
         "",
     ]
     lines += reference_section(runs.get("reference.yaml", {}), runs.get("sx.yaml", {}))

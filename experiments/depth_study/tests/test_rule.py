@@ -360,3 +360,28 @@ def test_quick_depth_study_under_a_minute(tmp_path):
     for run in ("sx-short", "sx-long", "sx-stoch"):
         assert f"| {run} | 1 |" in text, run
     assert "(8, 32] past T" in text and "## Passkey retrieved" in text
+
+
+def test_the_loss_table_reads_each_window_and_pairs_seeds_against_the_long_run():
+    from experiments.depth_study import curves as P
+
+    def run(own, at: dict):
+        keys = {8: "train", 128: "long"}
+        return {
+            "text_val_loss": own,
+            "text_loss": {keys[w]: v for w, v in at.items()},
+            "windows": {keys[w]: w for w in at},
+        }
+
+    runs = {
+        "sx-short": {0: run(1.0, {8: 1.0, 128: 3.0}), 1: run(1.2, {8: 1.2, 128: 4.0})},
+        "sx-long": {0: run(0.9, {128: 0.9}), 1: run(1.0, {128: 1.0})},
+        "sx-stoch": {1: run(0.95, {8: 0.99, 128: 0.95})},
+    }
+    lines = P.loss_table(runs, ["sx-short", "sx-long", "sx-stoch", "none"])
+    short = "1.1000 (1.000…1.200)"
+    assert lines[2] == f"| sx-short | 2 | {short} | {short} | 3.5000 (3.000…4.000) |"
+    assert lines[3] == "| sx-long | 2 | 0.9500 (0.900…1.000) | – | 0.9500 (0.900…1.000) |"
+    assert len(lines) == 5
+    gaps = P.loss_gaps(runs, "SX")
+    assert gaps == [["SX", "0", "+0.1000", "–"], ["SX", "1", "+0.2000", "-0.0500"]]
