@@ -125,6 +125,19 @@ def loss_gaps(runs: dict, family: str) -> list[str]:
     return rows
 
 
+def control_losses(runs: dict) -> tuple[float, float] | None:
+    """The lowest and highest control loss on the key (nats per key byte) over every run,
+    seed and distance: the most a key gain can be."""
+    vals = [
+        r["control_nll"]
+        for recs in runs.values()
+        for rec in recs.values()
+        for r in rec.get("passkey", {}).get("rows", [])
+        if "control_nll" in r
+    ]
+    return (min(vals), max(vals)) if vals else None
+
+
 PROBES = (("window_cut", "window cut to 8"), ("reset", "memory reset"))
 
 

@@ -385,3 +385,13 @@ def test_the_loss_table_reads_each_window_and_pairs_seeds_against_the_long_run()
     assert len(lines) == 5
     gaps = P.loss_gaps(runs, "SX")
     assert gaps == [["SX", "0", "+0.1000", "–"], ["SX", "1", "+0.2000", "-0.0500"]]
+
+
+def test_the_key_gain_ceiling_is_the_lowest_to_highest_control_loss():
+    from experiments.depth_study import curves as P
+
+    def run(*nll):
+        return {"passkey": {"rows": [{"distance": 32, "control_nll": x} for x in nll]}}
+
+    assert P.control_losses({"a": {0: run(3.6, 3.9)}, "b": {1: run(3.5)}, "c": {}}) == (3.5, 3.9)
+    assert P.control_losses({"a": {0: {"passkey": {"rows": []}}}}) is None
