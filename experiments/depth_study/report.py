@@ -205,6 +205,9 @@ def seed_tables(name: str, f: dict) -> list[str]:
     rows = []
     for a, b, m in zip(f["c1"], f["c2"], f["mech"]):
         c1 = "holds" if a["holds"] else "fails" if a["fails"] else "neither"
+        if c1 == "neither" and a["memory"]:  # which of the two other parts is missing
+            yn = {True: "yes", False: "no"}
+            c1 += f" (copies beyond T {yn[a['copies_beyond_T']]}, retrieves {yn[a['retrieves']]})"
         mech = (
             "seen"
             if m["seen"]

@@ -166,6 +166,9 @@ def test_a_short_run_without_its_long_pair_is_printed_not_judged():
     rows = [r for r in P.seed_tables("SX", f) if r.startswith("| 0 ")]
     assert len(rows) == 1 and "pending (no long run yet)" in rows[0]
     assert "+0.0200 [+0.0100, +0.0300] n 1000" in rows[0]  # its E over (T, 4T], with its count
+    # the paired seed copies beyond T but retrieves no key: the cell says which part is missing
+    paired = [r for r in P.seed_tables("SX", f) if r.startswith("| 1 ")]
+    assert "| neither (copies beyond T yes, retrieves no) |" in paired[0]
 
 
 def test_the_readme_row_counts_the_lazy_pairs_and_the_mechanism():
