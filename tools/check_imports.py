@@ -81,6 +81,7 @@ STUDY_READS: dict[str, tuple[str, ...]] = {
     # study: the studies whose committed results it reads through their modules
     "text_study": ("laziness_map", "far_share"),
     "regime_study": ("laziness_map", "claims", "far_share", "text_only", "text_study"),
+    "depth_study": ("text_study", "laziness_map", "far_share"),  # the 2-layer verdicts beside it
 }
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from experiments.depth_study import rule as R
+from experiments.depth_study.beside import beside_section
 from experiments.depth_study.curves import (
     PAST,
     control_losses,
@@ -105,6 +106,11 @@ def family(name: str, runs: dict, planned: int, ctl: dict) -> dict:
         out["v1"] = out["v2"] = "pending (its control has no result yet)"
     elif pending:
         out["v2"] = "pending (the attention control has no result yet)"
+    out["gaps"] = [
+        {"seed": s, "gap": short[s]["text_val_loss"] - long[s]["text_val_loss"]}
+        for s in seeds
+        if "text_val_loss" in short[s] and "text_val_loss" in long[s]
+    ]
     refs = [x for x in c2 if x["reference"]]
     out["p2"] = R.sign_p(sum(x["primary"] == "lazy" for x in refs), len(refs))
     if stoch:
@@ -128,22 +134,11 @@ def _ci(d: dict) -> str:
     return f"{d['mean']:+.3f} [{d['ci'][0]:+.3f}, {d['ci'][1]:+.3f}]"
 
 
-def tally(f: dict) -> tuple[int, int, int, int]:
-    """A family's paired seeds and, among them, how many hold claim 1, read lazy (primary) and
-    show the mechanism."""
-    return (
-        len(f["seeds"]),
-        sum(x["holds"] for x in f["c1"]),
-        sum(x["primary"] == "lazy" for x in f["c2"]),
-        sum(x["seen"] for x in f["mech"]),
-    )
-
-
 def verdict_table(fams: dict) -> list[str]:
     head = ["claim", "family", "verdict (RULE.md)", "seeds", "headline"]
     rows = []
     for name, f in fams.items():
-        n, holds, lazy, seen = tally(f)
+        n, holds, lazy, seen = R.tally(f)
         rows.append(
             ["1: retrieval beyond T", name, f["v1"], str(n), f"holds in {holds} of {n} seeds"]
         )
@@ -264,12 +259,16 @@ def seed_tables(name: str, f: dict) -> list[str]:
 
 
 def write_reports(out: Path, here: Path = HERE) -> list[Path]:
-    """REPORT.md from the committed results."""
+    """REPORT.md from the committed results (and the 2-layer text study's, beside them)."""
+    from experiments.text_study.readings import verdicts
+
     runs = {c: load(c, here) for c in CONFIGS}
-    return [write_report(runs, out / "REPORT.md")]
+    return [write_report(runs, out / "REPORT.md", text=verdicts())]
 
 
-def write_report(runs: dict, path: Path, title: str = "The depth study") -> Path:
+def write_report(
+    runs: dict, path: Path, title: str = "The depth study", text: list | None = None
+) -> Path:
     ctl_table, ctl = controls(runs.get("controls.yaml", {}))
     fams = {
         name: family(name, runs.get(cfg, {}), planned, ctl)
@@ -293,6 +292,7 @@ def write_report(runs: dict, path: Path, title: str = "The depth study") -> Path
     ]
     for name, f in fams.items():
         lines += seed_tables(name, f)
+    lines += beside_section(fams, text)
     main = {**runs.get("sx.yaml", {}), **runs.get("sd.yaml", {})}
     fig = figure({**main, **runs.get("reference.yaml", {})}, path.parent / "depth_study.png")
     every = {
@@ -433,7 +433,7 @@ PLANNED = {"controls.yaml": 3, "sx.yaml": 15, "sd.yaml": 6, "lr.yaml": 6, "refer
 
 def summary_row(name: str, f: dict) -> list[str]:
     """One family's README row: each claim's verdict with the per-seed counts behind it."""
-    n, holds, lazy, seen = tally(f)
+    n, holds, lazy, seen = R.tally(f)
     none = "pending (no runs yet)" if name == "SX" else "– (no stochastic arm)"
     c3m = f["v3m"] if "c3" in f else none
     c3q = f["q3"]["verdict"] if "c3" in f else none

@@ -310,6 +310,17 @@ def quality_half(
     return {"verdict": verdict, "c": c, "d": d}
 
 
+def tally(f: dict) -> tuple[int, int, int, int]:
+    """A family's paired seeds and, among them, how many hold claim 1, read lazy (primary) and
+    show the mechanism."""
+    return (
+        len(f["seeds"]),
+        sum(x["holds"] for x in f["c1"]),
+        sum(x["primary"] == "lazy" for x in f["c2"]),
+        sum(x["seen"] for x in f["mech"]),
+    )
+
+
 # ------------------------------------------------------------------------------ read, not judged
 
 REFERENCE_RANGES = ("r8_32", "r32_128", "r128_512")

@@ -398,3 +398,42 @@ def test_the_key_gain_ceiling_is_the_lowest_to_highest_control_loss():
 
     assert P.control_losses({"a": {0: run(3.6, 3.9)}, "b": {1: run(3.5)}, "c": {}}) == (3.5, 3.9)
     assert P.control_losses({"a": {0: {"passkey": {"rows": []}}}}) is None
+
+
+def test_beside_the_2_layer_study_a_change_needs_two_verdicts():
+    from experiments.depth_study import beside as B
+
+    assert B._changed("incomplete, 1 of 5 seeds", "lazy") == "not yet"
+    assert B._changed("cannot decide at this scale (a control failed)", "lazy").startswith("no ")
+    assert B._changed("held", "lazy") == "no (both held)"  # the 2-layer 'lazy' is 'held' here
+    assert B._changed("partial", "lazy") == "yes: held → partial"
+    assert B._changed("held", None) == "– (no 2-layer verdict)"
+
+
+def test_beside_rows_count_the_2_layer_seeds_and_move_the_quality_premise():
+    from experiments.depth_study import beside as B
+
+    f = {
+        "seeds": [0, 1],
+        "c1": [{"holds": False}, {"holds": True}],
+        "c2": [{"primary": "lazy"}, {"primary": "unclear"}],
+        "mech": [{"seen": True}, {"seen": False}],
+        "v1": "partial",
+        "v2": "held",
+        "gaps": [{"seed": 0, "gap": 0.02}, {"seed": 1, "gap": -0.01}],
+    }
+    text = {
+        "verdict": "partial",
+        "seeds": [{"reading": "lazy"}] * 3 + [{"reading": "not lazy"}],
+        "memory_half": "held",
+        "quality": {"verdict": "cannot be shown at this scale"},
+        "loss": {0: [1.0, 1.1, 1.05], 1: [1.2, 1.1, 1.1], 2: [1.0, 1.3, 1.2]},
+    }
+    c1, c2, c3m, c3q = B.rows_for("SD", f, text)
+    assert c1[4] == "partial (holds in 1 of 2)"
+    assert c2[3] == "W 64: partial (lazy in 3 of 4)"
+    assert c2[4] == "held (lazy in 1 of 2; mechanism seen in 1)" and c2[5] == "yes: partial → held"
+    assert c3m[3] == "held" and c3m[4] == "– (no stochastic arm)"
+    assert "short − long > 0 in 1 of 3 seeds (mean -0.1000)" in c3q[3]
+    assert "short − long > 0 in 1 of 2 seeds (mean +0.0050)" in c3q[4]
+    assert c3q[5] == "–; short − long > 0: 1 of 3 → 1 of 2 seeds"
