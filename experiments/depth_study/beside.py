@@ -40,19 +40,22 @@ def _gaps(f: dict) -> list[float]:
     return [x["gap"] for x in f.get("gaps", [])]
 
 
+def _up(gaps: list[float]) -> str:
+    """How many seeds have the short window's loss above the long one's."""
+    return f"{sum(g > 0 for g in gaps)} of {len(gaps)}"
+
+
 def _premise(gaps: list[float]) -> str:
     if not gaps:
         return "–"
-    up = sum(g > 0 for g in gaps)
-    return f"short − long > 0 in {up} of {len(gaps)} seeds (mean {sum(gaps) / len(gaps):+.4f})"
+    return f"short − long > 0 in {_up(gaps)} seeds (mean {sum(gaps) / len(gaps):+.4f})"
 
 
 def _premise_moved(two: list[float], four: list[float]) -> str:
     """The quality half's premise (a short window costs quality) at 2 layers → at 4."""
     if not two or not four:
         return ""
-    n_of = [f"{sum(g > 0 for g in x)} of {len(x)}" for x in (two, four)]
-    return f"; short − long > 0: {n_of[0]} → {n_of[1]} seeds"
+    return f"; short − long > 0: {_up(two)} → {_up(four)} seeds"
 
 
 def rows_for(name: str, f: dict, text: dict | None) -> list[list[str]]:
@@ -91,8 +94,8 @@ def rows_for(name: str, f: dict, text: dict | None) -> list[list[str]]:
     t_q = q.get("verdict", "–")
     if t_gaps:
         t_q += f"; {_premise(t_gaps)}"
-    d_gaps = _premise(_gaps(f))
-    moved = _premise_moved(t_gaps, _gaps(f))
+    gaps = _gaps(f)
+    d_gaps, moved = _premise(gaps), _premise_moved(t_gaps, gaps)
     if "c3" in f:
         keeps = _n_of(f["c3"], "reading", "keeps")
         d_mem, d_q = f"{f['v3m']} (keeps in {keeps})", f"{f['q3']['verdict']}; {d_gaps}"
