@@ -119,8 +119,8 @@ def loss_gaps(runs: dict, family: str) -> list[str]:
     for s in sorted(long):
         cells = []
         for other in (short, stoch):
-            x = other.get(s, {}).get("text_val_loss")
-            cells.append("–" if x is None else f"{x - long[s]['text_val_loss']:+.4f}")
+            gap = R.loss_gap(other.get(s), long[s])
+            cells.append("–" if gap is None else f"{gap:+.4f}")
         rows.append([family, str(s), *cells])
     return rows
 

@@ -106,11 +106,8 @@ def family(name: str, runs: dict, planned: int, ctl: dict) -> dict:
         out["v1"] = out["v2"] = "pending (its control has no result yet)"
     elif pending:
         out["v2"] = "pending (the attention control has no result yet)"
-    out["gaps"] = [
-        {"seed": s, "gap": short[s]["text_val_loss"] - long[s]["text_val_loss"]}
-        for s in seeds
-        if "text_val_loss" in short[s] and "text_val_loss" in long[s]
-    ]
+    gaps = {s: R.loss_gap(short[s], long[s]) for s in seeds}
+    out["gaps"] = [{"seed": s, "gap": g} for s, g in gaps.items() if g is not None]
     refs = [x for x in c2 if x["reference"]]
     out["p2"] = R.sign_p(sum(x["primary"] == "lazy" for x in refs), len(refs))
     if stoch:

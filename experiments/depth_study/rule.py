@@ -344,13 +344,23 @@ def reference_reading(ref: dict, short: dict | None) -> dict:
     }
 
 
+def loss_gap(a: dict | None, b: dict | None) -> float | None:
+    """Held-out text loss of run ``a`` minus run ``b``'s, each at its own window (the paired
+    difference claim 3's quality half and section 8 read); None when either has none."""
+    if not a or not b or "text_val_loss" not in a or "text_val_loss" not in b:
+        return None
+    return a["text_val_loss"] - b["text_val_loss"]
+
+
 def lr_reading(short: dict | None, long: dict | None) -> dict:
     """Section 8: one learning rate's claim-2 reading and text-loss gap loss(short) − loss(long)."""
     c2 = claim2_seed(short or {}, long or {})
-    gap = math.nan
-    if short and long:
-        gap = short["text_val_loss"] - long["text_val_loss"]
-    return {"primary": c2["primary"], "secondary": c2["secondary"], "gap": gap}
+    gap = loss_gap(short, long)
+    return {
+        "primary": c2["primary"],
+        "secondary": c2["secondary"],
+        "gap": math.nan if gap is None else gap,
+    }
 
 
 def hinges(readings: list[dict]) -> bool:
