@@ -192,7 +192,7 @@ def seed_tables(name: str, f: dict) -> list[str]:
         "long",
         "claim 2 (primary / secondary)",
         "G (256, T]'s lower bound stays > 0 from step (short / long)",
-        "mechanism",
+        "mechanism over (32, 128]: (a) reset's G ≥ ½ G, (b) cut's G < short's G",
     ]
     rows = []
     for a, b, m in zip(f["c1"], f["c2"], f["mech"]):
@@ -204,8 +204,8 @@ def seed_tables(name: str, f: dict) -> list[str]:
             "seen"
             if m["seen"]
             else (
-                f"attention copies {'yes' if m['attention_copies'] else 'no'}, "
-                f"memory idles {'yes' if m['memory_idles'] else 'no'}"
+                f"not seen: (a) {'yes' if m['attention_copies'] else 'no'}, "
+                f"(b) {'yes' if m['memory_idles'] else 'no'}"
             )
         )
         rows.append(
